@@ -1,0 +1,42 @@
+// Linking object code (PTX, cubin, LTO-IR, fatbin, objects, libraries) into a cubin or PTX, with
+// nvJitLink, or the driver linker (cuLink*, which needs a GPU driver) where nvJitLink is missing.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cucore/object_code.hpp"
+#include "cucore/options.hpp"
+
+namespace cucore {
+
+enum class linker_backend { nvjitlink, driver };
+std::string_view to_string(linker_backend backend) noexcept;  // "nvJitLink", "driver"
+
+class linker {
+ public:
+  explicit linker(std::vector<object_code> inputs, linker_options options = {});
+
+  // Links to `target` (cubin or ptx). Throws compile_error with the linker's log on failure.
+  object_code link(code_type target);
+
+  const std::string& log() const noexcept { return log_; }
+  linker_backend backend() const noexcept { return backend_; }
+  const linker_options& options() const noexcept { return options_; }
+
+  // The backend a linker created now would use: nvJitLink when it loads and its version can be
+  // probed, else the driver. Decided once per process.
+  static linker_backend which_backend();
+
+ private:
+  object_code link_nvjitlink(code_type target);
+  object_code link_driver(code_type target);
+
+  std::vector<object_code> inputs_;
+  linker_options options_;
+  linker_backend backend_;
+  std::string log_;
+};
+
+}  // namespace cucore

@@ -1,0 +1,148 @@
+// Compiler and linker options: every field of cuda.core's ProgramOptions and LinkerOptions.
+//
+// An unset field (std::nullopt, or an empty list) emits nothing. Each backend's flags come from one
+// function (compiler_flags / linker_flags), which is also what the program cache key hashes, so the
+// key can never disagree with what the compiler was given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cucore/object_code.hpp"
+
+namespace cucore {
+
+// Kinds of source a program compiles.
+enum class source_type { cxx, ptx, nvvm };
+std::string_view to_string(source_type type) noexcept;  // "c++", "ptx", "nvvm"
+source_type parse_source_type(std::string_view text);   // case-insensitive; throws invalid_argument
+
+enum class compiler_backend { nvrtc, nvvm, nvjitlink, driver };
+std::string_view to_string(compiler_backend backend) noexcept;  // "NVRTC", "NVVM", "nvJitLink", "driver"
+
+// A preprocessor macro for define_macro: NAME, or NAME=VALUE.
+struct macro {
+  std::string name;
+  std::optional<std::string> value;
+  macro(std::string n) : name(std::move(n)) {}  // NOLINT: implicit from a name is the common case
+  macro(const char* n) : name(n) {}             // NOLINT
+  macro(std::string n, std::string v) : name(std::move(n)), value(std::move(v)) {}
+  friend bool operator==(const macro&, const macro&) = default;
+};
+
+// An extra NVVM IR module (text or bitcode) compiled together with the main one.
+struct nvvm_module {
+  std::string name;
+  std::string code;
+  friend bool operator==(const nvvm_module&, const nvvm_module&) = default;
+};
+
+struct program_options {
+  std::string name = "default_program";  // program name (NVRTC) / module name (NVVM, PTX)
+  std::optional<std::string> arch;       // "sm_90"; default: the current device's arch
+  std::optional<bool> relocatable_device_code;
+  std::optional<bool> extensible_whole_program;
+  std::optional<bool> debug;
+  std::optional<bool> lineinfo;
+  std::optional<bool> device_code_optimize;
+  std::vector<std::string> ptxas_options;
+  std::optional<int> max_register_count;
+  std::optional<bool> ftz;
+  std::optional<bool> prec_sqrt;
+  std::optional<bool> prec_div;
+  std::optional<bool> fma;
+  std::optional<bool> use_fast_math;
+  std::optional<bool> extra_device_vectorization;
+  std::optional<bool> link_time_optimization;
+  std::optional<bool> gen_opt_lto;
+  std::vector<macro> define_macro;
+  std::vector<std::string> undefine_macro;
+  std::vector<std::string> include_path;
+  std::vector<std::string> pre_include;
+  std::optional<bool> no_source_include;
+  std::optional<std::string> std;  // "c++17", "c++20", ...
+  std::optional<bool> builtin_move_forward;
+  std::optional<bool> builtin_initializer_list;
+  std::optional<bool> disable_warnings;
+  std::optional<bool> restrict;
+  std::optional<bool> device_as_default_execution_space;
+  std::optional<bool> device_int128;
+  std::optional<bool> device_float128;
+  std::optional<std::string> optimization_info;
+  std::optional<bool> no_display_error_number;
+  std::vector<int> diag_error;
+  std::vector<int> diag_suppress;
+  std::vector<int> diag_warn;
+  std::optional<bool> brief_diagnostics;
+  std::optional<std::string> time;  // NVRTC writes timing to this file (a side effect)
+  std::optional<int> split_compile;
+  std::optional<bool> fdevice_syntax_only;
+  std::optional<bool> minimal;
+  std::optional<bool> no_cache;
+  std::optional<std::string> fdevice_time_trace;
+  std::optional<std::string> frandom_seed;
+  std::optional<std::string> ofast_compile;  // "0", "min", "mid", "max"
+  std::optional<bool> pch;
+  std::optional<std::string> create_pch;
+  std::optional<std::string> use_pch;
+  std::optional<std::string> pch_dir;
+  std::optional<bool> pch_verbose;
+  std::optional<bool> pch_messages;
+  std::optional<bool> instantiate_templates_in_pch;
+  std::vector<nvvm_module> extra_sources;  // NVVM only
+  std::optional<bool> use_libdevice;       // NVVM only
+  std::optional<bool> numba_debug;
+};
+
+struct linker_options {
+  std::string name = "<default linker>";
+  std::optional<std::string> arch;  // "sm_90"; default: the current device's arch
+  std::optional<int> max_register_count;
+  std::optional<bool> time;
+  std::optional<bool> verbose;
+  std::optional<bool> link_time_optimization;
+  std::optional<bool> ptx;  // emit PTX from LTO-IR (needs link_time_optimization)
+  std::optional<int> optimization_level;
+  std::optional<bool> debug;
+  std::optional<bool> lineinfo;
+  std::optional<bool> ftz;
+  std::optional<bool> prec_div;
+  std::optional<bool> prec_sqrt;
+  std::optional<bool> fma;
+  std::vector<std::string> kernels_used;
+  std::vector<std::string> variables_used;
+  std::optional<bool> optimize_unused_variables;
+  std::vector<std::string> ptxas_options;
+  std::optional<int> split_compile;
+  std::optional<int> split_compile_extended;
+  std::optional<bool> no_cache;
+  std::optional<bool> numba_debug;  // accepted for parity; no backend flag
+};
+
+// The flags `options` gives the compiler for `source` and `target`, in one fixed order: for c++ the
+// NVRTC flags, for nvvm the libNVVM flags, for ptx the nvJitLink flags of the translated linker
+// options. Resolves nothing: `arch` must be set (see resolve_arch). Throws invalid_argument for a
+// field the backend does not support, naming it, and for malformed values.
+std::vector<std::string> compiler_flags(const program_options& options, source_type source,
+                                        code_type target);
+
+// The linker_options a PTX program uses: the program_options fields the linkers understand.
+// Throws invalid_argument naming every other field that is set.
+linker_options to_linker_options(const program_options& options);
+
+// nvJitLink flags for `options`, in a fixed order. `arch` must be set.
+std::vector<std::string> nvjitlink_flags(const linker_options& options);
+
+// `arch` if set, else the current device's arch; throws invalid_argument when neither exists.
+std::string resolve_arch(const std::optional<std::string>& arch);
+
+// The targets each source type compiles to: c++ → ptx, cubin, ltoir; ptx → cubin; nvvm → ptx,
+// ltoir. (PTX → PTX is refused: nvJitLink emits PTX only from LTO-IR, the driver only cubin.) Throws invalid_argument naming the supported ones otherwise.
+void check_target(source_type source, code_type target);
+std::vector<code_type> supported_targets(source_type source);
+
+}  // namespace cucore

@@ -1,0 +1,87 @@
+// Discovery of the CUDA libraries cucore opens at run time, and their versions.
+//
+// cucore never links against a CUDA library. NVRTC, nvJitLink and libNVVM are searched, in order, in
+// $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (each under lib64/, lib/,
+// targets/<arch>-linux/lib/, and nvvm/lib64/ for libNVVM), then through the dynamic loader's own
+// path. Setting CUCORE_CUDA_HOME_ONLY=1 restricts the search to $CUCORE_CUDA_HOME. The driver
+// (libcuda.so.1) is only ever taken from the loader path: the toolkit ships a stub of it that must
+// never be loaded. Every probe is done once per process, is thread-safe, and is cached.
+#pragma once
+
+#include <compare>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cucore {
+
+struct version {
+  int major = 0;
+  int minor = 0;
+  friend auto operator<=>(const version&, const version&) = default;
+  std::string to_string() const;  // "13.0"
+};
+
+namespace toolkit {
+
+enum class library { nvrtc, nvjitlink, nvvm, driver };
+
+// The name a person reads: "NVRTC", "nvJitLink", "libNVVM", "CUDA driver".
+std::string_view library_name(library lib) noexcept;
+
+// What one probe found. When `found` is false, `error` says why and `searched` lists every place
+// looked at; nothing was loaded.
+struct library_status {
+  library which{};
+  bool found = false;
+  std::string path;                   // the file opened (resolved), when found
+  std::vector<std::string> searched;  // candidates tried, in order
+  std::string version;                // "13.0"; for libNVVM "2.0 (IR 2.0, debug 3.2)"
+  std::string error;                  // why it was not found, or why its version probe failed
+};
+
+struct device_summary {
+  int ordinal = 0;
+  std::string name;
+  std::string arch;  // "sm_90"
+};
+
+struct report {
+  library_status nvrtc;
+  library_status nvjitlink;
+  library_status nvvm;
+  library_status driver;
+  std::optional<std::string> libdevice;  // path of libdevice.10.bc, if found
+  std::vector<device_summary> devices;   // empty without a driver or without a GPU
+};
+
+// Probes every library; never throws.
+report query();
+library_status status(library lib);
+
+// Version probes. Each throws library_not_found if its library is missing.
+version nvrtc_version();
+version nvjitlink_version();
+struct nvvm_version_info {
+  version library;
+  version ir;
+  version debug_metadata;
+};
+nvvm_version_info nvvm_version();
+
+// The driver's CUDA version (13000 → 13.0), or nullopt when no driver can be loaded. Never throws.
+std::optional<version> driver_version();
+
+// Number of CUDA devices; 0 without a driver or when cuInit fails (no GPU). Never throws.
+int device_count();
+
+// "sm_XY" of the device current on this thread (device 0 when no context is current), or nullopt
+// without a GPU. This is the default `arch` of compilation.
+std::optional<std::string> current_device_arch();
+
+// Path of libdevice (nvvm/libdevice/libdevice.10.bc) under the first root that has it.
+// Throws library_not_found naming the places searched.
+std::string libdevice_path();
+
+}  // namespace toolkit
+}  // namespace cucore

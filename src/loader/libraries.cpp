@@ -1,0 +1,216 @@
+#include "loader/libraries.hpp"
+
+#include <string>
+#include <utility>
+
+#include "cucore/error.hpp"
+
+namespace cucore::detail {
+namespace {
+
+#if defined(__x86_64__)
+constexpr std::string_view kTargetLibDir = "targets/x86_64-linux/lib";
+#elif defined(__aarch64__)
+constexpr std::string_view kTargetLibDir = "targets/sbsa-linux/lib";
+#else
+constexpr std::string_view kTargetLibDir = "targets/linux/lib";
+#endif
+
+// Marks the library unusable and unloads it; returns the table for `return mark_missing(...)`.
+template <class Api>
+library_table<Api> mark_missing(library_table<Api>& table, std::string why) {
+  table.api.reset();
+  table.status.found = false;
+  table.status.error = std::move(why);
+  return std::move(table);
+}
+
+// Opens the library and fills every pointer in `Api` with `resolve(name)`; a missing symbol makes
+// the library unusable (an old or foreign build) rather than crashing later.
+template <class Api, class Resolve, class Fill>
+library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve resolve, Fill fill) {
+  library_table<Api> table;
+  table.status.which = lib;
+  located_library found = locate(spec);
+  table.status.searched = std::move(found.searched);
+  if (!found.library) return mark_missing(table, std::move(found.error));
+  table.status.path = found.library->path();
+  table.api = std::make_unique<Api>();
+  table.api->library = std::move(*found.library);
+  std::string missing_symbol;
+  fill(*table.api, [&](const char* name) -> void* {
+    void* p = resolve(*table.api, name);
+    if (p == nullptr && missing_symbol.empty()) missing_symbol = name;
+    return p;
+  });
+  if (!missing_symbol.empty()) {
+    std::string why = table.status.path + " has no entry point " + missing_symbol +
+                      " (too old, or not the library cucore expects)";
+    return mark_missing(table, std::move(why));
+  }
+  table.status.found = true;
+  return table;
+}
+
+void* plain_symbol(const shared_library& lib, const char* name) { return lib.symbol(name); }
+
+library_table<nvrtc_api> load_nvrtc() {
+  library_spec spec{"NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  auto table = load<nvrtc_api>(
+      toolkit::library::nvrtc, spec,
+      [](const nvrtc_api& api, const char* name) { return plain_symbol(*api.library, name); },
+      [](nvrtc_api& api, auto&& sym) {
+#define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
+        CUCORE_NVRTC_FUNCTIONS(CUCORE_FILL)
+#undef CUCORE_FILL
+      });
+  if (table.api) {
+    auto& v = table.api->nvrtc_version;
+    nvrtcResult r = table.api->nvrtcVersion(&v.major, &v.minor);
+    if (r != NVRTC_SUCCESS) {
+      std::string why = std::string("nvrtcVersion failed: ") + table.api->nvrtcGetErrorString(r);
+      return mark_missing(table, std::move(why));
+    }
+    table.status.version = v.to_string();
+  }
+  return table;
+}
+
+library_table<nvjitlink_api> load_nvjitlink() {
+  library_spec spec{
+      "nvJitLink", {"libnvJitLink.so.13", "libnvJitLink.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  auto table = load<nvjitlink_api>(
+      toolkit::library::nvjitlink, spec,
+      [](const nvjitlink_api& api, const char* name) { return plain_symbol(*api.library, name); },
+      [](nvjitlink_api& api, auto&& sym) {
+#define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
+        CUCORE_NVJITLINK_FUNCTIONS(CUCORE_FILL)
+#undef CUCORE_FILL
+      });
+  if (table.api) {
+    auto& v = table.api->nvjitlink_version;
+    unsigned major = 0;
+    unsigned minor = 0;
+    if (table.api->nvJitLinkVersion(&major, &minor) != NVJITLINK_SUCCESS) {
+      return mark_missing(table, "nvJitLinkVersion failed");
+    }
+    v = {static_cast<int>(major), static_cast<int>(minor)};
+    table.status.version = v.to_string();
+  }
+  return table;
+}
+
+library_table<nvvm_api> load_nvvm() {
+  library_spec spec{"libNVVM", {"libnvvm.so.4"}, {"nvvm/lib64", "lib64", "lib", kTargetLibDir}};
+  auto table = load<nvvm_api>(
+      toolkit::library::nvvm, spec,
+      [](const nvvm_api& api, const char* name) { return plain_symbol(*api.library, name); },
+      [](nvvm_api& api, auto&& sym) {
+#define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
+        CUCORE_NVVM_FUNCTIONS(CUCORE_FILL)
+#undef CUCORE_FILL
+      });
+  if (table.api) {
+    auto& v = table.api->versions;
+    if (table.api->nvvmVersion(&v.library.major, &v.library.minor) != NVVM_SUCCESS ||
+        table.api->nvvmIRVersion(&v.ir.major, &v.ir.minor, &v.debug_metadata.major,
+                                 &v.debug_metadata.minor) != NVVM_SUCCESS) {
+      return mark_missing(table, "nvvmVersion/nvvmIRVersion failed");
+    }
+    table.status.version = v.library.to_string() + " (IR " + v.ir.to_string() + ", debug " +
+                           v.debug_metadata.to_string() + ")";
+  }
+  return table;
+}
+
+using get_proc_address_v2 = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                         CUdriverProcAddressQueryResult*);
+
+library_table<driver_api> load_driver() {
+  // Only the loader path: the toolkit's lib64/stubs/libcuda.so must never be picked up.
+  library_spec spec{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false};
+  auto table = load<driver_api>(
+      toolkit::library::driver, spec,
+      [](const driver_api& api, const char* name) -> void* {
+        auto gpa = reinterpret_cast<get_proc_address_v2>(
+            api.library->symbol("cuGetProcAddress_v2"));
+        if (gpa == nullptr) return nullptr;
+        void* fn = nullptr;
+        CUdriverProcAddressQueryResult status{};
+        if (gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+            status != CU_GET_PROC_ADDRESS_SUCCESS) {
+          return nullptr;
+        }
+        return fn;
+      },
+      [](driver_api& api, auto&& sym) {
+#define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
+        CUCORE_DRIVER_FUNCTIONS(CUCORE_FILL)
+#undef CUCORE_FILL
+      });
+  if (table.api) {
+    if (table.api->cuDriverGetVersion(&table.api->driver_version) != CUDA_SUCCESS) {
+      return mark_missing(table, "cuDriverGetVersion failed");
+    }
+    table.status.version = version{table.api->driver_version / 1000,
+                                   (table.api->driver_version % 1000) / 10}
+                               .to_string();
+    table.api->init_result = table.api->cuInit(0);
+  }
+  return table;
+}
+
+template <class Api>
+const Api& require(const library_table<Api>& table, std::string_view feature) {
+  if (!table.api) {
+    throw library_not_found(std::string(toolkit::library_name(table.status.which)),
+                            table.status.searched, std::string(feature), table.status.error);
+  }
+  return *table.api;
+}
+
+}  // namespace
+
+// Leaked on purpose: see library_table.
+const library_table<nvrtc_api>& nvrtc_table() {
+  static const auto* table = new library_table<nvrtc_api>(load_nvrtc());
+  return *table;
+}
+const library_table<nvjitlink_api>& nvjitlink_table() {
+  static const auto* table = new library_table<nvjitlink_api>(load_nvjitlink());
+  return *table;
+}
+const library_table<nvvm_api>& nvvm_table() {
+  static const auto* table = new library_table<nvvm_api>(load_nvvm());
+  return *table;
+}
+const library_table<driver_api>& driver_table() {
+  static const auto* table = new library_table<driver_api>(load_driver());
+  return *table;
+}
+
+const nvrtc_api& nvrtc(std::string_view feature) { return require(nvrtc_table(), feature); }
+const nvjitlink_api& nvjitlink(std::string_view feature) {
+  return require(nvjitlink_table(), feature);
+}
+const nvvm_api& nvvm(std::string_view feature) { return require(nvvm_table(), feature); }
+
+const driver_api& driver(std::string_view feature) {
+  const driver_api& api = require(driver_table(), feature);
+  check_driver(api.init_result, "cuInit");
+  return api;
+}
+
+void check_driver(CUresult result, const char* call) {
+  if (result == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (const auto& table = driver_table(); table.api) {
+    table.api->cuGetErrorName(result, &name);
+    table.api->cuGetErrorString(result, &text);
+  }
+  throw cuda_error(static_cast<int>(result), name ? name : "CUDA_ERROR_UNKNOWN", call,
+                   text ? text : "");
+}
+
+}  // namespace cucore::detail

@@ -1,0 +1,100 @@
+// One loader table per CUDA library: function pointers fetched once per process, plus what the
+// search found. Include only from cucore's sources (it pulls in the CUDA headers).
+#pragma once
+
+#include <cuda.h>
+#include <nvJitLink.h>
+#include <nvrtc.h>
+#include <nvvm.h>
+
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "cucore/toolkit.hpp"
+#include "loader/shared_library.hpp"
+
+namespace cucore::detail {
+
+#define CUCORE_NVRTC_FUNCTIONS(X)                                                                \
+  X(nvrtcGetErrorString) X(nvrtcVersion) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)            \
+  X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) \
+  X(nvrtcGetLTOIRSize) X(nvrtcGetLTOIR) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)          \
+  X(nvrtcAddNameExpression) X(nvrtcGetLoweredName) X(nvrtcGetPCHHeapSize)                        \
+  X(nvrtcSetPCHHeapSize) X(nvrtcGetPCHCreateStatus) X(nvrtcGetPCHHeapSizeRequired)
+
+#define CUCORE_NVJITLINK_FUNCTIONS(X)                                                         \
+  X(nvJitLinkCreate) X(nvJitLinkDestroy) X(nvJitLinkAddData) X(nvJitLinkComplete)             \
+  X(nvJitLinkGetLinkedCubinSize) X(nvJitLinkGetLinkedCubin) X(nvJitLinkGetLinkedPtxSize)      \
+  X(nvJitLinkGetLinkedPtx) X(nvJitLinkGetErrorLogSize) X(nvJitLinkGetErrorLog)                \
+  X(nvJitLinkGetInfoLogSize) X(nvJitLinkGetInfoLog) X(nvJitLinkVersion)
+
+#define CUCORE_NVVM_FUNCTIONS(X)                                                                \
+  X(nvvmGetErrorString) X(nvvmVersion) X(nvvmIRVersion) X(nvvmCreateProgram)                    \
+  X(nvvmDestroyProgram) X(nvvmAddModuleToProgram) X(nvvmLazyAddModuleToProgram)                \
+  X(nvvmCompileProgram) X(nvvmVerifyProgram) X(nvvmGetCompiledResultSize)                       \
+  X(nvvmGetCompiledResult) X(nvvmGetProgramLogSize) X(nvvmGetProgramLog)
+
+// Driver entry points by their un-versioned names; cuGetProcAddress returns the version that
+// matches the macros of the cuda.h we were built with (CUDA_VERSION).
+#define CUCORE_DRIVER_FUNCTIONS(X)                                                                 \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)         \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuCtxGetDevice)   \
+  X(cuCtxGetCurrent) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent)   \
+  X(cuCtxPopCurrent) X(cuLinkCreate) X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)
+
+#define CUCORE_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
+
+struct nvrtc_api {
+  CUCORE_NVRTC_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  std::optional<shared_library> library;  // always engaged once the table is built
+  version nvrtc_version;
+};
+
+struct nvjitlink_api {
+  CUCORE_NVJITLINK_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  std::optional<shared_library> library;  // always engaged once the table is built
+  version nvjitlink_version;
+};
+
+struct nvvm_api {
+  CUCORE_NVVM_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  std::optional<shared_library> library;  // always engaged once the table is built
+  toolkit::nvvm_version_info versions;
+};
+
+struct driver_api {
+  CUCORE_DRIVER_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  std::optional<shared_library> library;  // always engaged once the table is built
+  int driver_version = 0;  // 13000 → 13.0
+  CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;  // cuInit(0), called once
+};
+
+#undef CUCORE_DECLARE_POINTER
+
+// A library's table (null when it is unusable) and the search report. Built once per process on
+// first use, thread-safe, never destroyed (so nothing is unloaded while another static destructor
+// might still call into it).
+template <class Api>
+struct library_table {
+  std::unique_ptr<Api> api;
+  toolkit::library_status status;
+};
+
+const library_table<nvrtc_api>& nvrtc_table();
+const library_table<nvjitlink_api>& nvjitlink_table();
+const library_table<nvvm_api>& nvvm_table();
+const library_table<driver_api>& driver_table();
+
+// The table, or library_not_found naming `feature` (what the caller was doing).
+const nvrtc_api& nvrtc(std::string_view feature);
+const nvjitlink_api& nvjitlink(std::string_view feature);
+const nvvm_api& nvvm(std::string_view feature);
+// The driver with cuInit done; throws library_not_found without a driver and cuda_error when
+// cuInit failed (no GPU).
+const driver_api& driver(std::string_view feature);
+
+// Throws cuda_error when `result` is not CUDA_SUCCESS, naming `call`.
+void check_driver(CUresult result, const char* call);
+
+}  // namespace cucore::detail

@@ -1,0 +1,58 @@
+// Opening shared libraries at run time: an RAII dlopen handle and the search over CUDA roots.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cucore::detail {
+
+// One dlopen handle. Move-only; dlclose on destruction. The process-wide CUDA library tables are
+// deliberately never destroyed (see library_table), so their handles stay open until exit.
+class shared_library {
+ public:
+  // Opens `file` (a path, or a bare soname for the loader's own search). On failure returns nullopt
+  // and sets `error` to dlerror().
+  static std::optional<shared_library> open(const std::string& file, std::string& error);
+
+  shared_library(shared_library&& other) noexcept;
+  shared_library& operator=(shared_library&& other) noexcept;
+  shared_library(const shared_library&) = delete;
+  shared_library& operator=(const shared_library&) = delete;
+  ~shared_library();
+
+  void* symbol(const char* name) const noexcept;
+  // The file the loader actually mapped (resolved through symlinks).
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  explicit shared_library(void* handle);
+  void* handle_ = nullptr;
+  std::string path_;
+};
+
+// What to look for: the library's display name, its sonames (newest first), and the sub-directories
+// of each CUDA root where the toolkit keeps it.
+struct library_spec {
+  std::string_view display_name;
+  std::vector<std::string_view> sonames;
+  std::vector<std::string_view> subdirs;
+  bool search_roots = true;  // false for the driver: only the loader path
+};
+
+struct located_library {
+  std::optional<shared_library> library;
+  std::vector<std::string> searched;  // every place looked at, in order
+  std::string error;                  // why nothing was opened (empty on success)
+};
+
+// The CUDA roots, in search order: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda.
+// With CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME.
+std::vector<std::string> cuda_roots();
+// Whether the dynamic loader's own path is searched after the roots (not with CUCORE_CUDA_HOME_ONLY).
+bool search_loader_path();
+
+located_library locate(const library_spec& spec);
+
+}  // namespace cucore::detail

@@ -1,0 +1,96 @@
+#include "cucore/object_code.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "cucore/error.hpp"
+
+namespace cucore {
+namespace {
+
+std::vector<std::byte> to_bytes(std::span<const std::byte> data) {
+  return std::vector<std::byte>(data.begin(), data.end());
+}
+
+}  // namespace
+
+std::string_view to_string(code_type type) noexcept {
+  switch (type) {
+    case code_type::ptx: return "ptx";
+    case code_type::cubin: return "cubin";
+    case code_type::ltoir: return "ltoir";
+    case code_type::fatbin: return "fatbin";
+    case code_type::object: return "object";
+    case code_type::library: return "library";
+  }
+  return "unknown";
+}
+
+code_type parse_code_type(std::string_view text) {
+  for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
+                 code_type::object, code_type::library}) {
+    if (text == to_string(t)) return t;
+  }
+  throw invalid_argument("unknown code type \"" + std::string(text) +
+                         "\": use ptx, cubin, ltoir, fatbin, object or library");
+}
+
+object_code::object_code(code_type type, std::vector<std::byte> code, std::string name,
+                         symbol_map symbols)
+    : state_(std::make_shared<const state>(
+          state{type, std::move(code), std::move(name), std::move(symbols)})) {}
+
+object_code object_code::from_ptx(std::string_view ptx, std::string name, symbol_map symbols) {
+  auto bytes = std::as_bytes(std::span<const char>(ptx.data(), ptx.size()));
+  return object_code(code_type::ptx, to_bytes(bytes), std::move(name), std::move(symbols));
+}
+
+#define CUCORE_BINARY_FACTORY(kind)                                                           \
+  object_code object_code::from_##kind(std::span<const std::byte> data, std::string name,     \
+                                       symbol_map symbols) {                                  \
+    return object_code(code_type::kind, to_bytes(data), std::move(name), std::move(symbols)); \
+  }
+CUCORE_BINARY_FACTORY(cubin)
+CUCORE_BINARY_FACTORY(ltoir)
+CUCORE_BINARY_FACTORY(fatbin)
+CUCORE_BINARY_FACTORY(object)
+CUCORE_BINARY_FACTORY(library)
+#undef CUCORE_BINARY_FACTORY
+
+object_code object_code::from_file(const std::string& path, code_type type, std::string name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot read " + std::string(to_string(type)) + " file \"" + path + "\"");
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw error("error while reading \"" + path + "\"");
+  std::vector<std::byte> bytes(raw.size());
+  std::memcpy(bytes.data(), raw.data(), raw.size());
+  return object_code(type, std::move(bytes), name.empty() ? path : std::move(name));
+}
+
+std::string_view object_code::text() const noexcept {
+  const auto& c = state_->code;
+  return {reinterpret_cast<const char*>(c.data()), c.size()};
+}
+
+std::string_view object_code::symbol(std::string_view name_or_expression) const noexcept {
+  auto it = state_->symbols.find(name_or_expression);
+  return it != state_->symbols.end() ? std::string_view(it->second) : name_or_expression;
+}
+
+void object_code::write(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw error("cannot open \"" + path + "\" for writing");
+  out.write(reinterpret_cast<const char*>(state_->code.data()),
+            static_cast<std::streamsize>(state_->code.size()));
+  out.close();
+  if (!out) throw error("error while writing \"" + path + "\"");
+}
+
+bool operator==(const object_code& a, const object_code& b) noexcept {
+  if (a.state_ == b.state_) return true;
+  return a.state_->type == b.state_->type && a.state_->code == b.state_->code &&
+         a.state_->name == b.state_->name && a.state_->symbols == b.state_->symbols;
+}
+
+}  // namespace cucore

@@ -1,0 +1,253 @@
+#include "cucore/program.hpp"
+
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+#include "cucore/error.hpp"
+#include "cucore/linker.hpp"
+#include "cucore/toolkit.hpp"
+#include "program/compiler_handles.hpp"
+
+namespace cucore {
+namespace {
+
+using detail::c_strings;
+using detail::trim_nul;
+
+std::string nvrtc_log(const detail::nvrtc_api& api, nvrtcProgram prog) {
+  std::size_t size = 0;
+  if (api.nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size == 0) return {};
+  std::string log(size, '\0');
+  if (api.nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return {};
+  return trim_nul(std::move(log));
+}
+
+void check_nvrtc(const detail::nvrtc_api& api, nvrtcResult r, const char* call) {
+  if (r != NVRTC_SUCCESS) throw library_error("NVRTC", call, api.nvrtcGetErrorString(r));
+}
+
+void check_nvvm(const detail::nvvm_api& api, nvvmResult r, const char* call) {
+  if (r != NVVM_SUCCESS) throw library_error("libNVVM", call, api.nvvmGetErrorString(r));
+}
+
+std::string nvvm_log(const detail::nvvm_api& api, nvvmProgram prog) {
+  std::size_t size = 0;
+  if (api.nvvmGetProgramLogSize(prog, &size) != NVVM_SUCCESS || size == 0) return {};
+  std::string log(size, '\0');
+  if (api.nvvmGetProgramLog(prog, log.data()) != NVVM_SUCCESS) return {};
+  return trim_nul(std::move(log));
+}
+
+std::vector<std::byte> nvrtc_output(const detail::nvrtc_api& api, nvrtcProgram prog,
+                                    code_type target) {
+  using size_fn = nvrtcResult (*)(nvrtcProgram, std::size_t*);
+  using get_fn = nvrtcResult (*)(nvrtcProgram, char*);
+  size_fn get_size = api.nvrtcGetPTXSize;
+  get_fn get = api.nvrtcGetPTX;
+  const char* what = "nvrtcGetPTX";
+  if (target == code_type::cubin) {
+    get_size = api.nvrtcGetCUBINSize;
+    get = api.nvrtcGetCUBIN;
+    what = "nvrtcGetCUBIN";
+  } else if (target == code_type::ltoir) {
+    get_size = api.nvrtcGetLTOIRSize;
+    get = api.nvrtcGetLTOIR;
+    what = "nvrtcGetLTOIR";
+  }
+  std::size_t size = 0;
+  check_nvrtc(api, get_size(prog, &size), what);
+  std::vector<std::byte> out(size);
+  check_nvrtc(api, get(prog, reinterpret_cast<char*>(out.data())), what);
+  // PTX comes NUL-terminated; the object holds the text only.
+  if (target == code_type::ptx) {
+    while (!out.empty() && out.back() == std::byte{0}) out.pop_back();
+  }
+  return out;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot read \"" + path + "\"");
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::string_view to_string(pch_status status) noexcept {
+  switch (status) {
+    case pch_status::not_requested: return "not_requested";
+    case pch_status::created: return "created";
+    case pch_status::not_attempted: return "not_attempted";
+    case pch_status::failed: return "failed";
+  }
+  return "unknown";
+}
+
+program::program(std::string code, source_type type, program_options options)
+    : code_(std::move(code)), type_(type), options_(std::move(options)) {
+  if (code_.empty()) {
+    throw invalid_argument("program code is empty: pass the " + std::string(to_string(type_)) +
+                           " source text");
+  }
+  if (options_.name.empty()) {
+    throw invalid_argument("program_options::name is empty: give the program a name (the "
+                           "default is \"default_program\")");
+  }
+  if (type_ != source_type::nvvm && code_.find('\0') != std::string::npos) {
+    throw invalid_argument(std::string(to_string(type_)) +
+                           " source contains a NUL byte: pass text (only nvvm accepts bitcode)");
+  }
+}
+
+compiler_backend program::backend() const {
+  switch (type_) {
+    case source_type::cxx: return compiler_backend::nvrtc;
+    case source_type::nvvm: return compiler_backend::nvvm;
+    case source_type::ptx:
+      return linker::which_backend() == linker_backend::nvjitlink ? compiler_backend::nvjitlink
+                                                                  : compiler_backend::driver;
+  }
+  return compiler_backend::nvrtc;
+}
+
+object_code program::compile(code_type target, std::span<const std::string> name_expressions) {
+  check_target(type_, target);
+  if (!name_expressions.empty() && type_ != source_type::cxx) {
+    throw invalid_argument("name_expressions are only supported for c++ programs (NVRTC); " +
+                           std::string(to_string(type_)) + " code uses its symbols' own names");
+  }
+  log_.clear();
+  pch_status_ = pch_status::not_requested;
+  switch (type_) {
+    case source_type::cxx: return compile_nvrtc(target, name_expressions);
+    case source_type::nvvm: return compile_nvvm(target);
+    case source_type::ptx: return compile_ptx(target);
+  }
+  throw invalid_argument("unknown source type");
+}
+
+object_code program::compile_nvrtc(code_type target,
+                                   std::span<const std::string> name_expressions) {
+  const auto& api = detail::nvrtc("compiling CUDA C++ (program with source_type c++)");
+  program_options options = options_;
+  options.arch = resolve_arch(options.arch);
+  const auto flags = compiler_flags(options, source_type::cxx, target);
+  auto argv = c_strings(flags);
+  const bool wants_pch = options.pch.value_or(false) || options.create_pch.has_value();
+
+  // Two attempts at most: the second only when the PCH heap was too small for the header.
+  for (int attempt = 0;; ++attempt) {
+    nvrtcProgram raw = nullptr;
+    check_nvrtc(api, api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), 0, nullptr,
+                                            nullptr),
+                "nvrtcCreateProgram");
+    detail::nvrtc_program prog(api, raw);
+    for (const auto& expr : name_expressions) {
+      if (expr.empty()) throw invalid_argument("a name expression is empty");
+      check_nvrtc(api, api.nvrtcAddNameExpression(prog.get(), expr.c_str()),
+                  "nvrtcAddNameExpression");
+    }
+    nvrtcResult result =
+        api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+    log_ = nvrtc_log(api, prog.get());
+    if (result != NVRTC_SUCCESS) {
+      throw compile_error("NVRTC", api.nvrtcGetErrorString(result), log_);
+    }
+
+    if (wants_pch) {
+      nvrtcResult pch = api.nvrtcGetPCHCreateStatus(prog.get());
+      if (pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED && attempt == 0) {
+        std::size_t required = 0;
+        check_nvrtc(api, api.nvrtcGetPCHHeapSizeRequired(prog.get(), &required),
+                    "nvrtcGetPCHHeapSizeRequired");
+        check_nvrtc(api, api.nvrtcSetPCHHeapSize(required), "nvrtcSetPCHHeapSize");
+        continue;
+      }
+      pch_status_ = pch == NVRTC_SUCCESS                      ? pch_status::created
+                    : pch == NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED ? pch_status::not_attempted
+                                                                 : pch_status::failed;
+    }
+
+    symbol_map symbols;
+    for (const auto& expr : name_expressions) {
+      const char* lowered = nullptr;
+      check_nvrtc(api, api.nvrtcGetLoweredName(prog.get(), expr.c_str(), &lowered),
+                  "nvrtcGetLoweredName");
+      symbols.emplace(expr, lowered);
+    }
+    return object_code(target, nvrtc_output(api, prog.get(), target), options.name,
+                       std::move(symbols));
+  }
+}
+
+object_code program::compile_nvvm(code_type target) {
+  const auto& api = detail::nvvm("compiling NVVM IR (program with source_type nvvm)");
+  program_options options = options_;
+  options.arch = resolve_arch(options.arch);
+  const auto flags = compiler_flags(options, source_type::nvvm, target);
+  auto argv = c_strings(flags);
+
+  // Declared before the program handle so it outlives it: NVVM may keep the lazy module's pointer.
+  std::vector<char> libdevice;
+  if (options.use_libdevice.value_or(false)) libdevice = read_file(toolkit::libdevice_path());
+
+  nvvmProgram raw = nullptr;
+  check_nvvm(api, api.nvvmCreateProgram(&raw), "nvvmCreateProgram");
+  detail::nvvm_program prog(api, raw);
+  check_nvvm(api, api.nvvmAddModuleToProgram(prog.get(), code_.data(), code_.size(),
+                                             options.name.c_str()),
+             "nvvmAddModuleToProgram");
+  for (const auto& module : options.extra_sources) {
+    check_nvvm(api, api.nvvmAddModuleToProgram(prog.get(), module.code.data(), module.code.size(),
+                                               module.name.c_str()),
+               "nvvmAddModuleToProgram");
+  }
+  if (!libdevice.empty()) {
+    check_nvvm(api, api.nvvmLazyAddModuleToProgram(prog.get(), libdevice.data(), libdevice.size(),
+                                                   "libdevice"),
+               "nvvmLazyAddModuleToProgram");
+  }
+  const int argc = static_cast<int>(argv.size());
+  nvvmResult result = api.nvvmVerifyProgram(prog.get(), argc, argv.data());
+  if (result == NVVM_SUCCESS) result = api.nvvmCompileProgram(prog.get(), argc, argv.data());
+  log_ = nvvm_log(api, prog.get());
+  if (result != NVVM_SUCCESS) throw compile_error("NVVM", api.nvvmGetErrorString(result), log_);
+
+  std::size_t size = 0;
+  check_nvvm(api, api.nvvmGetCompiledResultSize(prog.get(), &size), "nvvmGetCompiledResultSize");
+  std::vector<std::byte> out(size);
+  check_nvvm(api, api.nvvmGetCompiledResult(prog.get(), reinterpret_cast<char*>(out.data())),
+             "nvvmGetCompiledResult");
+  if (target == code_type::ptx) {
+    while (!out.empty() && out.back() == std::byte{0}) out.pop_back();
+  }
+  return object_code(target, std::move(out), options.name);
+}
+
+object_code program::compile_ptx(code_type target) {
+  linker_options link_options = to_linker_options(options_);
+  linker link({object_code::from_ptx(code_, options_.name)}, std::move(link_options));
+  try {
+    auto result = link.link(target);
+    log_ = link.log();
+    return result;
+  } catch (...) {
+    log_ = link.log();
+    throw;
+  }
+}
+
+std::size_t nvrtc_pch_heap_size() {
+  const auto& api = detail::nvrtc("querying the NVRTC PCH heap size");
+  std::size_t size = 0;
+  check_nvrtc(api, api.nvrtcGetPCHHeapSize(&size), "nvrtcGetPCHHeapSize");
+  return size;
+}
+
+void set_nvrtc_pch_heap_size(std::size_t bytes) {
+  const auto& api = detail::nvrtc("setting the NVRTC PCH heap size");
+  check_nvrtc(api, api.nvrtcSetPCHHeapSize(bytes), "nvrtcSetPCHHeapSize");
+}
+
+}  // namespace cucore
