@@ -206,7 +206,7 @@ std::vector<std::string> nvrtc_flags(const program_options& o, code_type target)
   f.truthy(o.extensible_whole_program, "--extensible-whole-program");
   f.truthy(o.debug, "--device-debug");
   f.truthy(o.lineinfo, "--generate-line-info");
-  if (o.device_code_optimize) f.add(*o.device_code_optimize ? "--dopt=on" : "--dopt=off");
+  f.truthy(o.device_code_optimize, "--dopt=on");  // NVRTC knows only "on"
   f.each(o.ptxas_options, "ptxas_options", "--ptxas-options=");
   f.positive(o.max_register_count, "max_register_count", "--maxrregcount=");
   f.boolean(o.ftz, "--ftz=");

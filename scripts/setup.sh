@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything cucore needs to build and test, with apt-get and pip only. Idempotent: when
+# everything is present it prints nothing and exits 0.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev libsqlite3-dev libxxhash-dev
+  clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq >/dev/null
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The CUDA toolkit (headers at build time; NVRTC, nvJitLink and libNVVM at run time) is not in
+# Debian's registry at version 12.3+: it must already be installed. Say so plainly if it is not.
+cuda_root=""
+for root in "${CUCORE_CUDA_HOME:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+  if [ -n "$root" ] && [ -f "$root/include/nvrtc.h" ]; then cuda_root=$root; break; fi
+done
+if [ -z "$cuda_root" ]; then
+  echo "setup: no CUDA toolkit found (looked for include/nvrtc.h under \$CUCORE_CUDA_HOME," \
+       "\$CUDA_HOME, \$CUDA_PATH and /usr/local/cuda). Install CUDA 12.3 or newer and set CUDA_HOME." >&2
+  exit 1
+fi

@@ -1,0 +1,332 @@
+// Flag emission: one function, one fixed order, every field, and the per-backend gates.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cucore/error.hpp"
+#include "cucore/options.hpp"
+
+namespace cucore {
+namespace {
+
+program_options with_arch() {
+  program_options o;
+  o.arch = "sm_90";
+  return o;
+}
+
+std::vector<std::string> nvrtc(const program_options& o, code_type t = code_type::ptx) {
+  return compiler_flags(o, source_type::cxx, t);
+}
+
+TEST(ProgramOptions, DefaultsEmitOnlyArch) {
+  EXPECT_EQ(nvrtc(with_arch()), std::vector<std::string>{"-arch=sm_90"});
+}
+
+TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
+  program_options o = with_arch();
+  o.relocatable_device_code = true;
+  o.extensible_whole_program = true;
+  o.debug = true;
+  o.lineinfo = true;
+  o.device_code_optimize = true;
+  o.ptxas_options = {"-v", "-O2"};
+  o.max_register_count = 32;
+  o.ftz = true;
+  o.prec_sqrt = false;
+  o.prec_div = false;
+  o.fma = true;
+  o.use_fast_math = true;
+  o.extra_device_vectorization = true;
+  o.link_time_optimization = true;
+  o.gen_opt_lto = true;
+  o.define_macro = {"A", macro("B", "2")};
+  o.undefine_macro = {"C"};
+  o.include_path = {"/inc"};
+  o.pre_include = {"pre.h"};
+  o.no_source_include = true;
+  o.std = "c++17";
+  o.builtin_move_forward = false;
+  o.builtin_initializer_list = true;
+  o.disable_warnings = true;
+  o.restrict = true;
+  o.device_as_default_execution_space = true;
+  o.device_int128 = true;
+  o.device_float128 = true;
+  o.optimization_info = "inline";
+  o.no_display_error_number = true;
+  o.diag_error = {1, 2};
+  o.diag_suppress = {177};
+  o.diag_warn = {3};
+  o.brief_diagnostics = true;
+  o.time = "t.csv";
+  o.split_compile = 4;
+  o.fdevice_syntax_only = true;
+  o.minimal = true;
+  o.no_cache = true;
+  o.fdevice_time_trace = "trace.json";
+  o.frandom_seed = "7";
+  o.ofast_compile = "min";
+  o.pch = true;
+  o.create_pch = "a.pch";
+  o.use_pch = "b.pch";
+  o.pch_dir = "/pch";
+  o.pch_verbose = true;
+  o.pch_messages = false;
+  o.instantiate_templates_in_pch = true;
+  o.numba_debug = true;
+  const std::vector<std::string> expected = {
+      "-arch=sm_90",
+      "--relocatable-device-code=true",
+      "--extensible-whole-program",
+      "--device-debug",
+      "--generate-line-info",
+      "--dopt=on",
+      "--ptxas-options=-v",
+      "--ptxas-options=-O2",
+      "--maxrregcount=32",
+      "--ftz=true",
+      "--prec-sqrt=false",
+      "--prec-div=false",
+      "--fmad=true",
+      "--use_fast_math",
+      "--extra-device-vectorization",
+      "--dlink-time-opt",
+      "--gen-opt-lto",
+      "--define-macro=A",
+      "--define-macro=B=2",
+      "--undefine-macro=C",
+      "--include-path=/inc",
+      "--pre-include=pre.h",
+      "--no-source-include",
+      "--std=c++17",
+      "--builtin-move-forward=false",
+      "--builtin-initializer-list=true",
+      "--disable-warnings",
+      "--restrict",
+      "--device-as-default-execution-space",
+      "--device-int128",
+      "--device-float128",
+      "--optimization-info=inline",
+      "--no-display-error-number",
+      "--diag-error=1,2",
+      "--diag-suppress=177",
+      "--diag-warn=3",
+      "--brief-diagnostics=true",
+      "--time=t.csv",
+      "--split-compile=4",
+      "--fdevice-syntax-only",
+      "--minimal",
+      "--no-cache",
+      "--fdevice-time-trace=trace.json",
+      "--frandom-seed=7",
+      "--Ofast-compile=min",
+      "--pch",
+      "--create-pch=a.pch",
+      "--use-pch=b.pch",
+      "--pch-dir=/pch",
+      "--pch-verbose=true",
+      "--pch-messages=false",
+      "--instantiate-templates-in-pch=true",
+      "--numba-debug",
+  };
+  EXPECT_EQ(nvrtc(o), expected);
+}
+
+TEST(ProgramOptions, FalseBooleansFollowTheReference) {
+  program_options o = with_arch();
+  o.debug = false;               // truthy-only flags vanish
+  o.use_fast_math = false;
+  o.device_code_optimize = false;
+  o.relocatable_device_code = false;  // not-none flags say false
+  o.ftz = false;
+  EXPECT_EQ(nvrtc(o), (std::vector<std::string>{"-arch=sm_90", "--relocatable-device-code=false",
+                                                 "--ftz=false"}));
+}
+
+TEST(ProgramOptions, LtoirTargetAddsDlto) {
+  auto flags = nvrtc(with_arch(), code_type::ltoir);
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), "--dlink-time-opt"), 1);
+  program_options o = with_arch();
+  o.link_time_optimization = true;
+  flags = nvrtc(o, code_type::ltoir);
+  EXPECT_EQ(std::count(flags.begin(), flags.end(), "--dlink-time-opt"), 1);
+}
+
+TEST(ProgramOptions, MalformedValuesAreRefusedByName) {
+  auto refused = [](auto mutate, const char* needle) {
+    program_options o = with_arch();
+    mutate(o);
+    try {
+      nvrtc(o);
+      ADD_FAILURE() << "accepted; expected an error naming " << needle;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused([](auto& o) { o.arch = "90"; }, "arch");
+  refused([](auto& o) { o.arch = "sm_9"; }, "sm_XY");
+  refused([](auto& o) { o.arch = "sm_90z"; }, "sm_90z");
+  refused([](auto& o) { o.max_register_count = 0; }, "max_register_count");
+  refused([](auto& o) { o.std = ""; }, "std");
+  refused([](auto& o) { o.define_macro = {"A=1"}; }, "macro{");
+  refused([](auto& o) { o.diag_suppress = {-1}; }, "diag_suppress");
+  refused([](auto& o) { o.ofast_compile = "fast"; }, "ofast_compile");
+  refused([](auto& o) { o.include_path = {""}; }, "include_path");
+  refused([](auto& o) { o.extra_sources = {{"m", "x"}}; }, "extra_sources");
+  refused([](auto& o) { o.use_libdevice = true; }, "use_libdevice");
+}
+
+TEST(ProgramOptions, ArchForms) {
+  for (const char* arch : {"sm_90", "sm_90a", "sm_100f", "compute_80", "sm_120"}) {
+    program_options o;
+    o.arch = arch;
+    EXPECT_EQ(nvrtc(o).front(), std::string("-arch=") + arch);
+  }
+}
+
+TEST(ProgramOptions, FlagsRequireAResolvedArch) {
+  EXPECT_THROW(compiler_flags(program_options{}, source_type::cxx, code_type::ptx),
+               invalid_argument);
+}
+
+TEST(NvvmOptions, SupportedFieldsAndOrder) {
+  program_options o = with_arch();
+  o.debug = true;
+  o.device_code_optimize = false;
+  o.ftz = true;
+  o.prec_sqrt = false;
+  o.prec_div = true;
+  o.fma = false;
+  EXPECT_EQ(compiler_flags(o, source_type::nvvm, code_type::ptx),
+            (std::vector<std::string>{"-arch=compute_90", "-g", "-opt=0", "-ftz=1", "-prec-sqrt=0",
+                                      "-prec-div=1", "-fma=0"}));
+  auto lto = compiler_flags(with_arch(), source_type::nvvm, code_type::ltoir);
+  EXPECT_EQ(lto, (std::vector<std::string>{"-arch=compute_90", "-gen-lto"}));
+}
+
+TEST(NvvmOptions, UnsupportedFieldsAreRefusedByName) {
+  program_options o = with_arch();
+  o.lineinfo = true;
+  o.std = "c++17";
+  o.include_path = {"/x"};
+  try {
+    compiler_flags(o, source_type::nvvm, code_type::ptx);
+    FAIL() << "accepted";
+  } catch (const invalid_argument& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("lineinfo"), std::string::npos) << what;
+    EXPECT_NE(what.find("std"), std::string::npos) << what;
+    EXPECT_NE(what.find("include_path"), std::string::npos) << what;
+    EXPECT_NE(what.find("NVVM"), std::string::npos) << what;
+  }
+  program_options empty_module = with_arch();
+  empty_module.extra_sources = {{"empty", ""}};
+  EXPECT_THROW(compiler_flags(empty_module, source_type::nvvm, code_type::ptx), invalid_argument);
+}
+
+TEST(PtxOptions, TranslatedToLinkerOptions) {
+  program_options o = with_arch();
+  o.name = "k.ptx";
+  o.debug = true;
+  o.lineinfo = true;
+  o.max_register_count = 40;
+  o.ftz = false;
+  o.ptxas_options = {"-v"};
+  o.time = "ignored-path";
+  o.no_cache = true;
+  linker_options l = to_linker_options(o);
+  EXPECT_EQ(l.name, "k.ptx");
+  EXPECT_EQ(l.arch, "sm_90");
+  EXPECT_EQ(l.time, true);
+  EXPECT_EQ(compiler_flags(o, source_type::ptx, code_type::cubin),
+            (std::vector<std::string>{"-arch=sm_90", "-maxrregcount=40", "-time", "-g",
+                                      "-lineinfo", "-ftz=false", "-Xptxas=-v", "-no-cache"}));
+  program_options bad = with_arch();
+  bad.std = "c++17";
+  bad.define_macro = {"X"};
+  try {
+    to_linker_options(bad);
+    FAIL() << "accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("define_macro, std"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LinkerOptions, NvJitLinkFlagsInOrder) {
+  linker_options l;
+  l.arch = "sm_90";
+  l.max_register_count = 64;
+  l.time = true;
+  l.verbose = true;
+  l.link_time_optimization = true;
+  l.ptx = true;
+  l.optimization_level = 3;
+  l.debug = true;
+  l.lineinfo = true;
+  l.ftz = true;
+  l.prec_div = false;
+  l.prec_sqrt = true;
+  l.fma = false;
+  l.kernels_used = {"k1", "k2"};
+  l.variables_used = {"v"};
+  l.optimize_unused_variables = true;
+  l.ptxas_options = {"-v"};
+  l.split_compile = 2;
+  l.split_compile_extended = 3;
+  l.no_cache = true;
+  EXPECT_EQ(nvjitlink_flags(l),
+            (std::vector<std::string>{
+                "-arch=sm_90", "-maxrregcount=64", "-time", "-verbose", "-lto", "-ptx", "-O3", "-g",
+                "-lineinfo", "-ftz=true", "-prec-div=false", "-prec-sqrt=true", "-fma=false",
+                "-kernels-used=k1", "-kernels-used=k2", "-variables-used=v",
+                "-optimize-unused-variables", "-Xptxas=-v", "-split-compile=2",
+                "-split-compile-extended=3", "-no-cache"}));
+  l.optimization_level = 4;
+  EXPECT_THROW(nvjitlink_flags(l), invalid_argument);
+}
+
+TEST(Targets, MatrixIsEnforced) {
+  struct row {
+    source_type source;
+    code_type target;
+    bool ok;
+  };
+  const row rows[] = {
+      {source_type::cxx, code_type::ptx, true},      {source_type::cxx, code_type::cubin, true},
+      {source_type::cxx, code_type::ltoir, true},    {source_type::cxx, code_type::fatbin, false},
+      {source_type::cxx, code_type::object, false},  {source_type::cxx, code_type::library, false},
+      {source_type::ptx, code_type::cubin, true},    {source_type::ptx, code_type::ptx, false},
+      {source_type::ptx, code_type::ltoir, false},   {source_type::ptx, code_type::fatbin, false},
+      {source_type::nvvm, code_type::ptx, true},     {source_type::nvvm, code_type::ltoir, true},
+      {source_type::nvvm, code_type::cubin, false},  {source_type::nvvm, code_type::fatbin, false},
+  };
+  for (const auto& r : rows) {
+    SCOPED_TRACE(std::string(to_string(r.source)) + " -> " + std::string(to_string(r.target)));
+    if (r.ok) {
+      EXPECT_NO_THROW(check_target(r.source, r.target));
+    } else {
+      try {
+        check_target(r.source, r.target);
+        ADD_FAILURE() << "accepted";
+      } catch (const invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("supported:"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(Names, ParseAndPrint) {
+  EXPECT_EQ(parse_source_type("C++"), source_type::cxx);
+  EXPECT_EQ(parse_source_type("ptx"), source_type::ptx);
+  EXPECT_EQ(parse_source_type("NVVM"), source_type::nvvm);
+  EXPECT_THROW(parse_source_type("fortran"), invalid_argument);
+  for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
+                 code_type::object, code_type::library}) {
+    EXPECT_EQ(parse_code_type(to_string(t)), t);
+  }
+  EXPECT_THROW(parse_code_type("elf"), invalid_argument);
+}
+
+}  // namespace
+}  // namespace cucore
