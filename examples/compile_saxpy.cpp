@@ -1,0 +1,34 @@
+// Compiles examples/saxpy.cu to a cubin with the C++ API and prints the mangled names of two
+// template instantiations. Usage: compile_saxpy [arch] (default: the GPU's, else sm_90).
+#include <cucore/cucore.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+int main(int argc, char** argv) try {
+  std::ifstream file(CUCORE_EXAMPLES_DIR "/saxpy.cu");
+  std::stringstream source;
+  source << file.rdbuf();
+
+  cucore::program_options options;
+  options.name = "saxpy.cu";
+  options.arch = argc > 1 ? argv[1] : cucore::toolkit::current_device_arch().value_or("sm_90");
+  options.std = "c++17";
+
+  cucore::program program(source.str(), cucore::source_type::cxx, options);
+  std::vector<std::string> names = {"saxpy<float>", "saxpy<double>"};
+  cucore::object_code cubin = program.compile(cucore::code_type::cubin, names);
+
+  std::cout << "compiled " << cubin.size() << " bytes of cubin for " << *options.arch << "\n";
+  for (const auto& [expression, mangled] : cubin.symbol_mapping()) {
+    std::cout << "  " << expression << " -> " << mangled << "\n";
+  }
+  return 0;
+} catch (const cucore::compile_error& e) {
+  std::cerr << e.log() << "\n";
+  return 1;
+} catch (const std::exception& e) {
+  std::cerr << "error: " << e.what() << "\n";
+  return 1;
+}
