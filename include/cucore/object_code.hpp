@@ -26,6 +26,11 @@ class object_code {
  public:
   object_code(code_type type, std::vector<std::byte> code, std::string name = {},
               symbol_map symbols = {});
+  // Adopts `buffer` without copying; the code is buffer[offset, offset + length). Lets a cache hand
+  // over the file it read, header and all, instead of copying the payload out of it. Throws
+  // invalid_argument when the range is outside the buffer.
+  object_code(code_type type, std::vector<std::byte> buffer, std::size_t offset, std::size_t length,
+              std::string name = {}, symbol_map symbols = {});
 
   static object_code from_ptx(std::string_view ptx, std::string name = {}, symbol_map symbols = {});
   static object_code from_cubin(std::span<const std::byte> cubin, std::string name = {},
@@ -42,10 +47,12 @@ class object_code {
   static object_code from_file(const std::string& path, code_type type, std::string name = {});
 
   code_type type() const noexcept { return state_->type; }
-  std::span<const std::byte> code() const noexcept { return state_->code; }
+  std::span<const std::byte> code() const noexcept {
+    return std::span<const std::byte>(state_->buffer).subspan(state_->offset, state_->length);
+  }
   // The bytes as text (meaningful for PTX).
   std::string_view text() const noexcept;
-  std::size_t size() const noexcept { return state_->code.size(); }
+  std::size_t size() const noexcept { return state_->length; }
   const std::string& name() const noexcept { return state_->name; }
   const symbol_map& symbol_mapping() const noexcept { return state_->symbols; }
 
@@ -62,7 +69,9 @@ class object_code {
  private:
   struct state {
     code_type type;
-    std::vector<std::byte> code;
+    std::vector<std::byte> buffer;
+    std::size_t offset;
+    std::size_t length;
     std::string name;
     symbol_map symbols;
     // Loading into the driver (cuLibraryLoadData) will hang a lazily created, shared library

@@ -255,7 +255,11 @@ object_code linker::link_driver(code_type target) {
     throw invalid_argument("linker_options not supported by the driver linker (nvJitLink is not "
                            "available): " + refused + ". Install nvJitLink or drop them.");
   }
-  const auto& api = detail::driver("linking with the driver linker (nvJitLink is not available)");
+  const auto& nvjitlink_status = detail::nvjitlink_table().status;
+  const auto& api = detail::driver("linking with the driver linker, because nvJitLink is not available (" +
+                                   nvjitlink_status.error + "; searched " +
+                                   std::to_string(nvjitlink_status.searched.size()) +
+                                   " places, see `cucore info`)");
   scoped_primary_context context(api);
 
   constexpr std::size_t kLogSize = 1 << 22;

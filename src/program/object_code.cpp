@@ -1,5 +1,6 @@
 #include "cucore/object_code.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -37,9 +38,22 @@ code_type parse_code_type(std::string_view text) {
 }
 
 object_code::object_code(code_type type, std::vector<std::byte> code, std::string name,
-                         symbol_map symbols)
-    : state_(std::make_shared<const state>(
-          state{type, std::move(code), std::move(name), std::move(symbols)})) {}
+                         symbol_map symbols) {
+  const std::size_t length = code.size();
+  state_ = std::make_shared<const state>(
+      state{type, std::move(code), 0, length, std::move(name), std::move(symbols)});
+}
+
+object_code::object_code(code_type type, std::vector<std::byte> buffer, std::size_t offset,
+                         std::size_t length, std::string name, symbol_map symbols) {
+  if (offset > buffer.size() || length > buffer.size() - offset) {
+    throw invalid_argument("object_code range [" + std::to_string(offset) + ", +" +
+                           std::to_string(length) + ") is outside its " +
+                           std::to_string(buffer.size()) + "-byte buffer");
+  }
+  state_ = std::make_shared<const state>(
+      state{type, std::move(buffer), offset, length, std::move(name), std::move(symbols)});
+}
 
 object_code object_code::from_ptx(std::string_view ptx, std::string name, symbol_map symbols) {
   auto bytes = std::as_bytes(std::span<const char>(ptx.data(), ptx.size()));
@@ -69,7 +83,7 @@ object_code object_code::from_file(const std::string& path, code_type type, std:
 }
 
 std::string_view object_code::text() const noexcept {
-  const auto& c = state_->code;
+  auto c = code();
   return {reinterpret_cast<const char*>(c.data()), c.size()};
 }
 
@@ -81,15 +95,17 @@ std::string_view object_code::symbol(std::string_view name_or_expression) const 
 void object_code::write(const std::string& path) const {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw error("cannot open \"" + path + "\" for writing");
-  out.write(reinterpret_cast<const char*>(state_->code.data()),
-            static_cast<std::streamsize>(state_->code.size()));
+  auto c = code();
+  out.write(reinterpret_cast<const char*>(c.data()), static_cast<std::streamsize>(c.size()));
   out.close();
   if (!out) throw error("error while writing \"" + path + "\"");
 }
 
 bool operator==(const object_code& a, const object_code& b) noexcept {
   if (a.state_ == b.state_) return true;
-  return a.state_->type == b.state_->type && a.state_->code == b.state_->code &&
+  auto ca = a.code();
+  auto cb = b.code();
+  return a.state_->type == b.state_->type && std::equal(ca.begin(), ca.end(), cb.begin(), cb.end()) &&
          a.state_->name == b.state_->name && a.state_->symbols == b.state_->symbols;
 }
 

@@ -313,7 +313,7 @@ source_type parse_source_type(std::string_view text) {
   if (t == "c++" || t == "cxx" || t == "cuda") return source_type::cxx;
   if (t == "ptx") return source_type::ptx;
   if (t == "nvvm") return source_type::nvvm;
-  throw invalid_argument("unknown code type \"" + std::string(text) +
+  throw invalid_argument("unknown source type \"" + std::string(text) +
                          "\": use \"c++\", \"ptx\" or \"nvvm\"");
 }
 

@@ -1,9 +1,10 @@
 // A small hand-written command-line parser for the cucore tool. No dependency, and exactly the
 // conventions the tool documents:
-//   --opt VALUE, --opt=VALUE   long options; a value may itself start with '-' ("--ptxas-options -v")
-//   -I DIR, -IDIR              two-character short options; the value may be attached
+//   --opt VALUE, --opt=VALUE   long options; a value may itself start with '-' ("--ptxas-options
+//   -v") -I DIR, -IDIR              two-character short options; the value may be attached
 //   --                         everything after it is positional
-// Options may repeat; each occurrence is kept, in order. Anything unknown is a usage_error naming it.
+// Options may repeat; each occurrence is kept, in order. Anything unknown is a usage_error naming
+// it.
 #pragma once
 
 #include <optional>

@@ -1,0 +1,126 @@
+// The program cache interface: every backend (in-memory, SQLite, directory) implements it.
+//
+// Keys are bytes: a typed program_cache_key (make_program_cache_key), or any string or byte
+// sequence, as the reference allows ("k" as a string and as bytes are the same entry). Values are
+// whole object_code objects, symbol mapping included, so name expressions work on a hit.
+//
+// There is deliberately no contains(): "if (contains(k)) get(k)" races with other processes.
+// Call get() and handle the miss.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <filesystem>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/object_code.hpp"
+
+namespace cucore {
+
+// A borrowed view of a cache key's bytes.
+class cache_key_ref {
+ public:
+  cache_key_ref(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}  // NOLINT
+  cache_key_ref(std::string_view text) noexcept                                 // NOLINT
+      : bytes_(std::as_bytes(std::span<const char>(text.data(), text.size()))) {}
+  cache_key_ref(const std::string& text) noexcept : cache_key_ref(std::string_view(text)) {}  // NOLINT
+  cache_key_ref(const char* text) noexcept : cache_key_ref(std::string_view(text)) {}         // NOLINT
+  // Any key type with bytes() (program_cache_key).
+  template <class Key>
+    requires requires(const Key& k) {
+      { k.bytes() } -> std::convertible_to<std::span<const std::byte>>;
+    }
+  cache_key_ref(const Key& key) noexcept : bytes_(key.bytes()) {}  // NOLINT
+
+  std::span<const std::byte> bytes() const noexcept { return bytes_; }
+  std::string_view as_string_view() const noexcept {
+    return {reinterpret_cast<const char*>(bytes_.data()), bytes_.size()};
+  }
+  std::size_t size() const noexcept { return bytes_.size(); }
+
+ private:
+  std::span<const std::byte> bytes_;
+};
+
+// Counters of one cache object (this process's operations on it).
+struct cache_stats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t puts = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t corrupt_dropped = 0;  // entries found damaged on read, treated as misses, removed
+  std::uint64_t errors = 0;           // I/O failures degraded to misses or skipped writes
+};
+
+// One entry as listed by program_cache::list() (the payload is not read).
+struct cache_entry_info {
+  std::vector<std::byte> key;  // the full key bytes
+  code_type type{};
+  std::string name;
+  std::size_t symbol_count = 0;
+  std::uint64_t payload_bytes = 0;  // the code
+  std::uint64_t stored_bytes = 0;   // header included
+  // Last read (or write), for least-recently-used eviction; nullopt where the backend has none.
+  std::optional<std::chrono::system_clock::time_point> last_used;
+};
+
+// What verify() found: every entry checked (format, checksum, key echo).
+struct cache_verify_report {
+  std::size_t entries = 0;
+  std::size_t ok = 0;
+  std::size_t corrupt = 0;
+  std::size_t removed = 0;
+};
+
+// What a persistent cache does when a write fails (disk full, read-only directory, lock timeout):
+// `warn` logs a warning and carries on as if the entry was not cached; `strict` throws.
+enum class write_failure_policy { warn, strict };
+
+class program_cache {
+ public:
+  virtual ~program_cache() = default;
+
+  // The entry, or nullopt on a miss. A damaged or unreadable entry is a miss (and is removed);
+  // get never throws for what it finds on disk.
+  virtual std::optional<object_code> get(cache_key_ref key) = 0;
+  // Stores (or replaces) the entry.
+  virtual void put(cache_key_ref key, const object_code& code) = 0;
+  // Removes the entry; false if there was none.
+  virtual bool erase(cache_key_ref key) = 0;
+  // Number of entries and their total size in bytes, as stored.
+  virtual std::size_t size() = 0;
+  virtual std::uint64_t size_bytes() = 0;
+  virtual void clear() = 0;
+  virtual cache_stats stats() const = 0;
+
+  // Maintenance, for tools (`cucore cache ls|verify|trim`). Not meant for hot paths.
+  virtual std::vector<cache_entry_info> list() = 0;
+  // Checks every entry; with remove_bad, removes the damaged ones (stat-guarded where it matters).
+  virtual cache_verify_report verify(bool remove_bad) = 0;
+  // Evicts least-recently-used entries until the cache holds at most `max_size_bytes`; returns
+  // how many entries it removed.
+  virtual std::size_t trim(std::uint64_t max_size_bytes) = 0;
+  // "in-memory", "directory /path", "sqlite /path/file.db": for messages and `cucore cache stats`.
+  virtual std::string description() const = 0;
+  // Releases resources early (the destructor does the same). Using a closed cache is an error.
+  virtual void close() noexcept {}
+
+  // Bulk put of (key, object_code) pairs. Not transactional: a failure leaves earlier puts done.
+  template <std::ranges::input_range Items>
+  void update(Items&& items) {
+    for (auto&& [key, code] : items) put(cache_key_ref(key), code);
+  }
+};
+
+// The default location of the persistent caches: $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore,
+// else ~/.cache/cucore ($HOME, else the password database). Not created here.
+std::filesystem::path default_cache_dir();
+
+}  // namespace cucore

@@ -1,0 +1,220 @@
+#include "cache/entry_format.hpp"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cstring>
+#include <limits>
+
+namespace cucore::detail {
+namespace {
+
+constexpr std::uint8_t kCodeTypeCount = 6;
+
+void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
+  if (bytes.size() > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::length_error("cache entry field over 4 GiB");
+  }
+  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
+  out.insert(out.end(), bytes.begin(), bytes.end());
+}
+void put_text(std::vector<std::byte>& out, std::string_view text) {
+  put_bytes(out, std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+// A bounds-checked little-endian reader over the entry.
+class reader {
+ public:
+  explicit reader(std::span<const std::byte> data) : data_(data) {}
+  bool u8(std::uint8_t& v) {
+    if (remaining() < 1) return false;
+    v = static_cast<std::uint8_t>(data_[pos_++]);
+    return true;
+  }
+  bool u32(std::uint32_t& v) {
+    if (remaining() < 4) return false;
+    v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(data_[pos_ + i]) << (8 * i);
+    pos_ += 4;
+    return true;
+  }
+  bool u64(std::uint64_t& v) {
+    if (remaining() < 8) return false;
+    v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[pos_ + i]) << (8 * i);
+    pos_ += 8;
+    return true;
+  }
+  bool bytes(std::size_t n, std::span<const std::byte>& out) {
+    if (remaining() < n) return false;
+    out = data_.subspan(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool text(std::string& out) {
+    std::uint32_t n = 0;
+    std::span<const std::byte> b;
+    if (!u32(n) || !bytes(n, b)) return false;
+    out.assign(reinterpret_cast<const char*>(b.data()), b.size());
+    return true;
+  }
+  std::size_t pos() const { return pos_; }
+  std::size_t remaining() const { return data_.size() - pos_; }
+
+ private:
+  std::span<const std::byte> data_;
+  std::size_t pos_ = 0;
+};
+
+struct parsed {
+  entry_status status = entry_status::malformed;
+  entry_header header;
+  symbol_map symbols;
+  std::uint64_t checksum = 0;
+  std::size_t checksum_offset = 0;
+};
+
+parsed parse(std::span<const std::byte> data, bool with_symbols) {
+  parsed p;
+  reader r(data);
+  std::span<const std::byte> magic;
+  if (!r.bytes(kEntryMagic.size(), magic)) {
+    p.status = data.empty() ? entry_status::truncated : entry_status::bad_magic;
+    if (!data.empty() && std::memcmp(data.data(), kEntryMagic.data(),
+                                     std::min(data.size(), kEntryMagic.size())) == 0) {
+      p.status = entry_status::truncated;
+    }
+    return p;
+  }
+  if (std::memcmp(magic.data(), kEntryMagic.data(), kEntryMagic.size()) != 0) {
+    p.status = entry_status::bad_magic;
+    return p;
+  }
+  std::uint32_t version = 0;
+  if (!r.u32(version)) return p.status = entry_status::truncated, p;
+  if (version != kEntryFormatVersion) return p.status = entry_status::bad_version, p;
+  std::uint8_t type = 0;
+  std::uint8_t reserved[3] = {};
+  if (!r.u8(type) || !r.u8(reserved[0]) || !r.u8(reserved[1]) || !r.u8(reserved[2])) {
+    return p.status = entry_status::truncated, p;
+  }
+  if (type >= kCodeTypeCount || reserved[0] || reserved[1] || reserved[2]) return p;
+  p.header.type = static_cast<code_type>(type);
+
+  std::uint32_t key_length = 0;
+  std::span<const std::byte> key;
+  if (!r.u32(key_length) || !r.bytes(key_length, key)) return p.status = entry_status::truncated, p;
+  p.header.key.assign(key.begin(), key.end());
+  if (!r.text(p.header.name)) return p.status = entry_status::truncated, p;
+  std::uint32_t symbol_count = 0;
+  if (!r.u32(symbol_count)) return p.status = entry_status::truncated, p;
+  p.header.symbol_count = symbol_count;
+  for (std::uint32_t i = 0; i < symbol_count; ++i) {
+    std::string expr;
+    std::string mangled;
+    if (!r.text(expr) || !r.text(mangled)) return p.status = entry_status::truncated, p;
+    if (with_symbols) p.symbols.insert_or_assign(std::move(expr), std::move(mangled));
+  }
+  if (!r.u64(p.header.payload_length)) return p.status = entry_status::truncated, p;
+  p.checksum_offset = r.pos();
+  if (!r.u64(p.checksum)) return p.status = entry_status::truncated, p;
+  p.header.payload_offset = r.pos();
+  if (r.remaining() < p.header.payload_length) return p.status = entry_status::truncated, p;
+  if (r.remaining() != p.header.payload_length) return p;  // trailing bytes: malformed
+  p.status = entry_status::ok;
+  return p;
+}
+
+std::uint64_t checksum_of(std::span<const std::byte> data, std::size_t checksum_offset,
+                          std::size_t payload_offset) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, data.data(), checksum_offset);
+  XXH3_64bits_update(&state, data.data() + payload_offset, data.size() - payload_offset);
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+std::string_view to_string(entry_status status) noexcept {
+  switch (status) {
+    case entry_status::ok: return "ok";
+    case entry_status::truncated: return "truncated";
+    case entry_status::bad_magic: return "not a cucore entry";
+    case entry_status::bad_version: return "unsupported format version";
+    case entry_status::malformed: return "malformed";
+    case entry_status::bad_checksum: return "checksum mismatch";
+    case entry_status::key_mismatch: return "key mismatch";
+  }
+  return "unknown";
+}
+
+std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object_code& code) {
+  std::vector<std::byte> out;
+  std::size_t symbols_size = 0;
+  for (const auto& [expr, mangled] : code.symbol_mapping()) symbols_size += 8 + expr.size() + mangled.size();
+  out.reserve(kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 + symbols_size + 16 +
+              code.size());
+  auto magic = std::as_bytes(std::span<const char>(kEntryMagic.data(), kEntryMagic.size()));
+  out.insert(out.end(), magic.begin(), magic.end());
+  put_u32(out, kEntryFormatVersion);
+  out.push_back(static_cast<std::byte>(code.type()));
+  out.insert(out.end(), 3, std::byte{0});
+  put_bytes(out, key);
+  put_text(out, code.name());
+  put_u32(out, static_cast<std::uint32_t>(code.symbol_mapping().size()));
+  for (const auto& [expr, mangled] : code.symbol_mapping()) {
+    put_text(out, expr);
+    put_text(out, mangled);
+  }
+  put_u64(out, code.size());
+  const std::size_t checksum_offset = out.size();
+  put_u64(out, 0);
+  const std::size_t payload_offset = out.size();
+  out.insert(out.end(), code.code().begin(), code.code().end());
+  const std::uint64_t sum = checksum_of(out, checksum_offset, payload_offset);
+  for (int i = 0; i < 8; ++i) {
+    out[checksum_offset + i] = static_cast<std::byte>((sum >> (8 * i)) & 0xff);
+  }
+  return out;
+}
+
+decoded_entry decode_entry(std::vector<std::byte> data,
+                           std::optional<std::span<const std::byte>> expected_key) {
+  decoded_entry result;
+  parsed p = parse(data, /*with_symbols=*/true);
+  if (p.status != entry_status::ok) {
+    result.status = p.status;
+    return result;
+  }
+  if (checksum_of(data, p.checksum_offset, p.header.payload_offset) != p.checksum) {
+    result.status = entry_status::bad_checksum;
+    return result;
+  }
+  if (expected_key && !std::equal(expected_key->begin(), expected_key->end(),
+                                  p.header.key.begin(), p.header.key.end())) {
+    result.status = entry_status::key_mismatch;
+    return result;
+  }
+  const std::size_t offset = p.header.payload_offset;
+  const auto length = static_cast<std::size_t>(p.header.payload_length);
+  result.code.emplace(p.header.type, std::move(data), offset, length, std::move(p.header.name),
+                      std::move(p.symbols));
+  result.status = entry_status::ok;
+  return result;
+}
+
+std::optional<entry_header> read_entry_header(std::span<const std::byte> data) {
+  parsed p = parse(data, /*with_symbols=*/false);
+  if (p.status != entry_status::ok) return std::nullopt;
+  return std::move(p.header);
+}
+
+}  // namespace cucore::detail

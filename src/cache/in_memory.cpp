@@ -1,0 +1,127 @@
+#include "cucore/cache/in_memory.hpp"
+
+#include "cucore/error.hpp"
+
+namespace cucore {
+
+in_memory_program_cache::in_memory_program_cache(in_memory_cache_options options)
+    : options_(options) {
+  if (options_.max_entries && *options_.max_entries == 0) {
+    throw invalid_argument("max_entries must be positive or unset (0 would evict every write)");
+  }
+  if (options_.max_size_bytes && *options_.max_size_bytes == 0) {
+    throw invalid_argument("max_size_bytes must be positive or unset (0 would evict every write)");
+  }
+}
+
+std::optional<object_code> in_memory_program_cache::get(cache_key_ref key) {
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key.as_string_view());
+  if (it == index_.end()) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  lru_.splice(lru_.begin(), lru_, it->second);  // promote; iterators stay valid
+  ++stats_.hits;
+  return it->second->code;
+}
+
+void in_memory_program_cache::put(cache_key_ref key, const object_code& code) {
+  std::lock_guard lock(mutex_);
+  ++stats_.puts;
+  auto it = index_.find(key.as_string_view());
+  if (it != index_.end()) {
+    total_bytes_ -= it->second->code.size();
+    it->second->code = code;
+    lru_.splice(lru_.begin(), lru_, it->second);
+  } else {
+    lru_.push_front(entry{std::string(key.as_string_view()), code});
+    try {
+      index_.emplace(lru_.front().key, lru_.begin());
+    } catch (...) {
+      lru_.pop_front();
+      throw;
+    }
+  }
+  total_bytes_ += code.size();
+  evict_locked([&] {
+    return (options_.max_entries && lru_.size() > *options_.max_entries) ||
+           (options_.max_size_bytes && total_bytes_ > *options_.max_size_bytes);
+  });
+}
+
+template <class Over>
+std::size_t in_memory_program_cache::evict_locked(Over over) {
+  std::size_t evicted = 0;
+  while (!lru_.empty() && over()) {
+    const entry& victim = lru_.back();
+    total_bytes_ -= victim.code.size();
+    index_.erase(victim.key);
+    lru_.pop_back();
+    ++stats_.evictions;
+    ++evicted;
+  }
+  return evicted;
+}
+
+bool in_memory_program_cache::erase(cache_key_ref key) {
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key.as_string_view());
+  if (it == index_.end()) return false;
+  total_bytes_ -= it->second->code.size();
+  lru_.erase(it->second);
+  index_.erase(it);
+  return true;
+}
+
+std::size_t in_memory_program_cache::size() {
+  std::lock_guard lock(mutex_);
+  return lru_.size();
+}
+
+std::uint64_t in_memory_program_cache::size_bytes() {
+  std::lock_guard lock(mutex_);
+  return total_bytes_;
+}
+
+void in_memory_program_cache::clear() {
+  std::lock_guard lock(mutex_);
+  index_.clear();
+  lru_.clear();
+  total_bytes_ = 0;
+}
+
+cache_stats in_memory_program_cache::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace cucore
+
+namespace cucore {
+
+std::vector<cache_entry_info> in_memory_program_cache::list() {
+  std::lock_guard lock(mutex_);
+  std::vector<cache_entry_info> out;
+  out.reserve(lru_.size());
+  for (const auto& e : lru_) {
+    auto key = std::as_bytes(std::span<const char>(e.key.data(), e.key.size()));
+    out.push_back(cache_entry_info{{key.begin(), key.end()}, e.code.type(), e.code.name(),
+                                   e.code.symbol_mapping().size(), e.code.size(), e.code.size(),
+                                   std::nullopt});
+  }
+  return out;
+}
+
+cache_verify_report in_memory_program_cache::verify(bool) {
+  // Entries live in this process's memory and are immutable: nothing can damage them.
+  std::lock_guard lock(mutex_);
+  return {lru_.size(), lru_.size(), 0, 0};
+}
+
+std::size_t in_memory_program_cache::trim(std::uint64_t max_size_bytes) {
+  std::lock_guard lock(mutex_);
+  return evict_locked([&] { return total_bytes_ > max_size_bytes; });
+}
+
+}  // namespace cucore

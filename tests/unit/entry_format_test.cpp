@@ -1,0 +1,162 @@
+// The persistent entry format: round trips, every kind of damage detected, and golden files that
+// pin the bytes (a change to the format must bump kEntryFormatVersion and add new golden files).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "cache/entry_format.hpp"
+#include "test_support.hpp"
+
+namespace cucore::detail {
+namespace {
+
+std::span<const std::byte> as_key(std::string_view s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+object_code sample() {
+  return object_code(code_type::cubin, {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}},
+                     "saxpy.cu", symbol_map{{"saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i"},
+                                            {"saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i"}});
+}
+
+TEST(EntryFormat, RoundTrip) {
+  auto bytes = encode_entry(as_key("the-key"), sample());
+  auto decoded = decode_entry(bytes, as_key("the-key"));
+  ASSERT_EQ(decoded.status, entry_status::ok);
+  EXPECT_EQ(*decoded.code, sample());
+  EXPECT_EQ(decoded.code->symbol("saxpy<float>"), "_Z5saxpyIfEvT_PKS0_PS0_i");
+}
+
+TEST(EntryFormat, EmptyPayloadAndNoSymbols) {
+  object_code empty(code_type::ptx, {}, "");
+  auto decoded = decode_entry(encode_entry(as_key("k"), empty), std::nullopt);
+  ASSERT_EQ(decoded.status, entry_status::ok);
+  EXPECT_EQ(decoded.code->size(), 0u);
+}
+
+TEST(EntryFormat, HeaderIsReadableWithoutThePayloadCheck) {
+  auto bytes = encode_entry(as_key("the-key"), sample());
+  auto header = read_entry_header(bytes);
+  ASSERT_TRUE(header);
+  EXPECT_EQ(header->type, code_type::cubin);
+  EXPECT_EQ(header->name, "saxpy.cu");
+  EXPECT_EQ(header->symbol_count, 2u);
+  EXPECT_EQ(header->payload_length, 4u);
+  EXPECT_EQ(header->payload_offset + 4, bytes.size());
+}
+
+TEST(EntryFormat, PayloadIsContiguousAtTheEnd) {
+  auto bytes = encode_entry(as_key("k"), sample());
+  auto header = read_entry_header(bytes);
+  ASSERT_TRUE(header);
+  EXPECT_EQ(bytes[header->payload_offset], std::byte{0x7f});
+}
+
+TEST(EntryFormat, WrongKeyIsDetected) {
+  auto bytes = encode_entry(as_key("one"), sample());
+  EXPECT_EQ(decode_entry(bytes, as_key("two")).status, entry_status::key_mismatch);
+  EXPECT_EQ(decode_entry(bytes, as_key("on")).status, entry_status::key_mismatch);
+}
+
+TEST(EntryFormat, EveryTruncationIsDetected) {
+  auto bytes = encode_entry(as_key("key"), sample());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    auto status = decode_entry(cut, as_key("key")).status;
+    EXPECT_NE(status, entry_status::ok) << "truncated to " << n;
+  }
+}
+
+TEST(EntryFormat, EveryBitFlipIsDetected) {
+  auto bytes = encode_entry(as_key("key"), sample());
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto flipped = bytes;
+      flipped[i] ^= static_cast<std::byte>(1 << bit);
+      auto status = decode_entry(flipped, as_key("key")).status;
+      EXPECT_NE(status, entry_status::ok) << "byte " << i << " bit " << bit;
+    }
+  }
+}
+
+TEST(EntryFormat, TrailingBytesZerosForeignAndOtherVersions) {
+  auto bytes = encode_entry(as_key("key"), sample());
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_EQ(decode_entry(longer, as_key("key")).status, entry_status::malformed);
+  EXPECT_NE(decode_entry(std::vector<std::byte>(bytes.size()), as_key("key")).status,
+            entry_status::ok);
+  std::string elf = "\x7f" "ELF not a cucore entry at all";
+  std::vector<std::byte> foreign(reinterpret_cast<const std::byte*>(elf.data()),
+                                 reinterpret_cast<const std::byte*>(elf.data()) + elf.size());
+  EXPECT_EQ(decode_entry(foreign, std::nullopt).status, entry_status::bad_magic);
+  auto other_version = bytes;
+  other_version[8] = std::byte{2};
+  EXPECT_EQ(decode_entry(other_version, std::nullopt).status, entry_status::bad_version);
+}
+
+TEST(EntryFormat, RandomGarbageNeverDecodes) {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<std::byte> junk(rng() % 300);
+    for (auto& b : junk) b = static_cast<std::byte>(rng());
+    if (i % 2 == 0 && junk.size() >= 8) std::memcpy(junk.data(), kEntryMagic.data(), 8);
+    EXPECT_NE(decode_entry(junk, std::nullopt).status, entry_status::ok);
+  }
+}
+
+// Golden files: tests/data/golden/*.entry hold bytes written by format version 1. Regenerate
+// (only when deliberately changing the format, together with a version bump) with
+// CUCORE_REGENERATE_GOLDEN=1.
+struct golden_case {
+  const char* file;
+  std::string key;
+  object_code code;
+};
+
+std::vector<golden_case> golden_cases() {
+  std::vector<std::byte> digest(32);
+  for (std::size_t i = 0; i < digest.size(); ++i) digest[i] = static_cast<std::byte>(i * 7 + 1);
+  std::string binary_key(reinterpret_cast<const char*>(digest.data()), digest.size());
+  std::string ptx = ".version 9.0\n.target sm_90\n.address_size 64\n";
+  std::vector<std::byte> ptx_bytes(reinterpret_cast<const std::byte*>(ptx.data()),
+                                   reinterpret_cast<const std::byte*>(ptx.data()) + ptx.size());
+  return {
+      {"v1_cubin_with_symbols.entry", binary_key, sample()},
+      {"v1_ptx_string_key.entry", "a string key",
+       object_code(code_type::ptx, ptx_bytes, "default_program")},
+      {"v1_ltoir_empty_name.entry", "k",
+       object_code(code_type::ltoir, std::vector<std::byte>(17, std::byte{0xab}), "")},
+  };
+}
+
+TEST(EntryFormat, GoldenFilesPinTheFormat) {
+  const auto dir = std::filesystem::path(CUCORE_TEST_DATA_DIR) / "golden";
+  const bool regenerate = std::getenv("CUCORE_REGENERATE_GOLDEN") != nullptr;
+  for (const auto& c : golden_cases()) {
+    SCOPED_TRACE(c.file);
+    auto encoded = encode_entry(as_key(c.key), c.code);
+    if (regenerate) {
+      std::ofstream(dir / c.file, std::ios::binary)
+          .write(reinterpret_cast<const char*>(encoded.data()),
+                 static_cast<std::streamsize>(encoded.size()));
+    }
+    auto golden_text = cucore::testing::read_text(dir / c.file);
+    std::vector<std::byte> golden(reinterpret_cast<const std::byte*>(golden_text.data()),
+                                  reinterpret_cast<const std::byte*>(golden_text.data()) +
+                                      golden_text.size());
+    ASSERT_FALSE(golden.empty()) << "missing golden file";
+    EXPECT_EQ(encoded, golden) << "the encoder no longer writes format version 1's bytes";
+    auto decoded = decode_entry(golden, as_key(c.key));
+    ASSERT_EQ(decoded.status, entry_status::ok);
+    EXPECT_EQ(*decoded.code, c.code);
+  }
+}
+
+}  // namespace
+}  // namespace cucore::detail

@@ -1,0 +1,35 @@
+// The subcommands of the cucore tool.
+//
+// Adding one ("cucore key"): write key_command.cpp defining `const command key_command{...}`,
+// declare it below, list it in `all_commands` in main.cpp and add the file to CMakeLists.txt.
+// main() parses the command line against the command's options, answers --help from them, and
+// turns exceptions into messages and exit statuses, so a command only does its work.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "arguments.hpp"
+
+namespace cucore::cli {
+
+// Exit statuses of the tool.
+inline constexpr int exit_success = 0;
+inline constexpr int exit_failure = 1;  // compilation failed, or a CUDA library/toolkit error
+inline constexpr int exit_usage = 2;    // the command line is wrong
+
+struct command {
+  std::string_view name;         // "compile"
+  std::string_view synopsis;     // what follows "cucore": "compile FILE [options]"
+  std::string_view summary;      // one line for `cucore --help`
+  std::string_view description;  // the paragraph(s) `cucore NAME --help` prints before options
+  std::span<const option_spec> options;
+  // Does the work and returns the exit status. Throws usage_error for a command line it cannot
+  // use and cucore::error for failures; main() reports both.
+  int (*run)(const arguments& args);
+};
+
+extern const command compile_command;
+extern const command info_command;
+
+}  // namespace cucore::cli

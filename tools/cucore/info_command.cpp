@@ -1,0 +1,130 @@
+// cucore info: which CUDA libraries this process finds, their versions, and the GPUs. Never fails
+// for a missing library or GPU: reporting those is its purpose.
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "arguments.hpp"
+#include "commands.hpp"
+#include "cucore/linker.hpp"
+#include "cucore/toolkit.hpp"
+#include "json_writer.hpp"
+
+namespace cucore::cli {
+namespace {
+
+constexpr option_spec options[] = {
+    {"--json", "", "", "print the report as one JSON object"},
+};
+
+constexpr std::string_view description =
+    "Reports the CUDA libraries cucore opens at run time (NVRTC, nvJitLink, libNVVM, the CUDA\n"
+    "driver): where each was found and its version, or why it was not; libdevice; the linker\n"
+    "backend; and the GPUs. The search starts at $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH and\n"
+    "/usr/local/cuda; CUCORE_CUDA_HOME_ONLY=1 restricts it to $CUCORE_CUDA_HOME.\n"
+    "\n"
+    "Exit status: 0, also when libraries or GPUs are missing; 2 bad command line.";
+
+// Library messages can span lines (dlerror, search lists); a table row cannot.
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+void write_library(json_writer& json, std::string_view key, const toolkit::library_status& s) {
+  auto or_null = [](const std::string& text) {
+    return text.empty() ? std::nullopt : std::optional<std::string>(text);
+  };
+  json.key(key).begin_object();
+  json.key("found").value(s.found);
+  json.key("path").value(or_null(s.path));
+  json.key("version").value(or_null(s.version));
+  json.key("error").value(or_null(s.error));
+  json.key("searched").begin_array();
+  for (const auto& place : s.searched) json.value(place);
+  json.end_array();
+  json.end_object();
+}
+
+void print_json(const toolkit::report& r, linker_backend backend) {
+  json_writer json;
+  json.begin_object();
+  write_library(json, "nvrtc", r.nvrtc);
+  write_library(json, "nvjitlink", r.nvjitlink);
+  write_library(json, "nvvm", r.nvvm);
+  write_library(json, "driver", r.driver);
+  json.key("libdevice").value(r.libdevice);
+  json.key("devices").begin_array();
+  for (const auto& d : r.devices) {
+    json.begin_object();
+    json.key("ordinal").value(d.ordinal);
+    json.key("name").value(d.name);
+    json.key("arch").value(d.arch);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("linker_backend").value(to_string(backend));
+  json.end_object();
+  std::cout << json.str() << '\n';
+}
+
+void print_human(const toolkit::report& r, linker_backend backend) {
+  const std::vector<const toolkit::library_status*> libraries = {&r.nvrtc, &r.nvjitlink, &r.nvvm,
+                                                                 &r.driver};
+  constexpr std::size_t label_width = 13;  // "CUDA driver" and two spaces
+  std::size_t version_width = 0;
+  for (const auto* s : libraries) {
+    if (s->found) version_width = std::max(version_width, s->version.size());
+  }
+  version_width += 2;
+
+  for (const auto* s : libraries) {
+    std::string line = pad(std::string(toolkit::library_name(s->which)), label_width);
+    if (s->found) {
+      line += pad(s->version, version_width) + s->path;
+      // Found but not usable as hoped, e.g. a driver whose cuInit failed.
+      if (!s->error.empty()) line += "  (" + one_line(s->error) + ")";
+    } else {
+      line += "not found (" + one_line(s->error) + ")";
+    }
+    std::cout << line << '\n';
+  }
+  std::cout << pad("libdevice", label_width) << r.libdevice.value_or("not found") << '\n';
+  std::cout << pad("linker", label_width) << to_string(backend) << '\n';
+  if (r.devices.empty()) {
+    std::cout << pad("devices", label_width) << (r.driver.found ? "no GPU" : "no driver") << '\n';
+  }
+  for (const auto& d : r.devices) {
+    std::cout << pad("device " + std::to_string(d.ordinal), label_width) << d.name << " (" << d.arch
+              << ")\n";
+  }
+}
+
+int run(const arguments& args) {
+  if (!args.positionals().empty()) {
+    throw usage_error("info takes no arguments, but got \"" + args.positionals()[0] + "\"");
+  }
+  const toolkit::report r = toolkit::query();
+  const linker_backend backend = linker::which_backend();
+  if (args.has("--json")) {
+    print_json(r, backend);
+  } else {
+    print_human(r, backend);
+  }
+  return exit_success;
+}
+
+}  // namespace
+
+const command info_command{
+    "info",      "info [--json]", "show the CUDA libraries, their versions and the GPUs",
+    description, options,         run,
+};
+
+}  // namespace cucore::cli
