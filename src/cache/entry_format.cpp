@@ -11,22 +11,37 @@ namespace {
 
 constexpr std::uint8_t kCodeTypeCount = 6;
 
-void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
-}
-void put_bytes(std::vector<std::byte>& out, std::span<const std::byte> bytes) {
-  if (bytes.size() > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::length_error("cache entry field over 4 GiB");
+// Appends to a buffer sized up front (the exact entry size is known before writing).
+class writer {
+ public:
+  explicit writer(std::size_t size) : out_(size) {}
+  void u8(std::uint8_t v) { out_[pos_++] = static_cast<std::byte>(v); }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_[pos_++] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
   }
-  put_u32(out, static_cast<std::uint32_t>(bytes.size()));
-  out.insert(out.end(), bytes.begin(), bytes.end());
-}
-void put_text(std::vector<std::byte>& out, std::string_view text) {
-  put_bytes(out, std::as_bytes(std::span<const char>(text.data(), text.size())));
-}
+  void u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_[pos_++] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  }
+  void raw(std::span<const std::byte> bytes) {
+    if (!bytes.empty()) std::memcpy(out_.data() + pos_, bytes.data(), bytes.size());
+    pos_ += bytes.size();
+  }
+  void sized(std::span<const std::byte> bytes) {
+    if (bytes.size() > std::numeric_limits<std::uint32_t>::max()) {
+      throw std::length_error("cache entry field over 4 GiB");
+    }
+    u32(static_cast<std::uint32_t>(bytes.size()));
+    raw(bytes);
+  }
+  void text(std::string_view t) { sized(std::as_bytes(std::span<const char>(t.data(), t.size()))); }
+  std::size_t pos() const { return pos_; }
+  std::vector<std::byte> take() { return std::move(out_); }
+  std::vector<std::byte>& buffer() { return out_; }
+
+ private:
+  std::vector<std::byte> out_;
+  std::size_t pos_ = 0;
+};
 
 // A bounds-checked little-endian reader over the entry.
 class reader {
@@ -157,28 +172,32 @@ std::string_view to_string(entry_status status) noexcept {
 }
 
 std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object_code& code) {
-  std::vector<std::byte> out;
   std::size_t symbols_size = 0;
-  for (const auto& [expr, mangled] : code.symbol_mapping()) symbols_size += 8 + expr.size() + mangled.size();
-  out.reserve(kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 + symbols_size + 16 +
-              code.size());
-  auto magic = std::as_bytes(std::span<const char>(kEntryMagic.data(), kEntryMagic.size()));
-  out.insert(out.end(), magic.begin(), magic.end());
-  put_u32(out, kEntryFormatVersion);
-  out.push_back(static_cast<std::byte>(code.type()));
-  out.insert(out.end(), 3, std::byte{0});
-  put_bytes(out, key);
-  put_text(out, code.name());
-  put_u32(out, static_cast<std::uint32_t>(code.symbol_mapping().size()));
   for (const auto& [expr, mangled] : code.symbol_mapping()) {
-    put_text(out, expr);
-    put_text(out, mangled);
+    symbols_size += 8 + expr.size() + mangled.size();
   }
-  put_u64(out, code.size());
-  const std::size_t checksum_offset = out.size();
-  put_u64(out, 0);
-  const std::size_t payload_offset = out.size();
-  out.insert(out.end(), code.code().begin(), code.code().end());
+  const std::size_t header_size = kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 +
+                                  symbols_size + 16;
+  writer w(header_size + code.size());
+  w.raw(std::as_bytes(std::span<const char>(kEntryMagic.data(), kEntryMagic.size())));
+  w.u32(kEntryFormatVersion);
+  w.u8(static_cast<std::uint8_t>(code.type()));
+  w.u8(0);
+  w.u8(0);
+  w.u8(0);
+  w.sized(key);
+  w.text(code.name());
+  w.u32(static_cast<std::uint32_t>(code.symbol_mapping().size()));
+  for (const auto& [expr, mangled] : code.symbol_mapping()) {
+    w.text(expr);
+    w.text(mangled);
+  }
+  w.u64(code.size());
+  const std::size_t checksum_offset = w.pos();
+  w.u64(0);
+  const std::size_t payload_offset = w.pos();
+  w.raw(code.code());
+  auto out = w.take();
   const std::uint64_t sum = checksum_of(out, checksum_offset, payload_offset);
   for (int i = 0; i < 8; ++i) {
     out[checksum_offset + i] = static_cast<std::byte>((sum >> (8 * i)) & 0xff);
