@@ -55,7 +55,7 @@ library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve 
 void* plain_symbol(const shared_library& lib, const char* name) { return lib.symbol(name); }
 
 library_table<nvrtc_api> load_nvrtc() {
-  library_spec spec{"NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  const library_spec& spec = library_spec_of(toolkit::library::nvrtc);
   auto table = load<nvrtc_api>(
       toolkit::library::nvrtc, spec,
       [](const nvrtc_api& api, const char* name) { return plain_symbol(*api.library, name); },
@@ -77,8 +77,7 @@ library_table<nvrtc_api> load_nvrtc() {
 }
 
 library_table<nvjitlink_api> load_nvjitlink() {
-  library_spec spec{
-      "nvJitLink", {"libnvJitLink.so.13", "libnvJitLink.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  const library_spec& spec = library_spec_of(toolkit::library::nvjitlink);
   auto table = load<nvjitlink_api>(
       toolkit::library::nvjitlink, spec,
       [](const nvjitlink_api& api, const char* name) { return plain_symbol(*api.library, name); },
@@ -101,7 +100,7 @@ library_table<nvjitlink_api> load_nvjitlink() {
 }
 
 library_table<nvvm_api> load_nvvm() {
-  library_spec spec{"libNVVM", {"libnvvm.so.4"}, {"nvvm/lib64", "lib64", "lib", kTargetLibDir}};
+  const library_spec& spec = library_spec_of(toolkit::library::nvvm);
   auto table = load<nvvm_api>(
       toolkit::library::nvvm, spec,
       [](const nvvm_api& api, const char* name) { return plain_symbol(*api.library, name); },
@@ -127,8 +126,7 @@ using get_proc_address_v2 = CUresult (*)(const char*, void**, int, cuuint64_t,
                                          CUdriverProcAddressQueryResult*);
 
 library_table<driver_api> load_driver() {
-  // Only the loader path: the toolkit's lib64/stubs/libcuda.so must never be picked up.
-  library_spec spec{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false};
+  const library_spec& spec = library_spec_of(toolkit::library::driver);
   auto table = load<driver_api>(
       toolkit::library::driver, spec,
       [](const driver_api& api, const char* name) -> void* {
@@ -170,6 +168,24 @@ const Api& require(const library_table<Api>& table, std::string_view feature) {
 }
 
 }  // namespace
+
+const library_spec& library_spec_of(toolkit::library lib) {
+  static const library_spec nvrtc{
+      "NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  static const library_spec nvjitlink{
+      "nvJitLink", {"libnvJitLink.so.13", "libnvJitLink.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  static const library_spec nvvm{
+      "libNVVM", {"libnvvm.so.4"}, {"nvvm/lib64", "lib64", "lib", kTargetLibDir}};
+  // Only the loader path: the toolkit's lib64/stubs/libcuda.so must never be picked up.
+  static const library_spec driver{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false};
+  switch (lib) {
+    case toolkit::library::nvrtc: return nvrtc;
+    case toolkit::library::nvjitlink: return nvjitlink;
+    case toolkit::library::nvvm: return nvvm;
+    case toolkit::library::driver: return driver;
+  }
+  return driver;
+}
 
 // Leaked on purpose: see library_table.
 const library_table<nvrtc_api>& nvrtc_table() {

@@ -81,6 +81,9 @@ struct library_table {
   toolkit::library_status status;
 };
 
+// What each library is searched as (sonames, sub-directories of the CUDA roots).
+const library_spec& library_spec_of(toolkit::library lib);
+
 const library_table<nvrtc_api>& nvrtc_table();
 const library_table<nvjitlink_api>& nvjitlink_table();
 const library_table<nvvm_api>& nvvm_table();

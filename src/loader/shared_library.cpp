@@ -118,3 +118,23 @@ located_library locate(const library_spec& spec) {
 }
 
 }  // namespace cucore::detail
+
+namespace cucore::detail {
+
+std::optional<std::string> find_in_roots(const library_spec& spec) {
+  if (!spec.search_roots) return std::nullopt;
+  for (const auto& root : cuda_roots()) {
+    for (auto subdir : spec.subdirs) {
+      for (auto soname : spec.sonames) {
+        std::string candidate = root + "/" + std::string(subdir) + "/" + std::string(soname);
+        if (!is_regular_file(candidate)) continue;
+        std::error_code ec;
+        auto canonical = std::filesystem::canonical(candidate, ec);
+        return ec ? candidate : canonical.string();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cucore::detail

@@ -55,4 +55,8 @@ bool search_loader_path();
 
 located_library locate(const library_spec& spec);
 
+// The file `spec` would be opened from under the CUDA roots, found with stat() alone (nothing is
+// loaded), resolved through symlinks; nullopt when no root has it (the loader path would decide).
+std::optional<std::string> find_in_roots(const library_spec& spec);
+
 }  // namespace cucore::detail

@@ -2,7 +2,7 @@
 // shown reaching the compiler through its effect on the output or the log.
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <cctype>
 
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
@@ -50,11 +50,20 @@ bool is_elf(const object_code& code) {
          b[2] == std::byte{'L'} && b[3] == std::byte{'F'};
 }
 
-// "Used N registers" from ptxas -v.
+// "Used N registers" from ptxas -v; -1 when absent.
 int registers_used(const std::string& log) {
-  std::smatch m;
-  if (!std::regex_search(log, m, std::regex("Used ([0-9]+) registers"))) return -1;
-  return std::stoi(m[1]);
+  const std::string marker = "Used ";
+  for (auto at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+    std::size_t end = at + marker.size();
+    int value = 0;
+    bool digits = false;
+    while (end < log.size() && std::isdigit(static_cast<unsigned char>(log[end]))) {
+      value = value * 10 + (log[end++] - '0');
+      digits = true;
+    }
+    if (digits && log.compare(end, 10, " registers") == 0) return value;
+  }
+  return -1;
 }
 
 TEST(CxxProgram, CompilesToPtxCubinAndLtoir) {

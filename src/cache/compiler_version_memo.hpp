@@ -1,0 +1,56 @@
+// Compiler versions remembered on disk, so that a cache hit in a fresh process never loads a
+// compiler library (opening libnvrtc costs ~8 ms warm and over 200 ms cold; a hit costs µs).
+//
+// Each remembered version is keyed by the identity of the library file it was read from: its
+// resolved path, inode, size and modification time. Replacing or upgrading the library changes the
+// identity, so a stale version can never be used. The memo is a small text file beside a cache;
+// it is rewritten atomically (temp file + rename), and losing it only costs one probe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cucore::detail {
+
+struct file_identity {
+  std::string path;  // canonical
+  std::uint64_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const file_identity&, const file_identity&) = default;
+};
+
+// stat() of a (canonical) path; nullopt when it cannot be stat'ed.
+std::optional<file_identity> identify_file(const std::string& path);
+
+class compiler_version_memo {
+ public:
+  explicit compiler_version_memo(std::filesystem::path file);
+
+  // The version remembered for `library` ("nvrtc", "nvvm", "nvjitlink") read from `file`.
+  std::optional<std::string> lookup(std::string_view library, const file_identity& file);
+  // Remembers it (best effort: an unwritable location is silently skipped).
+  void remember(std::string_view library, const file_identity& file, std::string_view version) noexcept;
+
+  const std::filesystem::path& file() const noexcept { return file_; }
+
+ private:
+  struct record {
+    std::string library;
+    file_identity file;
+    std::string version;
+  };
+  void load_locked();
+
+  std::filesystem::path file_;
+  std::mutex mutex_;
+  bool loaded_ = false;
+  std::vector<record> records_;
+};
+
+}  // namespace cucore::detail
