@@ -19,6 +19,14 @@ class invalid_argument : public error {
   using error::error;
 };
 
+// A program cache key cannot see an input the compile reads (headers through include_path or a
+// quoted #include, a precompiled header, libdevice): fingerprint it and pass it as the key's
+// extra_digest (see make_program_cache_key), or compile without the cache.
+class extra_digest_required : public invalid_argument {
+ public:
+  using invalid_argument::invalid_argument;
+};
+
 // A CUDA driver call failed. `result()` is the CUresult value, `result_name()` its enumerator name
 // ("CUDA_ERROR_INVALID_VALUE"), `call()` the driver function that returned it.
 class cuda_error : public error {

@@ -1,5 +1,5 @@
-// Compiled code: bytes plus what they are. Immutable, and cheap to copy (copies share the bytes), so
-// caches can hand out the same object_code to many threads without copying.
+// Compiled code: bytes plus what they are. Immutable, and cheap to copy (copies share the bytes),
+// so caches can hand out the same object_code to many threads without copying.
 #pragma once
 
 #include <cstddef>

@@ -22,7 +22,8 @@ std::string_view to_string(source_type type) noexcept;  // "c++", "ptx", "nvvm"
 source_type parse_source_type(std::string_view text);   // case-insensitive; throws invalid_argument
 
 enum class compiler_backend { nvrtc, nvvm, nvjitlink, driver };
-std::string_view to_string(compiler_backend backend) noexcept;  // "NVRTC", "NVVM", "nvJitLink", "driver"
+std::string_view to_string(
+    compiler_backend backend) noexcept;  // "NVRTC", "NVVM", "nvJitLink", "driver"
 
 // A preprocessor macro for define_macro: NAME, or NAME=VALUE.
 struct macro {
@@ -141,7 +142,8 @@ std::vector<std::string> nvjitlink_flags(const linker_options& options);
 std::string resolve_arch(const std::optional<std::string>& arch);
 
 // The targets each source type compiles to: c++ → ptx, cubin, ltoir; ptx → cubin; nvvm → ptx,
-// ltoir. (PTX → PTX is refused: nvJitLink emits PTX only from LTO-IR, the driver only cubin.) Throws invalid_argument naming the supported ones otherwise.
+// ltoir. (PTX → PTX is refused: nvJitLink emits PTX only from LTO-IR, the driver only cubin.)
+// Throws invalid_argument naming the supported ones otherwise.
 void check_target(source_type source, code_type target);
 std::vector<code_type> supported_targets(source_type source);
 

@@ -8,10 +8,17 @@
 #include <string>
 #include <string_view>
 
+#include "cucore/cache/key.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 
 namespace cucore {
+
+class program_cache;
+
+// Whether the last compile went through a cache, and what it found there.
+enum class cache_outcome { off, hit, miss };
+std::string_view to_string(cache_outcome outcome) noexcept;  // "off", "hit", "miss"
 
 // What became of a precompiled header request on the last NVRTC compile.
 enum class pch_status { not_requested, created, not_attempted, failed };
@@ -27,19 +34,35 @@ class program {
   // Compiles to `target`. For c++, each name expression (e.g. "my_kernel<float>") is resolved to
   // its mangled name in the result's symbol_mapping(). Throws compile_error with the log when the
   // compiler rejects the code; invalid_argument for an unsupported target or option.
-  object_code compile(code_type target, std::span<const std::string> name_expressions = {});
+  //
+  // With a cache: derives the key (make_program_cache_key with the cache's compiler version memo),
+  // returns the cached object_code on a hit (symbol mapping included, so name expressions work),
+  // and on a miss compiles and stores the result. A failure to store is logged and never fails the
+  // compile. Inputs whose key needs an extra_digest (include_path, pre_include, PCH options, a
+  // quoted #include, a program name with a directory, use_libdevice) and options with side effects
+  // (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive the key with
+  // make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
+  object_code compile(code_type target, std::span<const std::string> name_expressions = {},
+                      program_cache* cache = nullptr);
+  object_code compile(code_type target, program_cache& cache) {
+    return compile(target, {}, &cache);
+  }
 
   // The log of the last compile (warnings on success; also carried by compile_error).
   const std::string& log() const noexcept { return log_; }
   // The backend that compiles this program (for ptx: nvJitLink, or the driver when it is missing).
   compiler_backend backend() const;
   pch_status last_pch_status() const noexcept { return pch_status_; }
+  cache_outcome last_cache_outcome() const noexcept { return cache_outcome_; }
+  // The key of the last compile through a cache.
+  const std::optional<program_cache_key>& last_cache_key() const noexcept { return cache_key_; }
 
   const std::string& code() const noexcept { return code_; }
   source_type type() const noexcept { return type_; }
   const program_options& options() const noexcept { return options_; }
 
  private:
+  object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvvm(code_type target);
   object_code compile_ptx(code_type target);
@@ -49,6 +72,8 @@ class program {
   program_options options_;
   std::string log_;
   pch_status pch_status_ = pch_status::not_requested;
+  cache_outcome cache_outcome_ = cache_outcome::off;
+  std::optional<program_cache_key> cache_key_;
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

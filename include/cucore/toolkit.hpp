@@ -1,7 +1,7 @@
 // Discovery of the CUDA libraries cucore opens at run time, and their versions.
 //
-// cucore never links against a CUDA library. NVRTC, nvJitLink and libNVVM are searched, in order, in
-// $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (each under lib64/, lib/,
+// cucore never links against a CUDA library. NVRTC, nvJitLink and libNVVM are searched, in order,
+// in $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (each under lib64/, lib/,
 // targets/<arch>-linux/lib/, and nvvm/lib64/ for libNVVM), then through the dynamic loader's own
 // path. Setting CUCORE_CUDA_HOME_ONLY=1 restricts the search to $CUCORE_CUDA_HOME. The driver
 // (libcuda.so.1) is only ever taken from the loader path: the toolkit ships a stub of it that must

@@ -20,7 +20,7 @@ bool storable(std::string_view text) {
 }  // namespace
 
 std::optional<file_identity> identify_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   file_identity id;
   id.path = path;
@@ -91,7 +91,7 @@ void compiler_version_memo::remember(std::string_view library, const file_identi
     std::error_code ec;
     std::filesystem::create_directories(file_.parent_path(), ec);
     std::string temp = file_.string() + ".tmp-XXXXXX";
-    int fd = ::mkstemp(temp.data());
+    int fd = ::mkostemp(temp.data(), O_CLOEXEC);
     if (fd < 0) return;
     bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
     ok = (::close(fd) == 0) && ok;

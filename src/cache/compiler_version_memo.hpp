@@ -35,7 +35,8 @@ class compiler_version_memo {
   // The version remembered for `library` ("nvrtc", "nvvm", "nvjitlink") read from `file`.
   std::optional<std::string> lookup(std::string_view library, const file_identity& file);
   // Remembers it (best effort: an unwritable location is silently skipped).
-  void remember(std::string_view library, const file_identity& file, std::string_view version) noexcept;
+  void remember(std::string_view library, const file_identity& file,
+                std::string_view version) noexcept;
 
   const std::filesystem::path& file() const noexcept { return file_; }
 

@@ -1,7 +1,6 @@
 #include "cache/entry_format.hpp"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "cache/checksum.hpp"
 
 #include <cstring>
 #include <limits>
@@ -148,25 +147,27 @@ parsed parse(std::span<const std::byte> data, bool with_symbols) {
 
 std::uint64_t checksum_of(std::span<const std::byte> data, std::size_t checksum_offset,
                           std::size_t payload_offset) {
-  XXH3_state_t state;
-  XXH3_INITSTATE(&state);
-  XXH3_64bits_reset(&state);
-  XXH3_64bits_update(&state, data.data(), checksum_offset);
-  XXH3_64bits_update(&state, data.data() + payload_offset, data.size() - payload_offset);
-  return XXH3_64bits_digest(&state);
+  return xxh3_64(data.first(checksum_offset), data.subspan(payload_offset));
 }
 
 }  // namespace
 
 std::string_view to_string(entry_status status) noexcept {
   switch (status) {
-    case entry_status::ok: return "ok";
-    case entry_status::truncated: return "truncated";
-    case entry_status::bad_magic: return "not a cucore entry";
-    case entry_status::bad_version: return "unsupported format version";
-    case entry_status::malformed: return "malformed";
-    case entry_status::bad_checksum: return "checksum mismatch";
-    case entry_status::key_mismatch: return "key mismatch";
+    case entry_status::ok:
+      return "ok";
+    case entry_status::truncated:
+      return "truncated";
+    case entry_status::bad_magic:
+      return "not a cucore entry";
+    case entry_status::bad_version:
+      return "unsupported format version";
+    case entry_status::malformed:
+      return "malformed";
+    case entry_status::bad_checksum:
+      return "checksum mismatch";
+    case entry_status::key_mismatch:
+      return "key mismatch";
   }
   return "unknown";
 }
@@ -176,8 +177,8 @@ std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object
   for (const auto& [expr, mangled] : code.symbol_mapping()) {
     symbols_size += 8 + expr.size() + mangled.size();
   }
-  const std::size_t header_size = kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 +
-                                  symbols_size + 16;
+  const std::size_t header_size =
+      kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 + symbols_size + 16;
   writer w(header_size + code.size());
   w.raw(std::as_bytes(std::span<const char>(kEntryMagic.data(), kEntryMagic.size())));
   w.u32(kEntryFormatVersion);
@@ -217,8 +218,8 @@ decoded_entry decode_entry(std::vector<std::byte> data,
     result.status = entry_status::bad_checksum;
     return result;
   }
-  if (expected_key && !std::equal(expected_key->begin(), expected_key->end(),
-                                  p.header.key.begin(), p.header.key.end())) {
+  if (expected_key && !std::equal(expected_key->begin(), expected_key->end(), p.header.key.begin(),
+                                  p.header.key.end())) {
     result.status = entry_status::key_mismatch;
     return result;
   }

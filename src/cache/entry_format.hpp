@@ -35,12 +35,12 @@ std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object
 
 enum class entry_status {
   ok,
-  truncated,       // shorter than its header says
-  bad_magic,       // not a cucore entry
-  bad_version,     // written by another format version
-  malformed,       // lengths or fields that cannot be right (trailing bytes, bad code type)
-  bad_checksum,    // bit rot, torn write
-  key_mismatch,    // a valid entry, but for another key
+  truncated,     // shorter than its header says
+  bad_magic,     // not a cucore entry
+  bad_version,   // written by another format version
+  malformed,     // lengths or fields that cannot be right (trailing bytes, bad code type)
+  bad_checksum,  // bit rot, torn write
+  key_mismatch,  // a valid entry, but for another key
 };
 std::string_view to_string(entry_status status) noexcept;
 

@@ -106,8 +106,12 @@ std::vector<cache_entry_info> in_memory_program_cache::list() {
   out.reserve(lru_.size());
   for (const auto& e : lru_) {
     auto key = std::as_bytes(std::span<const char>(e.key.data(), e.key.size()));
-    out.push_back(cache_entry_info{{key.begin(), key.end()}, e.code.type(), e.code.name(),
-                                   e.code.symbol_mapping().size(), e.code.size(), e.code.size(),
+    out.push_back(cache_entry_info{{key.begin(), key.end()},
+                                   e.code.type(),
+                                   e.code.name(),
+                                   e.code.symbol_mapping().size(),
+                                   e.code.size(),
+                                   e.code.size(),
                                    std::nullopt});
   }
   return out;

@@ -5,7 +5,8 @@
 namespace cucore {
 namespace {
 
-std::string cuda_message(const std::string& name, const std::string& call, const std::string& detail) {
+std::string cuda_message(const std::string& name, const std::string& call,
+                         const std::string& detail) {
   std::string message = call + " failed with " + name;
   if (!detail.empty()) message += " (" + detail + ")";
   return message;
@@ -29,8 +30,8 @@ std::string not_found_message(const std::string& library, const std::vector<std:
       "\nInstall the CUDA toolkit, or point CUCORE_CUDA_HOME (or CUDA_HOME) at the directory that "
       "holds it.";
   if (library == "CUDA driver") {
-    message = library + " (libcuda.so.1) is needed for " + feature +
-              " but could not be loaded" + (reason.empty() ? "" : ": " + reason) +
+    message = library + " (libcuda.so.1) is needed for " + feature + " but could not be loaded" +
+              (reason.empty() ? "" : ": " + reason) +
               ".\nIt comes with the NVIDIA GPU driver, which this machine does not appear to have.";
   }
   return message;

@@ -28,7 +28,8 @@ library_table<Api> mark_missing(library_table<Api>& table, std::string why) {
 // Opens the library and fills every pointer in `Api` with `resolve(name)`; a missing symbol makes
 // the library unusable (an old or foreign build) rather than crashing later.
 template <class Api, class Resolve, class Fill>
-library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve resolve, Fill fill) {
+library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve resolve,
+                        Fill fill) {
   library_table<Api> table;
   table.status.which = lib;
   located_library found = locate(spec);
@@ -52,7 +53,9 @@ library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve 
   return table;
 }
 
-void* plain_symbol(const shared_library& lib, const char* name) { return lib.symbol(name); }
+void* plain_symbol(const shared_library& lib, const char* name) {
+  return lib.symbol(name);
+}
 
 library_table<nvrtc_api> load_nvrtc() {
   const library_spec& spec = library_spec_of(toolkit::library::nvrtc);
@@ -130,8 +133,8 @@ library_table<driver_api> load_driver() {
   auto table = load<driver_api>(
       toolkit::library::driver, spec,
       [](const driver_api& api, const char* name) -> void* {
-        auto gpa = reinterpret_cast<get_proc_address_v2>(
-            api.library->symbol("cuGetProcAddress_v2"));
+        auto gpa =
+            reinterpret_cast<get_proc_address_v2>(api.library->symbol("cuGetProcAddress_v2"));
         if (gpa == nullptr) return nullptr;
         void* fn = nullptr;
         CUdriverProcAddressQueryResult status{};
@@ -150,9 +153,9 @@ library_table<driver_api> load_driver() {
     if (table.api->cuDriverGetVersion(&table.api->driver_version) != CUDA_SUCCESS) {
       return mark_missing(table, "cuDriverGetVersion failed");
     }
-    table.status.version = version{table.api->driver_version / 1000,
-                                   (table.api->driver_version % 1000) / 10}
-                               .to_string();
+    table.status.version =
+        version{table.api->driver_version / 1000, (table.api->driver_version % 1000) / 10}
+            .to_string();
     table.api->init_result = table.api->cuInit(0);
   }
   return table;
@@ -179,10 +182,14 @@ const library_spec& library_spec_of(toolkit::library lib) {
   // Only the loader path: the toolkit's lib64/stubs/libcuda.so must never be picked up.
   static const library_spec driver{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false};
   switch (lib) {
-    case toolkit::library::nvrtc: return nvrtc;
-    case toolkit::library::nvjitlink: return nvjitlink;
-    case toolkit::library::nvvm: return nvvm;
-    case toolkit::library::driver: return driver;
+    case toolkit::library::nvrtc:
+      return nvrtc;
+    case toolkit::library::nvjitlink:
+      return nvjitlink;
+    case toolkit::library::nvvm:
+      return nvvm;
+    case toolkit::library::driver:
+      return driver;
   }
   return driver;
 }
@@ -205,11 +212,15 @@ const library_table<driver_api>& driver_table() {
   return *table;
 }
 
-const nvrtc_api& nvrtc(std::string_view feature) { return require(nvrtc_table(), feature); }
+const nvrtc_api& nvrtc(std::string_view feature) {
+  return require(nvrtc_table(), feature);
+}
 const nvjitlink_api& nvjitlink(std::string_view feature) {
   return require(nvjitlink_table(), feature);
 }
-const nvvm_api& nvvm(std::string_view feature) { return require(nvvm_table(), feature); }
+const nvvm_api& nvvm(std::string_view feature) {
+  return require(nvvm_table(), feature);
+}
 
 const driver_api& driver(std::string_view feature) {
   const driver_api& api = require(driver_table(), feature);

@@ -16,32 +16,82 @@
 
 namespace cucore::detail {
 
-#define CUCORE_NVRTC_FUNCTIONS(X)                                                                \
-  X(nvrtcGetErrorString) X(nvrtcVersion) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)            \
-  X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) \
-  X(nvrtcGetLTOIRSize) X(nvrtcGetLTOIR) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)          \
-  X(nvrtcAddNameExpression) X(nvrtcGetLoweredName) X(nvrtcGetPCHHeapSize)                        \
-  X(nvrtcSetPCHHeapSize) X(nvrtcGetPCHCreateStatus) X(nvrtcGetPCHHeapSizeRequired)
+// One loader table entry per X(...).
+// clang-format off
+#define CUCORE_NVRTC_FUNCTIONS(X) \
+  X(nvrtcGetErrorString)          \
+  X(nvrtcVersion)                 \
+  X(nvrtcCreateProgram)           \
+  X(nvrtcDestroyProgram)          \
+  X(nvrtcCompileProgram)          \
+  X(nvrtcGetPTXSize)              \
+  X(nvrtcGetPTX)                  \
+  X(nvrtcGetCUBINSize)            \
+  X(nvrtcGetCUBIN)                \
+  X(nvrtcGetLTOIRSize)            \
+  X(nvrtcGetLTOIR)                \
+  X(nvrtcGetProgramLogSize)       \
+  X(nvrtcGetProgramLog)           \
+  X(nvrtcAddNameExpression)       \
+  X(nvrtcGetLoweredName)          \
+  X(nvrtcGetPCHHeapSize)          \
+  X(nvrtcSetPCHHeapSize)          \
+  X(nvrtcGetPCHCreateStatus)      \
+  X(nvrtcGetPCHHeapSizeRequired)
 
-#define CUCORE_NVJITLINK_FUNCTIONS(X)                                                         \
-  X(nvJitLinkCreate) X(nvJitLinkDestroy) X(nvJitLinkAddData) X(nvJitLinkComplete)             \
-  X(nvJitLinkGetLinkedCubinSize) X(nvJitLinkGetLinkedCubin) X(nvJitLinkGetLinkedPtxSize)      \
-  X(nvJitLinkGetLinkedPtx) X(nvJitLinkGetErrorLogSize) X(nvJitLinkGetErrorLog)                \
-  X(nvJitLinkGetInfoLogSize) X(nvJitLinkGetInfoLog) X(nvJitLinkVersion)
+#define CUCORE_NVJITLINK_FUNCTIONS(X) \
+  X(nvJitLinkCreate)                  \
+  X(nvJitLinkDestroy)                 \
+  X(nvJitLinkAddData)                 \
+  X(nvJitLinkComplete)                \
+  X(nvJitLinkGetLinkedCubinSize)      \
+  X(nvJitLinkGetLinkedCubin)          \
+  X(nvJitLinkGetLinkedPtxSize)        \
+  X(nvJitLinkGetLinkedPtx)            \
+  X(nvJitLinkGetErrorLogSize)         \
+  X(nvJitLinkGetErrorLog)             \
+  X(nvJitLinkGetInfoLogSize)          \
+  X(nvJitLinkGetInfoLog)              \
+  X(nvJitLinkVersion)
 
-#define CUCORE_NVVM_FUNCTIONS(X)                                                                \
-  X(nvvmGetErrorString) X(nvvmVersion) X(nvvmIRVersion) X(nvvmCreateProgram)                    \
-  X(nvvmDestroyProgram) X(nvvmAddModuleToProgram) X(nvvmLazyAddModuleToProgram)                \
-  X(nvvmCompileProgram) X(nvvmVerifyProgram) X(nvvmGetCompiledResultSize)                       \
-  X(nvvmGetCompiledResult) X(nvvmGetProgramLogSize) X(nvvmGetProgramLog)
+#define CUCORE_NVVM_FUNCTIONS(X) \
+  X(nvvmGetErrorString)          \
+  X(nvvmVersion)                 \
+  X(nvvmIRVersion)               \
+  X(nvvmCreateProgram)           \
+  X(nvvmDestroyProgram)          \
+  X(nvvmAddModuleToProgram)      \
+  X(nvvmLazyAddModuleToProgram)  \
+  X(nvvmCompileProgram)          \
+  X(nvvmVerifyProgram)           \
+  X(nvvmGetCompiledResultSize)   \
+  X(nvvmGetCompiledResult)       \
+  X(nvvmGetProgramLogSize)       \
+  X(nvvmGetProgramLog)
 
 // Driver entry points by their un-versioned names; cuGetProcAddress returns the version that
 // matches the macros of the cuda.h we were built with (CUDA_VERSION).
-#define CUCORE_DRIVER_FUNCTIONS(X)                                                                 \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)         \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuCtxGetDevice)   \
-  X(cuCtxGetCurrent) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent)   \
-  X(cuCtxPopCurrent) X(cuLinkCreate) X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)
+#define CUCORE_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                        \
+  X(cuDriverGetVersion)            \
+  X(cuGetErrorName)                \
+  X(cuGetErrorString)              \
+  X(cuDeviceGetCount)              \
+  X(cuDeviceGet)                   \
+  X(cuDeviceGetName)               \
+  X(cuDeviceGetAttribute)          \
+  X(cuDeviceTotalMem)              \
+  X(cuCtxGetDevice)                \
+  X(cuCtxGetCurrent)               \
+  X(cuDevicePrimaryCtxRetain)      \
+  X(cuDevicePrimaryCtxRelease)     \
+  X(cuCtxPushCurrent)              \
+  X(cuCtxPopCurrent)               \
+  X(cuLinkCreate)                  \
+  X(cuLinkAddData)                 \
+  X(cuLinkComplete)                \
+  X(cuLinkDestroy)
+// clang-format on
 
 #define CUCORE_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
 
@@ -65,8 +115,8 @@ struct nvvm_api {
 
 struct driver_api {
   CUCORE_DRIVER_FUNCTIONS(CUCORE_DECLARE_POINTER)
-  std::optional<shared_library> library;  // always engaged once the table is built
-  int driver_version = 0;  // 13000 → 13.0
+  std::optional<shared_library> library;              // always engaged once the table is built
+  int driver_version = 0;                             // 13000 → 13.0
   CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;  // cuInit(0), called once
 };
 

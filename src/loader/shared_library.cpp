@@ -17,7 +17,7 @@ std::string env(const char* name) {
 }
 
 bool is_regular_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -83,7 +83,9 @@ std::vector<std::string> cuda_roots() {
   return roots;
 }
 
-bool search_loader_path() { return env("CUCORE_CUDA_HOME_ONLY") != "1"; }
+bool search_loader_path() {
+  return env("CUCORE_CUDA_HOME_ONLY") != "1";
+}
 
 located_library locate(const library_spec& spec) {
   located_library result;

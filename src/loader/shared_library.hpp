@@ -50,7 +50,8 @@ struct located_library {
 // The CUDA roots, in search order: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda.
 // With CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME.
 std::vector<std::string> cuda_roots();
-// Whether the dynamic loader's own path is searched after the roots (not with CUCORE_CUDA_HOME_ONLY).
+// Whether the dynamic loader's own path is searched after the roots (not with
+// CUCORE_CUDA_HOME_ONLY).
 bool search_loader_path();
 
 located_library locate(const library_spec& spec);

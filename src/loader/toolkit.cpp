@@ -17,7 +17,7 @@ namespace toolkit {
 namespace {
 
 bool is_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -41,20 +41,28 @@ std::vector<std::string> libdevice_candidates() {
 
 std::string_view library_name(library lib) noexcept {
   switch (lib) {
-    case library::nvrtc: return "NVRTC";
-    case library::nvjitlink: return "nvJitLink";
-    case library::nvvm: return "libNVVM";
-    case library::driver: return "CUDA driver";
+    case library::nvrtc:
+      return "NVRTC";
+    case library::nvjitlink:
+      return "nvJitLink";
+    case library::nvvm:
+      return "libNVVM";
+    case library::driver:
+      return "CUDA driver";
   }
   return "unknown library";
 }
 
 library_status status(library lib) {
   switch (lib) {
-    case library::nvrtc: return detail::nvrtc_table().status;
-    case library::nvjitlink: return detail::nvjitlink_table().status;
-    case library::nvvm: return detail::nvvm_table().status;
-    case library::driver: return detail::driver_table().status;
+    case library::nvrtc:
+      return detail::nvrtc_table().status;
+    case library::nvjitlink:
+      return detail::nvjitlink_table().status;
+    case library::nvvm:
+      return detail::nvvm_table().status;
+    case library::driver:
+      return detail::driver_table().status;
   }
   return {};
 }
@@ -95,11 +103,15 @@ report query() {
   return r;
 }
 
-version nvrtc_version() { return detail::nvrtc("the NVRTC version probe").nvrtc_version; }
+version nvrtc_version() {
+  return detail::nvrtc("the NVRTC version probe").nvrtc_version;
+}
 version nvjitlink_version() {
   return detail::nvjitlink("the nvJitLink version probe").nvjitlink_version;
 }
-nvvm_version_info nvvm_version() { return detail::nvvm("the libNVVM version probe").versions; }
+nvvm_version_info nvvm_version() {
+  return detail::nvvm("the libNVVM version probe").versions;
+}
 
 std::optional<version> driver_version() {
   const auto& table = detail::driver_table();

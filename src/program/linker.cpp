@@ -15,12 +15,18 @@ using detail::trim_nul;
 
 nvJitLinkInputType nvjitlink_input(code_type type) {
   switch (type) {
-    case code_type::ptx: return NVJITLINK_INPUT_PTX;
-    case code_type::cubin: return NVJITLINK_INPUT_CUBIN;
-    case code_type::ltoir: return NVJITLINK_INPUT_LTOIR;
-    case code_type::fatbin: return NVJITLINK_INPUT_FATBIN;
-    case code_type::object: return NVJITLINK_INPUT_OBJECT;
-    case code_type::library: return NVJITLINK_INPUT_LIBRARY;
+    case code_type::ptx:
+      return NVJITLINK_INPUT_PTX;
+    case code_type::cubin:
+      return NVJITLINK_INPUT_CUBIN;
+    case code_type::ltoir:
+      return NVJITLINK_INPUT_LTOIR;
+    case code_type::fatbin:
+      return NVJITLINK_INPUT_FATBIN;
+    case code_type::object:
+      return NVJITLINK_INPUT_OBJECT;
+    case code_type::library:
+      return NVJITLINK_INPUT_LIBRARY;
   }
   return NVJITLINK_INPUT_ANY;
 }
@@ -102,12 +108,18 @@ CUjit_target driver_target(const std::string& arch) {
 
 CUjitInputType driver_input(code_type type) {
   switch (type) {
-    case code_type::ptx: return CU_JIT_INPUT_PTX;
-    case code_type::cubin: return CU_JIT_INPUT_CUBIN;
-    case code_type::fatbin: return CU_JIT_INPUT_FATBINARY;
-    case code_type::object: return CU_JIT_INPUT_OBJECT;
-    case code_type::library: return CU_JIT_INPUT_LIBRARY;
-    case code_type::ltoir: break;
+    case code_type::ptx:
+      return CU_JIT_INPUT_PTX;
+    case code_type::cubin:
+      return CU_JIT_INPUT_CUBIN;
+    case code_type::fatbin:
+      return CU_JIT_INPUT_FATBINARY;
+    case code_type::object:
+      return CU_JIT_INPUT_OBJECT;
+    case code_type::library:
+      return CU_JIT_INPUT_LIBRARY;
+    case code_type::ltoir:
+      break;
   }
   throw invalid_argument(
       "the driver linker cannot link LTO-IR: install nvJitLink (CUDA 12.3 or newer) or link PTX");
@@ -165,8 +177,8 @@ std::string_view to_string(linker_backend backend) noexcept {
 }
 
 linker_backend linker::which_backend() {
-  static const linker_backend backend = detail::nvjitlink_table().api ? linker_backend::nvjitlink
-                                                                      : linker_backend::driver;
+  static const linker_backend backend =
+      detail::nvjitlink_table().api ? linker_backend::nvjitlink : linker_backend::driver;
   return backend;
 }
 
@@ -193,12 +205,12 @@ object_code linker::link_nvjitlink(code_type target) {
   nvJitLinkResult r = api.nvJitLinkCreate(&raw, static_cast<uint32_t>(argv.size()), argv.data());
   if (r != NVJITLINK_SUCCESS) {
     // Creation fails on bad options; there is no handle to read a log from.
-    throw compile_error("nvJitLink", nvjitlink_status(r),
-                        "nvJitLinkCreate rejected the options: " + [&] {
-                          std::string all;
-                          for (const auto& f : flags) all += (all.empty() ? "" : " ") + f;
-                          return all;
-                        }());
+    throw compile_error(
+        "nvJitLink", nvjitlink_status(r), "nvJitLinkCreate rejected the options: " + [&] {
+          std::string all;
+          for (const auto& f : flags) all += (all.empty() ? "" : " ") + f;
+          return all;
+        }());
   }
   detail::nvjitlink_handle handle(api, raw);
   for (const auto& input : inputs_) {
@@ -240,7 +252,8 @@ object_code linker::link_nvjitlink(code_type target) {
 object_code linker::link_driver(code_type target) {
   const auto& o = options_;
   if (target != code_type::cubin) {
-    throw invalid_argument("the driver linker only produces cubin; install nvJitLink to link to ptx");
+    throw invalid_argument(
+        "the driver linker only produces cubin; install nvJitLink to link to ptx");
   }
   std::string refused;
   auto refuse = [&](bool set, const char* name) {
@@ -252,14 +265,16 @@ object_code linker::link_driver(code_type target) {
   refuse(o.split_compile.has_value(), "split_compile");
   refuse(o.split_compile_extended.has_value(), "split_compile_extended");
   if (!refused.empty()) {
-    throw invalid_argument("linker_options not supported by the driver linker (nvJitLink is not "
-                           "available): " + refused + ". Install nvJitLink or drop them.");
+    throw invalid_argument(
+        "linker_options not supported by the driver linker (nvJitLink is not "
+        "available): " +
+        refused + ". Install nvJitLink or drop them.");
   }
   const auto& nvjitlink_status = detail::nvjitlink_table().status;
-  const auto& api = detail::driver("linking with the driver linker, because nvJitLink is not available (" +
-                                   nvjitlink_status.error + "; searched " +
-                                   std::to_string(nvjitlink_status.searched.size()) +
-                                   " places, see `cucore info`)");
+  const auto& api = detail::driver(
+      "linking with the driver linker, because nvJitLink is not available (" +
+      nvjitlink_status.error + "; searched " + std::to_string(nvjitlink_status.searched.size()) +
+      " places, see `cucore info`)");
   scoped_primary_context context(api);
 
   constexpr std::size_t kLogSize = 1 << 22;
@@ -267,8 +282,8 @@ object_code linker::link_driver(code_type target) {
   std::vector<char> error_log(kLogSize, '\0');
   std::vector<CUjit_option> keys = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
                                     CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  std::vector<void*> values = {info_log.data(), reinterpret_cast<void*>(kLogSize),
-                               error_log.data(), reinterpret_cast<void*>(kLogSize)};
+  std::vector<void*> values = {info_log.data(), reinterpret_cast<void*>(kLogSize), error_log.data(),
+                               reinterpret_cast<void*>(kLogSize)};
   auto set = [&](CUjit_option key, std::uintptr_t value) {
     keys.push_back(key);
     values.push_back(reinterpret_cast<void*>(value));
@@ -277,15 +292,16 @@ object_code linker::link_driver(code_type target) {
   if (o.max_register_count) set(CU_JIT_MAX_REGISTERS, static_cast<unsigned>(*o.max_register_count));
   if (o.verbose.value_or(false)) set(CU_JIT_LOG_VERBOSE, 1);
   if (o.link_time_optimization.value_or(false)) set(CU_JIT_LTO, 1);
-  if (o.optimization_level) set(CU_JIT_OPTIMIZATION_LEVEL, static_cast<unsigned>(*o.optimization_level));
+  if (o.optimization_level)
+    set(CU_JIT_OPTIMIZATION_LEVEL, static_cast<unsigned>(*o.optimization_level));
   if (o.debug.value_or(false)) set(CU_JIT_GENERATE_DEBUG_INFO, 1);
   if (o.lineinfo.value_or(false)) set(CU_JIT_GENERATE_LINE_INFO, 1);
   if (o.no_cache.value_or(false)) set(CU_JIT_CACHE_MODE, CU_JIT_CACHE_OPTION_NONE);
 
   driver_link_state state(api);
-  detail::check_driver(api.cuLinkCreate(static_cast<unsigned>(keys.size()), keys.data(),
-                                        values.data(), state.out()),
-                       "cuLinkCreate");
+  detail::check_driver(
+      api.cuLinkCreate(static_cast<unsigned>(keys.size()), keys.data(), values.data(), state.out()),
+      "cuLinkCreate");
   auto logs = [&] {
     std::string log = error_log.data();
     std::string info = info_log.data();

@@ -18,12 +18,18 @@ std::vector<std::byte> to_bytes(std::span<const std::byte> data) {
 
 std::string_view to_string(code_type type) noexcept {
   switch (type) {
-    case code_type::ptx: return "ptx";
-    case code_type::cubin: return "cubin";
-    case code_type::ltoir: return "ltoir";
-    case code_type::fatbin: return "fatbin";
-    case code_type::object: return "object";
-    case code_type::library: return "library";
+    case code_type::ptx:
+      return "ptx";
+    case code_type::cubin:
+      return "cubin";
+    case code_type::ltoir:
+      return "ltoir";
+    case code_type::fatbin:
+      return "fatbin";
+    case code_type::object:
+      return "object";
+    case code_type::library:
+      return "library";
   }
   return "unknown";
 }
@@ -105,7 +111,8 @@ bool operator==(const object_code& a, const object_code& b) noexcept {
   if (a.state_ == b.state_) return true;
   auto ca = a.code();
   auto cb = b.code();
-  return a.state_->type == b.state_->type && std::equal(ca.begin(), ca.end(), cb.begin(), cb.end()) &&
+  return a.state_->type == b.state_->type &&
+         std::equal(ca.begin(), ca.end(), cb.begin(), cb.end()) &&
          a.state_->name == b.state_->name && a.state_->symbols == b.state_->symbols;
 }
 

@@ -19,8 +19,12 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-const char* tf(bool v) { return v ? "true" : "false"; }
-const char* one_zero(bool v) { return v ? "1" : "0"; }
+const char* tf(bool v) {
+  return v ? "true" : "false";
+}
+const char* one_zero(bool v) {
+  return v ? "1" : "0";
+}
 
 // Collects flags and validates values as they are emitted.
 class flag_list {
@@ -68,7 +72,8 @@ class flag_list {
   }
   void require_text(const std::string& v, const char* field) const {
     if (v.empty()) {
-      throw invalid_argument(std::string(field) + " is set to an empty string: give it a value "
+      throw invalid_argument(std::string(field) +
+                             " is set to an empty string: give it a value "
                              "or leave it unset");
     }
     if (v.find('\0') != std::string::npos) {
@@ -256,7 +261,8 @@ std::vector<std::string> nvrtc_flags(const program_options& o, code_type target)
   if (o.ofast_compile) {
     const auto& v = *o.ofast_compile;
     if (v != "0" && v != "min" && v != "mid" && v != "max") {
-      throw invalid_argument("ofast_compile=\"" + v + "\" is invalid: use \"0\", \"min\", \"mid\" or \"max\"");
+      throw invalid_argument("ofast_compile=\"" + v +
+                             "\" is invalid: use \"0\", \"min\", \"mid\" or \"max\"");
     }
     f.add("--Ofast-compile=" + v);
   }
@@ -275,8 +281,9 @@ std::vector<std::string> nvvm_flags(const program_options& o, code_type target) 
   refuse_unsupported(o,
                      {"debug", "device_code_optimize", "ftz", "prec_sqrt", "prec_div", "fma",
                       "extra_sources", "use_libdevice", "numba_debug"},
-                     "NVVM", "NVVM takes arch, debug, device_code_optimize, ftz, prec_sqrt, "
-                             "prec_div, fma, extra_sources, use_libdevice and numba_debug.");
+                     "NVVM",
+                     "NVVM takes arch, debug, device_code_optimize, ftz, prec_sqrt, "
+                     "prec_div, fma, extra_sources, use_libdevice and numba_debug.");
   for (const auto& m : o.extra_sources) {
     if (m.code.empty()) {
       throw invalid_argument("extra_sources module \"" + m.name +
@@ -301,9 +308,12 @@ std::vector<std::string> nvvm_flags(const program_options& o, code_type target) 
 
 std::string_view to_string(source_type type) noexcept {
   switch (type) {
-    case source_type::cxx: return "c++";
-    case source_type::ptx: return "ptx";
-    case source_type::nvvm: return "nvvm";
+    case source_type::cxx:
+      return "c++";
+    case source_type::ptx:
+      return "ptx";
+    case source_type::nvvm:
+      return "nvvm";
   }
   return "unknown";
 }
@@ -319,21 +329,28 @@ source_type parse_source_type(std::string_view text) {
 
 std::string_view to_string(compiler_backend backend) noexcept {
   switch (backend) {
-    case compiler_backend::nvrtc: return "NVRTC";
-    case compiler_backend::nvvm: return "NVVM";
-    case compiler_backend::nvjitlink: return "nvJitLink";
-    case compiler_backend::driver: return "driver";
+    case compiler_backend::nvrtc:
+      return "NVRTC";
+    case compiler_backend::nvvm:
+      return "NVVM";
+    case compiler_backend::nvjitlink:
+      return "nvJitLink";
+    case compiler_backend::driver:
+      return "driver";
   }
   return "unknown";
 }
 
 std::vector<code_type> supported_targets(source_type source) {
   switch (source) {
-    case source_type::cxx: return {code_type::ptx, code_type::cubin, code_type::ltoir};
+    case source_type::cxx:
+      return {code_type::ptx, code_type::cubin, code_type::ltoir};
     // Not ptx: nvJitLink's -ptx needs LTO-IR inputs ("-ptx requires that all inputs have
     // LTOIR") and the driver linker only emits cubin, so no backend turns PTX into PTX.
-    case source_type::ptx: return {code_type::cubin};
-    case source_type::nvvm: return {code_type::ptx, code_type::ltoir};
+    case source_type::ptx:
+      return {code_type::cubin};
+    case source_type::nvvm:
+      return {code_type::ptx, code_type::ltoir};
   }
   return {};
 }
@@ -363,14 +380,14 @@ std::string resolve_arch(const std::optional<std::string>& arch) {
 }
 
 linker_options to_linker_options(const program_options& o) {
-  refuse_unsupported(o,
-                     {"debug", "lineinfo", "ptxas_options", "max_register_count", "ftz",
-                      "prec_sqrt", "prec_div", "fma", "link_time_optimization", "time",
-                      "split_compile", "no_cache", "numba_debug"},
-                     "PTX (linker)",
-                     "PTX programs take name, arch, debug, lineinfo, ptxas_options, "
-                     "max_register_count, ftz, prec_sqrt, prec_div, fma, link_time_optimization, "
-                     "time, split_compile, no_cache and numba_debug.");
+  refuse_unsupported(
+      o,
+      {"debug", "lineinfo", "ptxas_options", "max_register_count", "ftz", "prec_sqrt", "prec_div",
+       "fma", "link_time_optimization", "time", "split_compile", "no_cache", "numba_debug"},
+      "PTX (linker)",
+      "PTX programs take name, arch, debug, lineinfo, ptxas_options, "
+      "max_register_count, ftz, prec_sqrt, prec_div, fma, link_time_optimization, "
+      "time, split_compile, no_cache and numba_debug.");
   linker_options l;
   l.name = o.name;
   l.arch = o.arch;
@@ -392,7 +409,8 @@ linker_options to_linker_options(const program_options& o) {
 
 std::vector<std::string> nvjitlink_flags(const linker_options& o) {
   flag_list f("nvJitLink");
-  if (!o.arch) throw invalid_argument("linker_options::arch must be resolved before emitting flags");
+  if (!o.arch)
+    throw invalid_argument("linker_options::arch must be resolved before emitting flags");
   check_arch(*o.arch);
   f.add("-arch=" + *o.arch);
   f.positive(o.max_register_count, "max_register_count", "-maxrregcount=");
@@ -430,9 +448,12 @@ std::vector<std::string> compiler_flags(const program_options& options, source_t
     throw invalid_argument("program_options::arch must be resolved before emitting flags");
   }
   switch (source) {
-    case source_type::cxx: return nvrtc_flags(options, target);
-    case source_type::nvvm: return nvvm_flags(options, target);
-    case source_type::ptx: return nvjitlink_flags(to_linker_options(options));
+    case source_type::cxx:
+      return nvrtc_flags(options, target);
+    case source_type::nvvm:
+      return nvvm_flags(options, target);
+    case source_type::ptx:
+      return nvjitlink_flags(to_linker_options(options));
   }
   return {};
 }

@@ -4,8 +4,10 @@
 #include <iterator>
 #include <mutex>
 
+#include "cucore/cache/program_cache.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
+#include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
 #include "program/compiler_handles.hpp"
 
@@ -76,10 +78,14 @@ std::vector<char> read_file(const std::string& path) {
 
 std::string_view to_string(pch_status status) noexcept {
   switch (status) {
-    case pch_status::not_requested: return "not_requested";
-    case pch_status::created: return "created";
-    case pch_status::not_attempted: return "not_attempted";
-    case pch_status::failed: return "failed";
+    case pch_status::not_requested:
+      return "not_requested";
+    case pch_status::created:
+      return "created";
+    case pch_status::not_attempted:
+      return "not_attempted";
+    case pch_status::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -91,8 +97,9 @@ program::program(std::string code, source_type type, program_options options)
                            " source text");
   }
   if (options_.name.empty()) {
-    throw invalid_argument("program_options::name is empty: give the program a name (the "
-                           "default is \"default_program\")");
+    throw invalid_argument(
+        "program_options::name is empty: give the program a name (the "
+        "default is \"default_program\")");
   }
   if (type_ != source_type::nvvm && code_.find('\0') != std::string::npos) {
     throw invalid_argument(std::string(to_string(type_)) +
@@ -102,8 +109,10 @@ program::program(std::string code, source_type type, program_options options)
 
 compiler_backend program::backend() const {
   switch (type_) {
-    case source_type::cxx: return compiler_backend::nvrtc;
-    case source_type::nvvm: return compiler_backend::nvvm;
+    case source_type::cxx:
+      return compiler_backend::nvrtc;
+    case source_type::nvvm:
+      return compiler_backend::nvvm;
     case source_type::ptx:
       return linker::which_backend() == linker_backend::nvjitlink ? compiler_backend::nvjitlink
                                                                   : compiler_backend::driver;
@@ -111,7 +120,20 @@ compiler_backend program::backend() const {
   return compiler_backend::nvrtc;
 }
 
-object_code program::compile(code_type target, std::span<const std::string> name_expressions) {
+std::string_view to_string(cache_outcome outcome) noexcept {
+  switch (outcome) {
+    case cache_outcome::off:
+      return "off";
+    case cache_outcome::hit:
+      return "hit";
+    case cache_outcome::miss:
+      return "miss";
+  }
+  return "unknown";
+}
+
+object_code program::compile(code_type target, std::span<const std::string> name_expressions,
+                             program_cache* cache) {
   check_target(type_, target);
   if (!name_expressions.empty() && type_ != source_type::cxx) {
     throw invalid_argument("name_expressions are only supported for c++ programs (NVRTC); " +
@@ -119,10 +141,52 @@ object_code program::compile(code_type target, std::span<const std::string> name
   }
   log_.clear();
   pch_status_ = pch_status::not_requested;
+  cache_outcome_ = cache_outcome::off;
+  cache_key_.reset();
+  if (cache == nullptr) return compile_uncached(target, name_expressions);
+
+  program_cache_key_inputs inputs;
+  inputs.code = code_;
+  inputs.code_type = type_;
+  inputs.options = options_;
+  inputs.target = target;
+  inputs.name_expressions.assign(name_expressions.begin(), name_expressions.end());
+  try {
+    cache_key_ = make_program_cache_key(inputs, compiler_probes_for(*cache));
+  } catch (const extra_digest_required& e) {
+    throw extra_digest_required(
+        std::string(e.what()) +
+        " [program::compile(..., cache) derives the key itself and cannot take "
+        "an extra_digest: build the key with cucore::make_program_cache_key(..., "
+        "extra_digest) and use the cache's get()/put(), or compile without the "
+        "cache]");
+  }
+
+  if (auto hit = cache->get(*cache_key_)) {
+    cache_outcome_ = cache_outcome::hit;
+    return std::move(*hit);
+  }
+  cache_outcome_ = cache_outcome::miss;
+  object_code compiled = compile_uncached(target, name_expressions);
+  try {
+    cache->put(*cache_key_, compiled);
+  } catch (const std::exception& e) {
+    // The compile succeeded; a cache that cannot store it only costs a later recompile.
+    cucore::log(log_level::warning, "could not store the compiled program in the " +
+                                        cache->description() + " cache: " + e.what());
+  }
+  return compiled;
+}
+
+object_code program::compile_uncached(code_type target,
+                                      std::span<const std::string> name_expressions) {
   switch (type_) {
-    case source_type::cxx: return compile_nvrtc(target, name_expressions);
-    case source_type::nvvm: return compile_nvvm(target);
-    case source_type::ptx: return compile_ptx(target);
+    case source_type::cxx:
+      return compile_nvrtc(target, name_expressions);
+    case source_type::nvvm:
+      return compile_nvvm(target);
+    case source_type::ptx:
+      return compile_ptx(target);
   }
   throw invalid_argument("unknown source type");
 }
@@ -139,9 +203,9 @@ object_code program::compile_nvrtc(code_type target,
   // Two attempts at most: the second only when the PCH heap was too small for the header.
   for (int attempt = 0;; ++attempt) {
     nvrtcProgram raw = nullptr;
-    check_nvrtc(api, api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), 0, nullptr,
-                                            nullptr),
-                "nvrtcCreateProgram");
+    check_nvrtc(
+        api, api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), 0, nullptr, nullptr),
+        "nvrtcCreateProgram");
     detail::nvrtc_program prog(api, raw);
     for (const auto& expr : name_expressions) {
       if (expr.empty()) throw invalid_argument("a name expression is empty");
@@ -164,7 +228,7 @@ object_code program::compile_nvrtc(code_type target,
         check_nvrtc(api, api.nvrtcSetPCHHeapSize(required), "nvrtcSetPCHHeapSize");
         continue;
       }
-      pch_status_ = pch == NVRTC_SUCCESS                      ? pch_status::created
+      pch_status_ = pch == NVRTC_SUCCESS                         ? pch_status::created
                     : pch == NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED ? pch_status::not_attempted
                                                                  : pch_status::failed;
     }
@@ -195,18 +259,20 @@ object_code program::compile_nvvm(code_type target) {
   nvvmProgram raw = nullptr;
   check_nvvm(api, api.nvvmCreateProgram(&raw), "nvvmCreateProgram");
   detail::nvvm_program prog(api, raw);
-  check_nvvm(api, api.nvvmAddModuleToProgram(prog.get(), code_.data(), code_.size(),
-                                             options.name.c_str()),
-             "nvvmAddModuleToProgram");
+  check_nvvm(
+      api, api.nvvmAddModuleToProgram(prog.get(), code_.data(), code_.size(), options.name.c_str()),
+      "nvvmAddModuleToProgram");
   for (const auto& module : options.extra_sources) {
-    check_nvvm(api, api.nvvmAddModuleToProgram(prog.get(), module.code.data(), module.code.size(),
-                                               module.name.c_str()),
+    check_nvvm(api,
+               api.nvvmAddModuleToProgram(prog.get(), module.code.data(), module.code.size(),
+                                          module.name.c_str()),
                "nvvmAddModuleToProgram");
   }
   if (!libdevice.empty()) {
-    check_nvvm(api, api.nvvmLazyAddModuleToProgram(prog.get(), libdevice.data(), libdevice.size(),
-                                                   "libdevice"),
-               "nvvmLazyAddModuleToProgram");
+    check_nvvm(
+        api,
+        api.nvvmLazyAddModuleToProgram(prog.get(), libdevice.data(), libdevice.size(), "libdevice"),
+        "nvvmLazyAddModuleToProgram");
   }
   const int argc = static_cast<int>(argv.size());
   nvvmResult result = api.nvvmVerifyProgram(prog.get(), argc, argv.data());

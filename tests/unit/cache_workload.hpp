@@ -14,7 +14,9 @@
 
 namespace cucore::testing {
 
-inline std::string workload_key(std::uint32_t index) { return "workload-key-" + std::to_string(index); }
+inline std::string workload_key(std::uint32_t index) {
+  return "workload-key-" + std::to_string(index);
+}
 
 // Deterministic code for (index, version): a PTX-typed payload whose length (64 B .. ~64 KiB)
 // and bytes depend on both, plus a name and a symbol mapping that depend on both.

@@ -1,6 +1,8 @@
 // End-to-end tests of the cucore tool: each test runs the built binary (CUCORE_CLI_PATH) as a child
 // process in a fresh directory and checks its exit status, stdout, stderr and the files it wrote.
-// Real compiles with the toolkit's NVRTC, nvJitLink and libNVVM; no GPU needed.
+// Real compiles with the toolkit's NVRTC, nvJitLink and libNVVM; no GPU needed. Every child gets
+// CUCORE_CACHE_DIR pointed at a fresh directory of its test, so the default cache is never the
+// user's ~/.cache.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -264,6 +266,11 @@ using environment = std::vector<std::pair<std::string, std::string>>;
 
 constexpr const char* kArch = testing::kArch;
 
+std::string describe(const run_result& r) {
+  return "exit status " + std::to_string(r.status) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" +
+         r.err;
+}
+
 class Cli : public ::testing::Test {
  protected:
   // Writes `text` to `name` in the work directory.
@@ -272,7 +279,17 @@ class Cli : public ::testing::Test {
   bool exists(const std::string& name) const { return fs::exists(work_ / name); }
 
   // Runs `cucore args...` in the work directory, stdin from /dev/null, stdout and stderr captured.
-  run_result cucore(const std::vector<std::string>& args, const environment& env = {}) {
+  // CUCORE_CACHE_DIR is the test's cache directory unless `given` sets it.
+  run_result cucore(const std::vector<std::string>& args, const environment& given = {}) {
+    environment env = {{"CUCORE_CACHE_DIR", cache_.path().string()}};
+    for (const auto& [name, value] : given) {
+      auto same = [&](const auto& kv) { return kv.first == name; };
+      if (auto it = std::find_if(env.begin(), env.end(), same); it != env.end()) {
+        it->second = value;
+      } else {
+        env.emplace_back(name, value);
+      }
+    }
     const std::string tag = std::to_string(runs_++);
     const std::string out_path = (captures_ / ("stdout." + tag)).string();
     const std::string err_path = (captures_ / ("stderr." + tag)).string();
@@ -330,20 +347,43 @@ class Cli : public ::testing::Test {
     return !parse_json(r.out)["devices"].items.empty();
   }
 
+  // Runs a command that must succeed and print one JSON value; that value (null on failure).
+  json json_of(const std::vector<std::string>& args, const environment& env = {}) {
+    const run_result r = cucore(args, env);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    try {
+      return parse_json(r.out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << describe(r);
+      return {};
+    }
+  }
+
+  // The files of the directory cache at `root` (entries only, not its temp files or memo).
+  static std::vector<fs::path> entry_files(const fs::path& root) {
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (const auto& shard : fs::directory_iterator(root / "entries", ec)) {
+      for (const auto& entry : fs::directory_iterator(shard.path(), ec)) {
+        if (entry.is_regular_file()) files.push_back(entry.path());
+      }
+    }
+    return files;
+  }
+
   temp_dir work_;
   temp_dir captures_;  // apart from work_, so the tool's outputs are all that is there
+  temp_dir cache_;     // CUCORE_CACHE_DIR: the default cache of every run
   int runs_ = 0;
 };
 
 // One fixture, named by what each group tests ("cli.Compile.CxxToPtx" in ctest).
 using Compile = Cli;
+using CompileCache = Cli;
+using Key = Cli;
+using Cache = Cli;
 using Info = Cli;
 using Usage = Cli;
-
-std::string describe(const run_result& r) {
-  return "exit status " + std::to_string(r.status) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" +
-         r.err;
-}
 
 bool is_elf(const std::string& bytes) {
   return bytes.starts_with(
@@ -455,7 +495,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 9u) << r.out;
+  EXPECT_EQ(j.keys.size(), 11u) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
   EXPECT_EQ(j["bytes"].number, static_cast<double>(fs::file_size(work_ / "k.ptx")));
@@ -468,6 +508,8 @@ TEST_F(Compile, JsonReport) {
   ASSERT_TRUE(j["compile_ms"].is(json::kind::number));
   EXPECT_GT(j["compile_ms"].number, 0.0);
   EXPECT_TRUE(j["log"].is(json::kind::string));
+  EXPECT_TRUE(std::regex_match(j["key"].string, std::regex("[0-9a-f]{64}"))) << r.out;
+  EXPECT_EQ(j["cache"].string, "miss");
   EXPECT_TRUE(contains(output("k.ptx"), "_Z1kIfEvPT_"));
 }
 
@@ -663,6 +705,596 @@ TEST_F(Compile, WithoutToolkitNamesNvrtcAndWhereItLooked) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// cucore compile with a cache
+
+// The one-line kernel with two instantiations most cache tests compile.
+std::vector<std::string> compile_k(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"compile",  "k.cu",
+                                   "--arch",   kArch,
+                                   "--json",   "--name-expression",
+                                   "k<float>", "--name-expression=k<int>"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+bool is_key(const std::string& text) {
+  return std::regex_match(text, std::regex("[0-9a-f]{64}"));
+}
+
+TEST_F(CompileCache, MissThenHitInTwoProcessesWithTheDefaultCache) {
+  file("k.cu", kTemplate);
+  const json first = json_of(compile_k({"-o", "first.cubin"}));
+  const json second = json_of(compile_k({"-o", "second.cubin"}));
+  EXPECT_EQ(first["cache"].string, "miss");
+  EXPECT_EQ(second["cache"].string, "hit");
+  EXPECT_TRUE(is_key(first["key"].string)) << first["key"].string;
+  EXPECT_EQ(first["key"].string, second["key"].string);
+  EXPECT_TRUE(is_elf(output("first.cubin")));
+  EXPECT_EQ(output("first.cubin"), output("second.cubin")) << "a hit writes the same bytes";
+  EXPECT_EQ(second["bytes"].number, first["bytes"].number);
+  // Name expressions work on a hit: the cached entry keeps the symbol mapping.
+  EXPECT_EQ(second["mangled_names"]["k<float>"].string, "_Z1kIfEvPT_");
+  EXPECT_EQ(second["mangled_names"]["k<int>"].string, "_Z1kIiEvPT_");
+  EXPECT_EQ(second["backend"].string, "NVRTC");
+  EXPECT_EQ(second["code_type"].string, "cubin");
+  EXPECT_FALSE(second.find("cache_skip_reason"));
+  // The default cache is $CUCORE_CACHE_DIR, a directory cache.
+  EXPECT_EQ(entry_files(cache_.path()).size(), 1u);
+}
+
+TEST_F(CompileCache, HumanReportSaysMissThenHit) {
+  file("k.cu", kTemplate);
+  const std::vector<std::string> args = {"compile",           "k.cu",    "--arch", kArch,
+                                         "--name-expression", "k<float>"};
+  auto r = cucore(args);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(NVRTC, [0-9.]+ ms, cache miss\)\n)")))
+      << r.out;
+  r = cucore(args);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(NVRTC, [0-9.]+ ms, cache hit\)\n)"))) << r.out;
+  EXPECT_TRUE(contains(r.out, "\n  k<float> = _Z1kIfEvPT_\n")) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CompileCache, SqliteAndDirectoryCachesGiveTheSameKey) {
+  file("k.cu", kTemplate);
+  temp_dir caches;
+  const std::string reference = json_of(compile_k())["key"].string;
+  ASSERT_TRUE(is_key(reference));
+  const std::string expected = output("k.cubin");
+  for (const std::string& spec : std::vector<std::string>{
+           "sqlite:" + (caches.path() / "cache.db").string(), (caches.path() / "plain").string(),
+           "dir:" + (caches.path() / "prefixed").string()}) {
+    SCOPED_TRACE(spec);
+    const json first = json_of(compile_k({"--cache", spec, "-o", "a.cubin"}));
+    const json second = json_of(compile_k({"--cache", spec, "-o", "b.cubin"}));
+    EXPECT_EQ(first["cache"].string, "miss");
+    EXPECT_EQ(second["cache"].string, "hit");
+    EXPECT_EQ(first["key"].string, reference) << "the key does not depend on the backend";
+    EXPECT_EQ(second["key"].string, reference);
+    EXPECT_EQ(output("a.cubin"), expected);
+    EXPECT_EQ(output("b.cubin"), expected);
+    EXPECT_EQ(second["mangled_names"]["k<int>"].string, "_Z1kIiEvPT_");
+  }
+  EXPECT_TRUE(fs::exists(caches.path() / "cache.db"));
+  EXPECT_EQ(entry_files(caches.path() / "plain").size(), 1u);
+  EXPECT_EQ(entry_files(caches.path() / "prefixed").size(), 1u);
+  EXPECT_EQ(entry_files(cache_.path()).size(), 1u) << "only the run without --cache used it";
+}
+
+TEST_F(CompileCache, NoneAndMemory) {
+  file("k.cu", kTemplate);
+  for (int run = 0; run < 2; ++run) {
+    const json j = json_of(compile_k({"--cache", "none"}));
+    EXPECT_EQ(j["cache"].string, "off");
+    EXPECT_TRUE(j["key"].is(json::kind::null));
+  }
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+  const auto r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", "none"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_FALSE(contains(r.out, "cache")) << r.out;
+
+  // An in-memory cache lives as long as the process: every run of the tool misses.
+  for (int run = 0; run < 2; ++run) {
+    const json j = json_of(compile_k({"--cache", "memory"}));
+    EXPECT_EQ(j["cache"].string, "miss");
+    EXPECT_TRUE(is_key(j["key"].string));
+  }
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+}
+
+TEST_F(CompileCache, BadSpecsAreUsageErrors) {
+  file("k.cu", kTemplate);
+  for (const char* spec : {"sqlite:", "dir:"}) {
+    const auto r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", spec});
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_TRUE(contains(r.err, std::string("--cache ") + spec)) << r.err;
+    EXPECT_FALSE(exists("k.cubin"));
+  }
+}
+
+TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
+  fs::create_directory(work_ / "inc");
+  file("inc/answer.h", "#define ANSWER 46\n");
+  file("angle.cu",
+       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
+  auto r = cucore({"compile", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(output("angle.ptx"), ", 46;"));
+  EXPECT_TRUE(contains(r.out, ", not cached)")) << r.out;
+  EXPECT_TRUE(contains(r.err, "note: not cached: -I ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; pass --extra-digest or --cache none\n")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "said once: " << r.err;
+
+  const json j =
+      json_of({"compile", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc", "--json"});
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_TRUE(j["key"].is(json::kind::null));
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "-I")) << j["cache_skip_reason"].string;
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "--extra-digest"));
+
+  // A quoted #include is resolved against the current directory: the key cannot see it either.
+  file("answer.h", "#define ANSWER 47\n");
+  file("quoted.cu",
+       "#include \"answer.h\"\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
+  const json q = json_of({"compile", "quoted.cu", "--arch", kArch, "--target", "ptx", "--json"});
+  EXPECT_EQ(q["cache"].string, "skipped");
+  EXPECT_TRUE(contains(q["cache_skip_reason"].string, "quoted.cu"))
+      << q["cache_skip_reason"].string;
+  EXPECT_TRUE(contains(q["cache_skip_reason"].string, "answer.h")) << q["cache_skip_reason"].string;
+  EXPECT_TRUE(contains(output("quoted.ptx"), ", 47;"));
+
+  // --libdevice reads libdevice.10.bc.
+  file("scale.ll", kScaleIr);
+  const json n = json_of({"compile", "scale.ll", "--arch", kArch, "--libdevice", "--json"});
+  EXPECT_EQ(n["cache"].string, "skipped");
+  EXPECT_TRUE(contains(n["cache_skip_reason"].string, "--libdevice"));
+
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+}
+
+TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
+  fs::create_directory(work_ / "inc");
+  file("inc/answer.h", "#define ANSWER 46\n");
+  file("angle.cu",
+       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
+  auto args = [](const std::string& digest, const std::string& out) {
+    return std::vector<std::string>{
+        "compile", "angle.cu",       "--arch", kArch, "--target", "ptx",   "-I",
+        "inc",     "--extra-digest", digest,   "-o",  out,        "--json"};
+  };
+  const json first = json_of(args("00C0ffee", "a.ptx"));
+  const json second = json_of(args("00c0FFEE", "b.ptx"));  // the same bytes
+  EXPECT_EQ(first["cache"].string, "miss");
+  EXPECT_EQ(second["cache"].string, "hit");
+  EXPECT_TRUE(is_key(first["key"].string));
+  EXPECT_EQ(first["key"].string, second["key"].string);
+  EXPECT_TRUE(contains(output("a.ptx"), ", 46;"));
+  EXPECT_EQ(output("a.ptx"), output("b.ptx"));
+
+  // Another digest (the headers changed): another key, a miss, the new header's value.
+  file("inc/answer.h", "#define ANSWER 48\n");
+  const json third = json_of(args("01", "c.ptx"));
+  EXPECT_EQ(third["cache"].string, "miss");
+  EXPECT_NE(third["key"].string, first["key"].string);
+  EXPECT_TRUE(contains(output("c.ptx"), ", 48;"));
+
+  // `cucore key` agrees.
+  const auto r = cucore({"key", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc",
+                         "--extra-digest", "00c0ffee"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, first["key"].string + "\n");
+
+  // A digest on inputs that need none is mixed in all the same.
+  file("k.cu", kTemplate);
+  const json plain = json_of(compile_k());
+  const json salted = json_of(compile_k({"--extra-digest", "ab"}));
+  EXPECT_EQ(salted["cache"].string, "miss");
+  EXPECT_NE(salted["key"].string, plain["key"].string);
+  EXPECT_EQ(json_of(compile_k({"--extra-digest", "AB"}))["cache"].string, "hit");
+}
+
+TEST_F(CompileCache, MalformedExtraDigestIsAUsageError) {
+  file("k.cu", kTemplate);
+  auto r = cucore({"compile", "k.cu", "--arch", kArch, "--extra-digest", "abc"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--extra-digest: \"abc\" has an odd number")) << r.err;
+  r = cucore({"compile", "k.cu", "--arch", kArch, "--extra-digest", "a-"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--extra-digest: \"a-\" is not hexadecimal")) << r.err;
+  r = cucore({"key", "k.cu", "--arch", kArch, "--extra-digest", "zz"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_FALSE(exists("k.cubin"));
+}
+
+TEST_F(CompileCache, PtxAndNvvmHitsToo) {
+  file("saxpy.cu", kSaxpy);
+  ASSERT_EQ(
+      cucore({"compile", "saxpy.cu", "--arch", kArch, "--target", "ptx", "--cache", "none"}).status,
+      0);
+  const std::vector<std::string> ptx = {"compile", "saxpy.ptx", "--arch", kArch, "--json"};
+  const json miss = json_of(ptx);
+  const std::string cubin = output("saxpy.cubin");
+  const json hit = json_of(ptx);
+  EXPECT_EQ(miss["cache"].string, "miss");
+  EXPECT_EQ(hit["cache"].string, "hit");
+  EXPECT_EQ(hit["backend"].string, miss["backend"].string) << "named from the key on a hit";
+  EXPECT_EQ(output("saxpy.cubin"), cubin);
+
+  file("scale.ll", kScaleIr);
+  const std::vector<std::string> nvvm = {"compile", "scale.ll", "--arch", kArch, "--json"};
+  EXPECT_EQ(json_of(nvvm)["cache"].string, "miss");
+  const json nvvm_hit = json_of(nvvm);
+  EXPECT_EQ(nvvm_hit["cache"].string, "hit");
+  EXPECT_EQ(nvvm_hit["backend"].string, "NVVM");
+  EXPECT_TRUE(contains(output("scale.ptx"), ".entry scale"));
+}
+
+// Issue 3, item 8: a process whose lookup hits never loads a compiler library. LD_DEBUG=files makes
+// the dynamic loader name every library it opens, on stderr.
+TEST_F(CompileCache, AHitLoadsNoCompilerLibrary) {
+  const environment debug = {{"LD_DEBUG", "files"}};
+  auto loaded = [](const run_result& r) {
+    std::string libraries;
+    for (const char* lib : {"libnvrtc", "libnvJitLink", "libnvvm"}) {
+      if (contains(r.err, lib)) libraries += std::string(libraries.empty() ? "" : ", ") + lib;
+    }
+    return libraries;
+  };
+
+  file("k.cu", kTemplate);
+  auto r = cucore(compile_k(), debug);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  ASSERT_TRUE(contains(loaded(r), "libnvrtc")) << "LD_DEBUG shows a compile's libraries\n" << r.err;
+  r = cucore(compile_k(), debug);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "hit");
+  EXPECT_EQ(parse_json(r.out)["mangled_names"]["k<int>"].string, "_Z1kIiEvPT_");
+  EXPECT_EQ(loaded(r), "") << "a c++ hit loaded a compiler";
+
+  // The key the tool derives itself (--extra-digest) uses the same remembered versions.
+  EXPECT_EQ(cucore(compile_k({"--extra-digest", "0f"})).status, 0);
+  r = cucore(compile_k({"--extra-digest", "0f"}), debug);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "hit");
+  EXPECT_EQ(loaded(r), "") << "a hit with --extra-digest loaded a compiler";
+
+  // PTX: naming the backend of a hit must not load nvJitLink either.
+  file("saxpy.cu", kSaxpy);
+  ASSERT_EQ(cucore({"compile", "saxpy.cu", "--arch", kArch, "--target", "ptx"}).status, 0);
+  const std::vector<std::string> ptx = {"compile", "saxpy.ptx", "--arch", kArch, "--json"};
+  ASSERT_EQ(cucore(ptx).status, 0);
+  r = cucore(ptx, debug);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "hit");
+  EXPECT_EQ(loaded(r), "") << "a ptx hit loaded a compiler";
+
+  file("scale.ll", kScaleIr);
+  const std::vector<std::string> nvvm = {"compile", "scale.ll", "--arch", kArch, "--json"};
+  ASSERT_EQ(cucore(nvvm).status, 0);
+  r = cucore(nvvm, debug);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "hit");
+  EXPECT_EQ(loaded(r), "") << "an nvvm hit loaded a compiler";
+}
+
+// The same for the SQLite backend: its compiler version memo lives beside the database file.
+TEST_F(CompileCache, ASqliteHitLoadsNoCompilerLibrary) {
+  file("k.cu", kTemplate);
+  const auto args = compile_k({"--cache", "sqlite:" + (cache_.path() / "cache.db").string()});
+  ASSERT_EQ(cucore(args).status, 0);
+  const auto r = cucore(args, {{"LD_DEBUG", "files"}});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "hit");
+  EXPECT_FALSE(contains(r.err, "libnvrtc"))
+      << "a hit in the SQLite cache loaded NVRTC (does sqlite_program_cache override "
+         "compiler_version_memo()?)";
+}
+
+TEST_F(CompileCache, ACacheThatCannotBeOpenedDoesNotFailTheCompile) {
+  file("k.cu", kTemplate);
+  file("not-a-directory", "x");
+  const json j = json_of(compile_k({"--cache", (work_ / "not-a-directory").string()}));
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "cannot open the cache"))
+      << j["cache_skip_reason"].string;
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "not-a-directory"));
+  EXPECT_TRUE(is_elf(output("k.cubin")));
+
+  // `cucore cache` has nothing to fall back to: it fails.
+  const auto r = cucore({"cache", "ls", "--cache", (work_ / "not-a-directory").string()});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "not-a-directory")) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cucore key
+
+TEST_F(Key, IsTheKeyCompileUses) {
+  file("k.cu", kTemplate);
+  const std::vector<std::string> options = {
+      "k.cu", "--arch", kArch, "--name-expression", "k<float>", "-D", "X=1", "--target", "ptx"};
+  std::vector<std::string> key_args = {"key"};
+  key_args.insert(key_args.end(), options.begin(), options.end());
+  std::vector<std::string> compile_args = {"compile", "--json"};
+  compile_args.insert(compile_args.end(), options.begin(), options.end());
+
+  const auto r = cucore(key_args);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  ASSERT_TRUE(is_key(r.out.substr(0, r.out.size() - 1))) << r.out;
+  EXPECT_FALSE(exists("k.ptx")) << "key compiles nothing";
+  EXPECT_TRUE(entry_files(cache_.path()).empty()) << "nor caches anything";
+  EXPECT_EQ(r.out, json_of(compile_args)["key"].string + "\n");
+
+  key_args.push_back("--json");
+  const json j = json_of(key_args);
+  EXPECT_EQ(j.keys, std::vector<std::string>{"key"});
+  EXPECT_EQ(j["key"].string + "\n", r.out);
+
+  // Another option, another key; repeated or reordered name expressions, the same.
+  const auto other = cucore({"key", "k.cu", "--arch", kArch, "--name-expression", "k<float>", "-D",
+                             "X=2", "--target", "ptx"});
+  EXPECT_NE(other.out, r.out);
+  const auto same = cucore({"key", "k.cu", "--target", "ptx", "-D", "X=1", "--name-expression",
+                            "k<float>", "--arch", kArch, "--name-expression", "k<float>"});
+  EXPECT_EQ(same.out, r.out);
+}
+
+TEST_F(Key, ExplainListsTheFields) {
+  file("k.cu", kTemplate);
+  auto r = cucore({"key", "k.cu", "--arch", kArch, "--explain", "--name-expression", "k<int>"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const auto first_newline = r.out.find('\n');
+  ASSERT_NE(first_newline, std::string::npos);
+  EXPECT_TRUE(is_key(r.out.substr(0, first_newline))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^[0-9a-f]{64}\n  schema +cucore-key-)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  option +-arch=sm_90\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  nvrtc +[0-9]+\.[0-9]+)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  name +s:k<int>\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  options_name +k\.cu\n)"))) << r.out;
+
+  const json j =
+      json_of({"key", "k.cu", "--arch", kArch, "--explain", "--json", "--extra-digest", "beef"});
+  EXPECT_TRUE(is_key(j["key"].string));
+  const json& fields = j["fields"];
+  ASSERT_TRUE(fields.is(json::kind::array));
+  ASSERT_FALSE(fields.items.empty());
+  EXPECT_EQ(fields.items[0]["label"].string, "schema");
+  bool arch = false;
+  for (const json& f : fields.items) {
+    EXPECT_EQ(f.keys, (std::vector<std::string>{"label", "payload"}));
+    arch = arch || (f["label"].string == "option" && f["payload"].string == "-arch=sm_90");
+  }
+  EXPECT_TRUE(arch) << "no -arch=sm_90 option field";
+  EXPECT_EQ(fields.items.back()["label"].string, "extra_digest");
+}
+
+TEST_F(Key, InputsTheKeyCannotSeeNeedAnExtraDigest) {
+  fs::create_directory(work_ / "inc");
+  file("inc/answer.h", "#define ANSWER 46\n");
+  file("angle.cu",
+       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
+  auto r = cucore({"key", "angle.cu", "--arch", kArch, "-I", "inc"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "-I")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--extra-digest")) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = cucore({"key", "angle.cu", "--arch", kArch, "-I", "inc", "--extra-digest", "00"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+
+  r = cucore({"key", "--arch", kArch});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "key needs a FILE")) << r.err;
+  r = cucore({"key", "angle.cu", "--arch", kArch, "-o", "x"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "unknown option \"-o\"")) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cucore cache
+
+TEST_F(Cache, LsShowExport) {
+  file("k.cu", kTemplate);
+  const json compiled = json_of(compile_k());
+  const std::string key = compiled["key"].string;
+  ASSERT_TRUE(is_key(key));
+
+  auto r = cucore({"cache", "ls"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_match(
+      r.out,
+      std::regex(
+          key +
+          R"(  cubin  [0-9]+  k\.cu  [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\n)")))
+      << r.out;
+
+  const json ls = json_of({"cache", "ls", "--json"});
+  ASSERT_TRUE(ls.is(json::kind::array));
+  ASSERT_EQ(ls.items.size(), 1u);
+  EXPECT_EQ(ls.items[0]["key"].string, key);
+  EXPECT_EQ(ls.items[0]["code_type"].string, "cubin");
+  EXPECT_EQ(ls.items[0]["payload_bytes"].number, compiled["bytes"].number);
+  EXPECT_GT(ls.items[0]["stored_bytes"].number, ls.items[0]["payload_bytes"].number);
+  EXPECT_EQ(ls.items[0]["name"].string, "k.cu");
+  EXPECT_EQ(ls.items[0]["symbols"].number, 2);
+  EXPECT_TRUE(ls.items[0]["last_used"].string.ends_with("Z"));
+
+  r = cucore({"cache", "show", key});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "key        " + key + "\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "code type  cubin\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "name       k.cu\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\n  k<float> = _Z1kIfEvPT_\n  k<int> = _Z1kIiEvPT_\n")) << r.out;
+
+  const json show = json_of({"cache", "show", key, "--json"});
+  EXPECT_EQ(show["key"].string, key);
+  EXPECT_EQ(show["payload_bytes"].number, compiled["bytes"].number);
+  EXPECT_EQ(show["symbols"]["k<int>"].string, "_Z1kIiEvPT_");
+
+  r = cucore({"cache", "export", key, "-o", "exported.cubin"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(output("exported.cubin"), output("k.cubin"));
+  EXPECT_TRUE(contains(r.out, "-> exported.cubin (")) << r.out;
+
+  // Not there, and not a key.
+  const std::string absent(64, '0');
+  r = cucore({"cache", "show", absent});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "no entry " + absent)) << r.err;
+  r = cucore({"cache", "export", absent, "-o", "nothing.cubin"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_FALSE(exists("nothing.cubin"));
+  r = cucore({"cache", "show", "xyz"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  r = cucore({"cache", "show"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cache show needs a KEYHEX")) << r.err;
+  r = cucore({"cache", "export", key});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "-o")) << r.err;
+}
+
+TEST_F(Cache, LsAndShowWorkOnSqlite) {
+  file("k.cu", kTemplate);
+  const std::string spec = "sqlite:" + (cache_.path() / "c.db").string();
+  const std::string key = json_of(compile_k({"--cache", spec}))["key"].string;
+  const json ls = json_of({"cache", "ls", "--json", "--cache", spec});
+  ASSERT_EQ(ls.items.size(), 1u);
+  EXPECT_EQ(ls.items[0]["key"].string, key);
+  EXPECT_EQ(
+      json_of({"cache", "show", key, "--json", "--cache", spec})["symbols"]["k<float>"].string,
+      "_Z1kIfEvPT_");
+  const json stats = json_of({"cache", "stats", "--json", "--cache", spec});
+  EXPECT_EQ(stats["backend"].string, "sqlite");
+  EXPECT_EQ(stats["file"].string, (cache_.path() / "c.db").string());
+  EXPECT_EQ(stats["entries"].number, 1);
+}
+
+TEST_F(Cache, VerifyFindsAndRemovesADamagedEntry) {
+  file("k.cu", kTemplate);
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  const std::string good = output("k.cubin");
+
+  auto r = cucore({"cache", "verify", "--json"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  json j = parse_json(r.out);
+  EXPECT_EQ(j.keys, (std::vector<std::string>{"entries", "ok", "corrupt", "removed"}));
+  EXPECT_EQ(j["entries"].number, 1);
+  EXPECT_EQ(j["ok"].number, 1);
+  EXPECT_EQ(j["corrupt"].number, 0);
+  EXPECT_EQ(j["removed"].number, 0);
+  r = cucore({"cache", "verify"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, "1 entries, 1 ok, 0 corrupt, 0 removed\n");
+
+  auto damage = [&] {
+    const auto files = entry_files(cache_.path());
+    ASSERT_EQ(files.size(), 1u);
+    std::string bytes = read_text(files[0]);
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
+    write_text(files[0], bytes);
+  };
+  damage();
+  r = cucore({"cache", "verify", "--json"});
+  EXPECT_EQ(r.status, 1) << "damage found: " << describe(r);
+  j = parse_json(r.out);
+  EXPECT_EQ(j["entries"].number, 1);
+  EXPECT_EQ(j["ok"].number, 0);
+  EXPECT_EQ(j["corrupt"].number, 1);
+  EXPECT_EQ(j["removed"].number, 1);
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+  r = cucore({"cache", "verify"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, "0 entries, 0 ok, 0 corrupt, 0 removed\n");
+
+  // The next compile misses, recompiles the same bytes and stores them again.
+  j = json_of(compile_k());
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_EQ(output("k.cubin"), good);
+
+  // A damaged entry found by a compile (no verify) is a miss too, never the damaged bytes.
+  damage();
+  j = json_of(compile_k());
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_EQ(output("k.cubin"), good);
+  EXPECT_EQ(json_of(compile_k())["cache"].string, "hit");
+  EXPECT_EQ(output("k.cubin"), good);
+}
+
+TEST_F(Cache, StatsTrimClear) {
+  file("k.cu", kTemplate);
+  file("saxpy.cu", kSaxpy);
+  json stats = json_of({"cache", "stats", "--json"});
+  EXPECT_EQ(stats["entries"].number, 0);
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  ASSERT_EQ(json_of({"compile", "saxpy.cu", "--arch", kArch, "--json"})["cache"].string, "miss");
+
+  stats = json_of({"cache", "stats", "--json"});
+  EXPECT_EQ(stats["description"].string, "directory " + cache_.path().string());
+  EXPECT_EQ(stats["backend"].string, "directory");
+  EXPECT_EQ(stats["root"].string, cache_.path().string());
+  EXPECT_EQ(stats["entries"].number, 2);
+  EXPECT_GT(stats["size_bytes"].number, 0);
+  auto r = cucore({"cache", "stats"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "root     " + cache_.path().string() + "\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "entries  2\n")) << r.out;
+
+  // A cap above the total removes nothing.
+  r = cucore({"cache", "trim", "--max-size", "1G", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["removed"].number, 0);
+  r = cucore({"cache", "trim", "--max-size", "1"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "removed 2 entries; 0 left")) << r.out;
+  EXPECT_EQ(json_of({"cache", "ls", "--json"}).items.size(), 0u);
+  EXPECT_EQ(cucore({"cache", "ls"}).out, "");
+
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  r = cucore({"cache", "clear"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "removed 1 entry (")) << r.out;
+  EXPECT_EQ(json_of({"cache", "stats", "--json"})["entries"].number, 0);
+  EXPECT_EQ(json_of(compile_k())["cache"].string, "miss");
+  const json cleared = json_of({"cache", "clear", "--json"});
+  EXPECT_EQ(cleared["removed"].number, 1);
+  EXPECT_EQ(cleared["entries"].number, 0);
+
+  for (const char* bad : {"1X", "-1", "K", "99999999999G"}) {
+    r = cucore({"cache", "trim", "--max-size", bad});
+    EXPECT_EQ(r.status, 2) << bad << ": " << describe(r);
+    EXPECT_TRUE(contains(r.err, "--max-size")) << r.err;
+  }
+  r = cucore({"cache", "trim"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--max-size")) << r.err;
+}
+
+TEST_F(Cache, BadCommandLines) {
+  auto r = cucore({"cache"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "stats, ls, show, export, verify, trim, clear")) << r.err;
+  r = cucore({"cache", "frobnicate"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "unknown cache subcommand \"frobnicate\"")) << r.err;
+  r = cucore({"cache", "ls", "--cache", "memory"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--cache memory")) << r.err;
+  r = cucore({"cache", "stats", "--cache", "none"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  r = cucore({"cache", "ls", "--max-size", "1"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cache ls takes no --max-size")) << r.err;
+  r = cucore({"cache", "ls", "extra"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "\"extra\"")) << r.err;
+  r = cucore({"cache", "stats", "--cache", "sqlite:"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+}
+
+// ---------------------------------------------------------------------------------------------
 // cucore info
 
 TEST_F(Info, ReportsNvrtcAndItsVersion) {
@@ -726,8 +1358,9 @@ TEST_F(Usage, HelpListsCommands) {
     const auto r = cucore(args);
     EXPECT_EQ(r.status, 0) << describe(r);
     EXPECT_TRUE(contains(r.out, "Usage: cucore COMMAND")) << r.out;
-    EXPECT_TRUE(contains(r.out, "\n  compile ")) << r.out;
-    EXPECT_TRUE(contains(r.out, "\n  info ")) << r.out;
+    for (const char* command : {"compile", "key", "cache", "info"}) {
+      EXPECT_TRUE(contains(r.out, std::string("\n  ") + command + " ")) << command;
+    }
   }
 }
 
@@ -766,6 +1399,8 @@ TEST_F(Usage, CompileHelpListsEveryOption) {
                                "--extra-device-vectorization",
                                "--libdevice",
                                "--extra-module",
+                               "--cache SPEC",
+                               "--extra-digest HEX",
                                "-h, --help"}) {
       EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;
     }
@@ -777,6 +1412,54 @@ TEST_F(Usage, InfoHelp) {
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "Usage: cucore info")) << r.out;
   EXPECT_TRUE(contains(r.out, "  --json")) << r.out;
+}
+
+TEST_F(Usage, KeyHelp) {
+  const auto r = cucore({"key", "--help"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "Usage: cucore key FILE")) << r.out;
+  for (const char* option :
+       {"--explain", "--json", "--code-type", "--target", "--arch", "--name NAME",
+        "--name-expression", "-I, --include-path", "-D, --define-macro", "--ptxas-options",
+        "--extra-module", "--extra-digest HEX"}) {
+    EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;
+  }
+  EXPECT_FALSE(contains(r.out, "--cache")) << "the key does not depend on the cache";
+}
+
+TEST_F(Usage, CacheHelpListsSubcommandsAndOptions) {
+  const std::vector<std::vector<std::string>> spellings = {{"cache", "--help"}, {"help", "cache"}};
+  for (const auto& args : spellings) {
+    const auto r = cucore(args);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_TRUE(contains(r.out, "Usage: cucore cache SUBCOMMAND")) << r.out;
+    for (const char* sub : {"stats", "ls", "show KEYHEX", "export KEYHEX -o FILE", "verify",
+                            "trim --max-size N", "clear"}) {
+      EXPECT_TRUE(contains(r.out, std::string("\n  ") + sub)) << sub;
+    }
+    for (const char* option :
+         {"--cache SPEC", "--json", "-o, --output FILE", "--max-size N", "-h, --help"}) {
+      EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;
+    }
+    EXPECT_TRUE(contains(r.out, "sqlite:FILE")) << r.out;
+  }
+}
+
+TEST_F(Usage, CacheSubcommandHelp) {
+  for (const std::string sub : {"stats", "ls", "show", "export", "verify", "trim", "clear"}) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"cache", sub, "--help"}, {"help", "cache", sub}, {"cache", "-h", sub}}) {
+      const auto r = cucore(args);
+      ASSERT_EQ(r.status, 0) << describe(r);
+      EXPECT_TRUE(contains(r.out, "Usage: cucore cache " + sub)) << r.out;
+      EXPECT_TRUE(contains(r.out, "  --cache SPEC")) << r.out;
+      EXPECT_TRUE(contains(r.out, "  -h, --help")) << r.out;
+      EXPECT_EQ(contains(r.out, "--max-size N "), sub == "trim") << r.out;
+      EXPECT_EQ(contains(r.out, "-o, --output FILE"), sub == "export") << r.out;
+    }
+  }
+  const auto r = cucore({"cache", "verify", "--help"});
+  EXPECT_TRUE(contains(r.out, "Exit status: 0 nothing was damaged; 1")) << r.out;
 }
 
 TEST_F(Usage, Version) {

@@ -19,9 +19,10 @@ std::span<const std::byte> as_key(std::string_view s) {
 }
 
 object_code sample() {
-  return object_code(code_type::cubin, {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}},
-                     "saxpy.cu", symbol_map{{"saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i"},
-                                            {"saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i"}});
+  return object_code(code_type::cubin,
+                     {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}}, "saxpy.cu",
+                     symbol_map{{"saxpy<float>", "_Z5saxpyIfEvT_PKS0_PS0_i"},
+                                {"saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i"}});
 }
 
 TEST(EntryFormat, RoundTrip) {
@@ -91,7 +92,9 @@ TEST(EntryFormat, TrailingBytesZerosForeignAndOtherVersions) {
   EXPECT_EQ(decode_entry(longer, as_key("key")).status, entry_status::malformed);
   EXPECT_NE(decode_entry(std::vector<std::byte>(bytes.size()), as_key("key")).status,
             entry_status::ok);
-  std::string elf = "\x7f" "ELF not a cucore entry at all";
+  std::string elf =
+      "\x7f"
+      "ELF not a cucore entry at all";
   std::vector<std::byte> foreign(reinterpret_cast<const std::byte*>(elf.data()),
                                  reinterpret_cast<const std::byte*>(elf.data()) + elf.size());
   EXPECT_EQ(decode_entry(foreign, std::nullopt).status, entry_status::bad_magic);
@@ -147,9 +150,9 @@ TEST(EntryFormat, GoldenFilesPinTheFormat) {
                  static_cast<std::streamsize>(encoded.size()));
     }
     auto golden_text = cucore::testing::read_text(dir / c.file);
-    std::vector<std::byte> golden(reinterpret_cast<const std::byte*>(golden_text.data()),
-                                  reinterpret_cast<const std::byte*>(golden_text.data()) +
-                                      golden_text.size());
+    std::vector<std::byte> golden(
+        reinterpret_cast<const std::byte*>(golden_text.data()),
+        reinterpret_cast<const std::byte*>(golden_text.data()) + golden_text.size());
     ASSERT_FALSE(golden.empty()) << "missing golden file";
     EXPECT_EQ(encoded, golden) << "the encoder no longer writes format version 1's bytes";
     auto decoded = decode_entry(golden, as_key(c.key));

@@ -135,13 +135,13 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
 
 TEST(ProgramOptions, FalseBooleansFollowTheReference) {
   program_options o = with_arch();
-  o.debug = false;               // truthy-only flags vanish
+  o.debug = false;  // truthy-only flags vanish
   o.use_fast_math = false;
   o.device_code_optimize = false;
   o.relocatable_device_code = false;  // not-none flags say false
   o.ftz = false;
   EXPECT_EQ(nvrtc(o), (std::vector<std::string>{"-arch=sm_90", "--relocatable-device-code=false",
-                                                 "--ftz=false"}));
+                                                "--ftz=false"}));
 }
 
 TEST(ProgramOptions, LtoirTargetAddsDlto) {
@@ -240,8 +240,8 @@ TEST(PtxOptions, TranslatedToLinkerOptions) {
   EXPECT_EQ(l.arch, "sm_90");
   EXPECT_EQ(l.time, true);
   EXPECT_EQ(compiler_flags(o, source_type::ptx, code_type::cubin),
-            (std::vector<std::string>{"-arch=sm_90", "-maxrregcount=40", "-time", "-g",
-                                      "-lineinfo", "-ftz=false", "-Xptxas=-v", "-no-cache"}));
+            (std::vector<std::string>{"-arch=sm_90", "-maxrregcount=40", "-time", "-g", "-lineinfo",
+                                      "-ftz=false", "-Xptxas=-v", "-no-cache"}));
   program_options bad = with_arch();
   bad.std = "c++17";
   bad.define_macro = {"X"};
@@ -275,13 +275,27 @@ TEST(LinkerOptions, NvJitLinkFlagsInOrder) {
   l.split_compile = 2;
   l.split_compile_extended = 3;
   l.no_cache = true;
-  EXPECT_EQ(nvjitlink_flags(l),
-            (std::vector<std::string>{
-                "-arch=sm_90", "-maxrregcount=64", "-time", "-verbose", "-lto", "-ptx", "-O3", "-g",
-                "-lineinfo", "-ftz=true", "-prec-div=false", "-prec-sqrt=true", "-fma=false",
-                "-kernels-used=k1", "-kernels-used=k2", "-variables-used=v",
-                "-optimize-unused-variables", "-Xptxas=-v", "-split-compile=2",
-                "-split-compile-extended=3", "-no-cache"}));
+  EXPECT_EQ(nvjitlink_flags(l), (std::vector<std::string>{"-arch=sm_90",
+                                                          "-maxrregcount=64",
+                                                          "-time",
+                                                          "-verbose",
+                                                          "-lto",
+                                                          "-ptx",
+                                                          "-O3",
+                                                          "-g",
+                                                          "-lineinfo",
+                                                          "-ftz=true",
+                                                          "-prec-div=false",
+                                                          "-prec-sqrt=true",
+                                                          "-fma=false",
+                                                          "-kernels-used=k1",
+                                                          "-kernels-used=k2",
+                                                          "-variables-used=v",
+                                                          "-optimize-unused-variables",
+                                                          "-Xptxas=-v",
+                                                          "-split-compile=2",
+                                                          "-split-compile-extended=3",
+                                                          "-no-cache"}));
   l.optimization_level = 4;
   EXPECT_THROW(nvjitlink_flags(l), invalid_argument);
 }
@@ -293,13 +307,13 @@ TEST(Targets, MatrixIsEnforced) {
     bool ok;
   };
   const row rows[] = {
-      {source_type::cxx, code_type::ptx, true},      {source_type::cxx, code_type::cubin, true},
-      {source_type::cxx, code_type::ltoir, true},    {source_type::cxx, code_type::fatbin, false},
-      {source_type::cxx, code_type::object, false},  {source_type::cxx, code_type::library, false},
-      {source_type::ptx, code_type::cubin, true},    {source_type::ptx, code_type::ptx, false},
-      {source_type::ptx, code_type::ltoir, false},   {source_type::ptx, code_type::fatbin, false},
-      {source_type::nvvm, code_type::ptx, true},     {source_type::nvvm, code_type::ltoir, true},
-      {source_type::nvvm, code_type::cubin, false},  {source_type::nvvm, code_type::fatbin, false},
+      {source_type::cxx, code_type::ptx, true},     {source_type::cxx, code_type::cubin, true},
+      {source_type::cxx, code_type::ltoir, true},   {source_type::cxx, code_type::fatbin, false},
+      {source_type::cxx, code_type::object, false}, {source_type::cxx, code_type::library, false},
+      {source_type::ptx, code_type::cubin, true},   {source_type::ptx, code_type::ptx, false},
+      {source_type::ptx, code_type::ltoir, false},  {source_type::ptx, code_type::fatbin, false},
+      {source_type::nvvm, code_type::ptx, true},    {source_type::nvvm, code_type::ltoir, true},
+      {source_type::nvvm, code_type::cubin, false}, {source_type::nvvm, code_type::fatbin, false},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(std::string(to_string(r.source)) + " -> " + std::string(to_string(r.target)));

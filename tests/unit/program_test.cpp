@@ -112,8 +112,7 @@ template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }
 namespace ns { template <int N> __global__ void fill(int* x) { x[threadIdx.x] = N; } }
 )";
   program p(src, source_type::cxx, arch_only());
-  std::vector<std::string> names = {"scale<float>", "scale<double>", "ns::fill<3>",
-                                    "&ns::fill<7>"};
+  std::vector<std::string> names = {"scale<float>", "scale<double>", "ns::fill<3>", "&ns::fill<7>"};
   for (auto target : {code_type::ptx, code_type::cubin}) {
     auto code = p.compile(target, names);
     const auto& map = code.symbol_mapping();
@@ -175,7 +174,9 @@ extern "C" __global__ void k(int* out) {
 )";
 
 TEST(OptionEffects, DefineAndUndefineMacro) {
-  auto with = build(kMacroKernel, code_type::ptx, [](auto& o) { o.define_macro = {{"VALUE", "4242"}}; });
+  auto with = build(kMacroKernel, code_type::ptx, [](auto& o) {
+    o.define_macro = {{"VALUE", "4242"}};
+  });
   EXPECT_TRUE(contains(with.text(), "4242"));
   auto without = build(kMacroKernel, code_type::ptx);
   EXPECT_TRUE(contains(without.text(), "1234567"));
@@ -189,14 +190,15 @@ TEST(OptionEffects, DefineAndUndefineMacro) {
 TEST(OptionEffects, IncludePathAndPreInclude) {
   testing::temp_dir dir;
   testing::write_text(dir / "answer.h", "#define ANSWER 7654321\n");
-  const std::string src = "#include \"answer.h\"\nextern \"C\" __global__ void k(int* o) { *o = ANSWER; }";
+  const std::string src =
+      "#include \"answer.h\"\nextern \"C\" __global__ void k(int* o) { *o = ANSWER; }";
   EXPECT_THROW(build(src, code_type::ptx), compile_error);
   auto found = build(src, code_type::ptx, [&](auto& o) { o.include_path = {dir.path().string()}; });
   EXPECT_TRUE(contains(found.text(), "7654321"));
 
   const std::string uses = "extern \"C\" __global__ void k(int* o) { *o = ANSWER; }";
-  auto pre = build(uses, code_type::ptx,
-                   [&](auto& o) { o.pre_include = {(dir / "answer.h").string()}; });
+  auto pre =
+      build(uses, code_type::ptx, [&](auto& o) { o.pre_include = {(dir / "answer.h").string()}; });
   EXPECT_TRUE(contains(pre.text(), "7654321"));
 }
 
@@ -234,13 +236,17 @@ extern "C" __global__ void k(const float* in, float* out) {
 
 TEST(OptionEffects, PtxasOptionsAndMaxRegisterCount) {
   std::string log;
-  build(kRegisterHungry, code_type::cubin, [](auto& o) { o.ptxas_options = {"-v"}; }, &log);
+  build(
+      kRegisterHungry, code_type::cubin, [](auto& o) { o.ptxas_options = {"-v"}; }, &log);
   const int free_regs = registers_used(log);
   ASSERT_GT(free_regs, 32) << log;  // -v reached ptxas: it printed a register count
-  build(kRegisterHungry, code_type::cubin, [](auto& o) {
-    o.ptxas_options = {"-v"};
-    o.max_register_count = 32;
-  }, &log);
+  build(
+      kRegisterHungry, code_type::cubin,
+      [](auto& o) {
+        o.ptxas_options = {"-v"};
+        o.max_register_count = 32;
+      },
+      &log);
   const int capped = registers_used(log);
   EXPECT_GT(capped, 0) << log;
   EXPECT_LE(capped, 32) << log;
@@ -277,20 +283,27 @@ constexpr const char* kWarns = "extern \"C\" __global__ void k(int* o) { int unu
 
 TEST(OptionEffects, DiagnosticControls) {
   std::string log;
-  build(kWarns, code_type::ptx, [](auto&) {}, &log);
+  build(
+      kWarns, code_type::ptx, [](auto&) {}, &log);
   EXPECT_TRUE(contains(log, "#177-D")) << log;
-  build(kWarns, code_type::ptx, [](auto& o) { o.disable_warnings = true; }, &log);
+  build(
+      kWarns, code_type::ptx, [](auto& o) { o.disable_warnings = true; }, &log);
   EXPECT_FALSE(contains(log, "unused")) << log;
-  build(kWarns, code_type::ptx, [](auto& o) { o.diag_suppress = {177}; }, &log);
+  build(
+      kWarns, code_type::ptx, [](auto& o) { o.diag_suppress = {177}; }, &log);
   EXPECT_FALSE(contains(log, "unused")) << log;
-  build(kWarns, code_type::ptx, [](auto& o) { o.no_display_error_number = true; }, &log);
+  build(
+      kWarns, code_type::ptx, [](auto& o) { o.no_display_error_number = true; }, &log);
   EXPECT_TRUE(contains(log, "unused")) << log;
   EXPECT_FALSE(contains(log, "#177")) << log;
   EXPECT_THROW(build(kWarns, code_type::ptx, [](auto& o) { o.diag_error = {177}; }), compile_error);
-  build(kWarns, code_type::ptx, [](auto& o) {
-    o.diag_suppress = {177};
-    o.diag_warn = {177};
-  }, &log);
+  build(
+      kWarns, code_type::ptx,
+      [](auto& o) {
+        o.diag_suppress = {177};
+        o.diag_warn = {177};
+      },
+      &log);
   EXPECT_TRUE(contains(log, "unused")) << log;
 }
 
@@ -305,8 +318,9 @@ extern "C" __global__ void k(int* o) { *o = helper(*o); }
 }
 
 TEST(OptionEffects, DeviceAsDefaultExecutionSpace) {
-  const std::string src = "int twice(int x) { return 2 * x; }\n"
-                          "extern \"C\" __global__ void k(int* o) { *o = twice(*o); }";
+  const std::string src =
+      "int twice(int x) { return 2 * x; }\n"
+      "extern \"C\" __global__ void k(int* o) { *o = twice(*o); }";
   EXPECT_THROW(build(src, code_type::ptx), compile_error);
   EXPECT_NO_THROW(
       build(src, code_type::ptx, [](auto& o) { o.device_as_default_execution_space = true; }));
@@ -369,10 +383,24 @@ TEST(OptionEffects, EveryRemainingFlagIsAcceptedByNvrtc) {
       {"frandom_seed", [](auto& o) { o.frandom_seed = "42"; }},
       {"ofast_compile", [](auto& o) { o.ofast_compile = "max"; }},
       {"link_time_optimization", [](auto& o) { o.link_time_optimization = true; }},
-      {"pch_verbose", [&](auto& o) { o.pch = true; o.pch_dir = dir.path().string(); o.pch_verbose = true; }},
-      {"pch_messages", [&](auto& o) { o.pch = true; o.pch_dir = dir.path().string(); o.pch_messages = false; }},
+      {"pch_verbose",
+       [&](auto& o) {
+         o.pch = true;
+         o.pch_dir = dir.path().string();
+         o.pch_verbose = true;
+       }},
+      {"pch_messages",
+       [&](auto& o) {
+         o.pch = true;
+         o.pch_dir = dir.path().string();
+         o.pch_messages = false;
+       }},
       {"instantiate_templates_in_pch",
-       [&](auto& o) { o.pch = true; o.pch_dir = dir.path().string(); o.instantiate_templates_in_pch = true; }},
+       [&](auto& o) {
+         o.pch = true;
+         o.pch_dir = dir.path().string();
+         o.instantiate_templates_in_pch = true;
+       }},
   };
   for (auto& [name, mutate] : cases) {
     SCOPED_TRACE(name);

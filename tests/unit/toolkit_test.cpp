@@ -68,16 +68,16 @@ class MissingLibrary : public ::testing::Test {
 
 // Points the search at an empty directory only, then runs `body` in a fresh process; `body`
 // returns normally when every expectation held (exit 0), else it exits non-zero.
-#define EXPECT_IN_EMPTY_CUDA_HOME(body)                                              \
-  EXPECT_EXIT(                                                                       \
-      {                                                                              \
-        testing::temp_dir empty;                                                     \
-        ::setenv("CUCORE_CUDA_HOME", empty.path().c_str(), 1);                       \
-        ::setenv("CUCORE_CUDA_HOME_ONLY", "1", 1);                                   \
-        const std::string empty_dir = empty.path().string();                         \
-        body;                                                                        \
-        std::exit(0);                                                                \
-      },                                                                             \
+#define EXPECT_IN_EMPTY_CUDA_HOME(body)                        \
+  EXPECT_EXIT(                                                 \
+      {                                                        \
+        testing::temp_dir empty;                               \
+        ::setenv("CUCORE_CUDA_HOME", empty.path().c_str(), 1); \
+        ::setenv("CUCORE_CUDA_HOME_ONLY", "1", 1);             \
+        const std::string empty_dir = empty.path().string();   \
+        body;                                                  \
+        std::exit(0);                                          \
+      },                                                       \
       ::testing::ExitedWithCode(0), "")
 
 void require(bool ok, const char* what) {

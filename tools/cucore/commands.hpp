@@ -1,12 +1,14 @@
 // The subcommands of the cucore tool.
 //
-// Adding one ("cucore key"): write key_command.cpp defining `const command key_command{...}`,
+// Adding one ("cucore frob"): write frob_command.cpp defining `const command frob_command{...}`,
 // declare it below, list it in `all_commands` in main.cpp and add the file to CMakeLists.txt.
 // main() parses the command line against the command's options, answers --help from them, and
 // turns exceptions into messages and exit statuses, so a command only does its work.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "arguments.hpp"
@@ -27,9 +29,14 @@ struct command {
   // Does the work and returns the exit status. Throws usage_error for a command line it cannot
   // use and cucore::error for failures; main() reports both.
   int (*run)(const arguments& args);
+  // For a command with subcommands ("cucore cache ls --help"): the help text for the parsed line,
+  // or nullopt for the command's own usage. nullptr: always the command's own usage.
+  std::optional<std::string> (*help)(const arguments& args) = nullptr;
 };
 
 extern const command compile_command;
+extern const command key_command;
+extern const command cache_command;
 extern const command info_command;
 
 }  // namespace cucore::cli

@@ -125,6 +125,7 @@ int run(const arguments& args) {
 const command info_command{
     "info",      "info [--json]", "show the CUDA libraries, their versions and the GPUs",
     description, options,         run,
+    nullptr,
 };
 
 }  // namespace cucore::cli

@@ -19,7 +19,7 @@
 namespace cucore::cli {
 namespace {
 
-constexpr std::array all_commands = {&compile_command, &info_command};
+constexpr std::array all_commands = {&compile_command, &key_command, &cache_command, &info_command};
 
 const command* find_command(std::string_view name) {
   for (const command* c : all_commands) {
@@ -52,7 +52,15 @@ std::string command_usage(const command& c) {
          "\n\nOptions:\n" + options_help(c.options);
 }
 
-// `cucore help`, `cucore help COMMAND`.
+// The help for a parsed command line: a subcommand's where the command has them.
+std::string command_usage(const command& c, const arguments& parsed) {
+  if (c.help != nullptr) {
+    if (auto text = c.help(parsed)) return *text;
+  }
+  return command_usage(c);
+}
+
+// `cucore help`, `cucore help COMMAND`, `cucore help COMMAND SUBCOMMAND`.
 int help(std::span<const std::string> args) {
   if (args.empty()) {
     std::cout << tool_usage();
@@ -60,8 +68,11 @@ int help(std::span<const std::string> args) {
   }
   const command* c = find_command(args[0]);
   if (c == nullptr) throw usage_error("unknown command \"" + args[0] + "\"");
-  if (args.size() > 1) throw usage_error("help takes at most one COMMAND");
-  std::cout << command_usage(*c);
+  if (args.size() > (c->help != nullptr ? 2 : 1)) {
+    throw usage_error(c->help != nullptr ? "help takes at most a COMMAND and its SUBCOMMAND"
+                                         : "help takes at most one COMMAND");
+  }
+  std::cout << command_usage(*c, parse(args.subspan(1), c->options));
   return exit_success;
 }
 
@@ -83,7 +94,7 @@ int dispatch(std::span<const std::string> args, const command*& current) {
   const arguments parsed = parse(args.subspan(1), current->options);
   // Answered before the command checks its arguments, so it works on a half-typed line (no FILE).
   if (parsed.help()) {
-    std::cout << command_usage(*current);
+    std::cout << command_usage(*current, parsed);
     return exit_success;
   }
   return current->run(parsed);

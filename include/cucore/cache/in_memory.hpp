@@ -13,8 +13,8 @@
 namespace cucore {
 
 struct in_memory_cache_options {
-  std::optional<std::size_t> max_entries{};        // evict least recently used beyond this many
-  std::optional<std::uint64_t> max_size_bytes{};   // ... or beyond this many code bytes
+  std::optional<std::size_t> max_entries{};       // evict least recently used beyond this many
+  std::optional<std::uint64_t> max_size_bytes{};  // ... or beyond this many code bytes
 };
 
 // Thread-safe. Entries are immutable and shared: a hit hands out the stored object_code (a

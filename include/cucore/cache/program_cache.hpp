@@ -10,9 +10,9 @@
 
 #include <chrono>
 #include <concepts>
-#include <filesystem>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -28,15 +28,16 @@ namespace cucore {
 class cache_key_ref {
  public:
   cache_key_ref(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}  // NOLINT
-  cache_key_ref(std::string_view text) noexcept                                 // NOLINT
+  cache_key_ref(std::string_view text) noexcept                                // NOLINT
       : bytes_(std::as_bytes(std::span<const char>(text.data(), text.size()))) {}
-  cache_key_ref(const std::string& text) noexcept : cache_key_ref(std::string_view(text)) {}  // NOLINT
-  cache_key_ref(const char* text) noexcept : cache_key_ref(std::string_view(text)) {}         // NOLINT
+  cache_key_ref(const std::string& text) noexcept
+      : cache_key_ref(std::string_view(text)) {}                                       // NOLINT
+  cache_key_ref(const char* text) noexcept : cache_key_ref(std::string_view(text)) {}  // NOLINT
   // Any key type with bytes() (program_cache_key).
   template <class Key>
-    requires requires(const Key& k) {
-      { k.bytes() } -> std::convertible_to<std::span<const std::byte>>;
-    }
+  requires requires(const Key& k) {
+    { k.bytes() } -> std::convertible_to<std::span<const std::byte>>;
+  }
   cache_key_ref(const Key& key) noexcept : bytes_(key.bytes()) {}  // NOLINT
 
   std::span<const std::byte> bytes() const noexcept { return bytes_; }
@@ -109,6 +110,12 @@ class program_cache {
   virtual std::size_t trim(std::uint64_t max_size_bytes) = 0;
   // "in-memory", "directory /path", "sqlite /path/file.db": for messages and `cucore cache stats`.
   virtual std::string description() const = 0;
+
+  // Where this cache remembers compiler versions (by library file identity), so that a hit in a
+  // fresh process loads no compiler; nullopt for caches that do not outlive the process.
+  virtual std::optional<std::filesystem::path> compiler_version_memo() const {
+    return std::nullopt;
+  }
   // Releases resources early (the destructor does the same). Using a closed cache is an error.
   virtual void close() noexcept {}
 

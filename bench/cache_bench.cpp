@@ -1,0 +1,301 @@
+// Program cache benchmarks, each beside its floor measured in the same run:
+//   key derivation            vs SHA-256 of the same source bytes
+//   in-memory hit             vs an unordered_map lookup under a mutex
+//   directory hit             vs open/read/close of a file of the same size
+//   SQLite hit                vs a raw prepared SELECT of a blob of the same size
+//   compile hit               vs the cold compile it replaces (small kernel; CCCL-including kernel)
+// bench/run.py runs this and prints the ratios.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/cache/sqlite.hpp"
+#include "cucore/program.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string random_text(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, ' ');
+  for (auto& c : s) c = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> b(n);
+  for (auto& x : b) x = static_cast<std::byte>(rng());
+  return b;
+}
+
+// A scratch directory for the whole run, removed at exit.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    std::string pattern = (fs::temp_directory_path() / "cucore-bench-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
+    return fs::path(pattern);
+  }();
+  return dir;
+}
+
+// ---- keys -----------------------------------------------------------------------------------
+
+std::string kernel_source(std::size_t bytes) {
+  std::string src = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n// ";
+  src += random_text(bytes > src.size() ? bytes - src.size() : 0, 1);
+  return src;
+}
+
+void BM_KeyDerivation(benchmark::State& state) {
+  const auto src = kernel_source(static_cast<std::size_t>(state.range(0)));
+  cucore::program_cache_key_inputs in;
+  in.code = src;
+  in.options.arch = "sm_90";
+  in.options.std = "c++17";
+  in.target = cucore::code_type::cubin;
+  cucore::make_program_cache_key(in);  // probes run once per process, outside the loop
+  for (auto _ : state) benchmark::DoNotOptimize(cucore::make_program_cache_key(in));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_KeyDerivation)->Arg(1 << 10)->Arg(64 << 10);
+
+void BM_Sha256Floor(benchmark::State& state) {
+  const auto src = kernel_source(static_cast<std::size_t>(state.range(0)));
+  unsigned char digest[32];
+  unsigned int len = 0;
+  for (auto _ : state) {
+    EVP_Digest(src.data(), src.size(), digest, &len, EVP_sha256(), nullptr);
+    benchmark::DoNotOptimize(digest);
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Sha256Floor)->Arg(1 << 10)->Arg(64 << 10);
+
+// ---- in-memory ------------------------------------------------------------------------------
+
+std::vector<std::string> keys(std::size_t n) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(random_text(32, static_cast<unsigned>(i + 7)));
+  return out;
+}
+
+void BM_InMemoryHit(benchmark::State& state) {
+  cucore::in_memory_program_cache cache;
+  const auto ks = keys(1024);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 3)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 1023]));
+}
+BENCHMARK(BM_InMemoryHit);
+
+void BM_UnorderedMapFloor(benchmark::State& state) {
+  std::mutex mutex;
+  std::unordered_map<std::string, cucore::object_code> map;
+  const auto ks = keys(1024);
+  for (const auto& k : ks)
+    map.emplace(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 3)));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    std::lock_guard lock(mutex);
+    auto it = map.find(ks[i++ & 1023]);
+    benchmark::DoNotOptimize(std::optional<cucore::object_code>(it->second));
+  }
+}
+BENCHMARK(BM_UnorderedMapFloor);
+
+// ---- directory ------------------------------------------------------------------------------
+
+void BM_DirectoryHit(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const fs::path root = scratch() / ("dir-" + std::to_string(size));
+  cucore::file_stream_program_cache cache(root);
+  const auto ks = keys(64);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(size, 5)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_DirectoryHit)->Arg(4 << 10)->Arg(256 << 10);
+
+// The floor: open, fstat, read the whole file into a fresh buffer, close (no parsing, no
+// checksum, no recency update).
+void BM_OpenReadCloseFloor(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  std::vector<fs::path> files;
+  for (int i = 0; i < 64; ++i) {
+    files.push_back(scratch() / ("raw-" + std::to_string(size) + "-" + std::to_string(i)));
+    auto bytes = random_bytes(size, 5);
+    std::ofstream(files.back(), std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(size));
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    int fd = ::open(files[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    ::fstat(fd, &st);
+    std::vector<std::byte> buffer(static_cast<std::size_t>(st.st_size));
+    std::size_t done = 0;
+    while (done < buffer.size()) {
+      auto n = ::read(fd, buffer.data() + done, buffer.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+    benchmark::DoNotOptimize(buffer);
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_OpenReadCloseFloor)->Arg(4 << 10)->Arg(256 << 10);
+
+// ---- SQLite ---------------------------------------------------------------------------------
+
+void BM_SqliteHit(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const fs::path file = scratch() / ("cache-" + std::to_string(size) + ".db");
+  cucore::sqlite_program_cache cache(file);
+  const auto ks = keys(64);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(size, 5)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_SqliteHit)->Arg(4 << 10)->Arg(256 << 10);
+
+// The floor: one prepared SELECT of a blob by key in a WAL database, copied out.
+void BM_SqliteSelectFloor(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const std::string file = (scratch() / ("raw-" + std::to_string(size) + ".db")).string();
+  sqlite3* db = nullptr;
+  sqlite3_open(file.c_str(), &db);
+  sqlite3_exec(db,
+               "PRAGMA journal_mode=WAL; CREATE TABLE t(k BLOB PRIMARY KEY, v BLOB) WITHOUT ROWID;",
+               nullptr, nullptr, nullptr);
+  const auto ks = keys(64);
+  sqlite3_stmt* insert = nullptr;
+  sqlite3_prepare_v2(db, "INSERT INTO t VALUES(?, ?)", -1, &insert, nullptr);
+  const auto value = random_bytes(size, 5);
+  for (const auto& k : ks) {
+    sqlite3_bind_blob(insert, 1, k.data(), static_cast<int>(k.size()), SQLITE_STATIC);
+    sqlite3_bind_blob(insert, 2, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
+    sqlite3_step(insert);
+    sqlite3_reset(insert);
+  }
+  sqlite3_finalize(insert);
+  sqlite3_stmt* select = nullptr;
+  sqlite3_prepare_v2(db, "SELECT v FROM t WHERE k = ?", -1, &select, nullptr);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto& k = ks[i++ & 63];
+    sqlite3_bind_blob(select, 1, k.data(), static_cast<int>(k.size()), SQLITE_STATIC);
+    if (sqlite3_step(select) == SQLITE_ROW) {
+      const auto* p = static_cast<const std::byte*>(sqlite3_column_blob(select, 0));
+      std::vector<std::byte> out(p, p + sqlite3_column_bytes(select, 0));
+      benchmark::DoNotOptimize(out);
+    }
+    sqlite3_reset(select);
+  }
+  sqlite3_finalize(select);
+  sqlite3_close(db);
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_SqliteSelectFloor)->Arg(4 << 10)->Arg(256 << 10);
+
+// ---- compile miss vs hit --------------------------------------------------------------------
+
+constexpr const char* kSmallKernel = R"(
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+
+// Includes CCCL headers from the toolkit: the compile is large, and the key needs an extra_digest
+// (the headers are files), so this one goes through make_program_cache_key + get/put.
+constexpr const char* kCcclKernel = R"(
+#include <cuda/std/array>
+#include <cuda/std/functional>
+#include <cub/block/block_reduce.cuh>
+extern "C" __global__ void block_sum(const int* in, int* out) {
+  using reduce = cub::BlockReduce<int, 128>;
+  __shared__ typename reduce::TempStorage storage;
+  int v = reduce(storage).Sum(in[threadIdx.x]);
+  if (threadIdx.x == 0) *out = v;
+}
+)";
+
+cucore::program_options small_options() {
+  cucore::program_options o;
+  o.arch = "sm_90";
+  return o;
+}
+
+cucore::program_options cccl_options() {
+  cucore::program_options o = small_options();
+  o.std = "c++17";
+  o.include_path = {"/usr/local/cuda/include/cccl", "/usr/local/cuda/include"};
+  return o;
+}
+
+void BM_CompileSmallCold(benchmark::State& state) {
+  cucore::program p(kSmallKernel, cucore::source_type::cxx, small_options());
+  p.compile(cucore::code_type::cubin);  // load NVRTC outside the timing
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin));
+}
+BENCHMARK(BM_CompileSmallCold)->Unit(benchmark::kMillisecond);
+
+void BM_CompileSmallHit(benchmark::State& state) {
+  cucore::file_stream_program_cache cache(scratch() / "compile-small");
+  cucore::program p(kSmallKernel, cucore::source_type::cxx, small_options());
+  p.compile(cucore::code_type::cubin, {}, &cache);
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin, {}, &cache));
+}
+BENCHMARK(BM_CompileSmallHit)->Unit(benchmark::kMicrosecond);
+
+void BM_CompileCcclCold(benchmark::State& state) {
+  cucore::program p(kCcclKernel, cucore::source_type::cxx, cccl_options());
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin));
+}
+BENCHMARK(BM_CompileCcclCold)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+void BM_CompileCcclHit(benchmark::State& state) {
+  cucore::file_stream_program_cache cache(scratch() / "compile-cccl");
+  cucore::program_cache_key_inputs in;
+  in.code = kCcclKernel;
+  in.options = cccl_options();
+  in.target = cucore::code_type::cubin;
+  in.extra_digest = "fingerprint of the CCCL headers of this toolkit";
+  const auto key = cucore::make_program_cache_key(in);
+  cache.put(key, cucore::program(kCcclKernel, cucore::source_type::cxx, cccl_options())
+                     .compile(cucore::code_type::cubin));
+  for (auto _ : state) {
+    // What a caller with an extra_digest does per lookup: derive the key, then get.
+    benchmark::DoNotOptimize(cache.get(cucore::make_program_cache_key(in)));
+  }
+}
+BENCHMARK(BM_CompileCcclHit)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

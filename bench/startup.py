@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""A fresh process that hits the cache vs a fresh process that only starts (`cucore --version`).
+
+Usage: bench/startup.py [path/to/cucore] [runs]
+Both are run alternately, `runs` times each, after one priming compile; prints the medians and the
+ratio. The hit must load no compiler library (see docs/cache.md), so it should cost little more
+than process start-up.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+cucore = sys.argv[1] if len(sys.argv) > 1 else "build/release/bin/cucore"
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+
+with tempfile.TemporaryDirectory() as tmp:
+    src = os.path.join(tmp, "saxpy.cu")
+    with open(src, "w") as f:
+        f.write('extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {\n'
+                '  int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+                '  if (i < n) y[i] = a * x[i] + y[i];\n}\n')
+    env = dict(os.environ, CUCORE_CACHE_DIR=os.path.join(tmp, "cache"))
+    out = os.path.join(tmp, "saxpy.cubin")
+    hit = [cucore, "compile", src, "--arch", "sm_90", "-o", out]
+    start = [cucore, "--version"]
+    cold = subprocess.run(hit + ["--json"], env=env, check=True, capture_output=True, text=True)
+    assert '"cache":"miss"' in cold.stdout, cold.stdout
+    check = subprocess.run(hit + ["--json"], env=env, check=True, capture_output=True, text=True)
+    assert '"cache":"hit"' in check.stdout, check.stdout
+
+    def timed(cmd):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+    hits, starts = [], []
+    for _ in range(runs):
+        hits.append(timed(hit))
+        starts.append(timed(start))
+    h, s = statistics.median(hits), statistics.median(starts)
+    print(f"cucore --version (start only)   {s * 1e3:7.2f} ms (median of {runs})")
+    print(f"cucore compile, cache hit       {h * 1e3:7.2f} ms (median of {runs})")
+    print(f"ratio                           {h / s:7.2f}x")

@@ -1,0 +1,210 @@
+// A program cache in a directory of atomically written files, shared by many processes.
+//
+// Layout under the root:
+//
+//   entries/ab/<62 hex>   one entry per file, named by the SHA-256 of the key (ab = its first byte)
+//   tmp/                  staging for writes (mode 0700), and entries being evicted
+//   compiler-versions     the compiler version memo (program_cache::compiler_version_memo)
+//
+// Each file holds the versioned, checksummed entry format (header with the full key, then the
+// code); see src/cache/entry_format.hpp. A read verifies all of it, so a damaged, truncated,
+// foreign or misplaced file is a miss (and is removed), never a wrong value.
+//
+// Writes: the entry is written to a new file in tmp/ (O_EXCL), fsync'ed (option), and renamed
+// over entries/ab/<name>: readers see the old entry or the new one, never a part. With `fsync`
+// the shard directory is fsync'ed after the rename too (and a directory the put had to create,
+// in its parent), so a put that returned survives a power loss. Without it a power loss may lose
+// recent puts (or leave a torn file, which reads as a miss): the checksum makes that safe, so
+// turning fsync off trades durability for speed only. A process killed at any point leaves
+// either the old entry or the new one, plus at most a temp file (see below).
+//
+// Recency: the last use of an entry (its write, or a read) is its access time. A write sets it
+// explicitly, and a read sets it on the descriptor it read (futimens, mtime untouched), because
+// relatime/noatime mounts make the kernel's own atime useless and the kernel's coarse clock
+// would tie entries used within a few milliseconds. A read within a second of the recorded last
+// use is not recorded again (it saves a metadata write on hot entries; the order of use is then
+// known to within a second).
+//
+// Size cap (`max_size_bytes`): a soft cap on entries plus files in tmp/. Each cache object keeps
+// a running estimate (seeded by a scan on open) that its own puts and erases update; when the
+// estimate passes the cap, or after cap/8 bytes of puts since the last scan (so that several
+// writers cannot each stay under the cap while together far over it), the put scans the
+// directory, corrects the estimate, and if the total is over the cap evicts least-recently-used
+// entries until it is at most 90% of the cap (so that a full cache does not rescan on every put).
+// Every removal is guarded: the candidate is renamed into tmp/ and removed only if it is still the
+// file (device, inode, size, mtime) the scan saw and has not been read since; a file a peer
+// replaced (or read) in the meantime is put back, and one a peer already removed counts as
+// removed. The total is corrected in every case, so a lost race never makes eviction remove more
+// (the over-eviction bug of the reference design). While a file is aside, a reader of that key
+// sees a miss, never a wrong value. An entry larger than the cap is not stored. With several
+// writers the directory can exceed the cap by up to about cap/8 per writer between scans.
+//
+// Temp files: a temp file is removed by the next open, eviction or clear() once it is older than
+// an hour, or at once when its name shows it was made by a process on this host (same boot, same
+// pid namespace) that no longer exists: a killed writer's temp file does not count against the
+// cap for an hour. A live writer's temp file is never touched.
+//
+// Permissions and trust. Directories are created with mode 0777 and entry files with 0644, both
+// less the umask (so the default umask 022 gives 0755/0644, and umask 077 a private cache); tmp/
+// is created 0700 so that entries being written are private. Existing directories are used with
+// the mode they have (a shared 0777 root stays 0777). Entry files are never group- or
+// world-writable, so only their owner (and root) can change one in place; in a cache shared by
+// several users, reads of another user's entries work but cannot record their use. A cache
+// directory is trusted like its owner: anyone who can write into it can plant entries (the
+// checksum detects damage, not forgery). The constructor therefore refuses (invalid_argument):
+//   - a root that is a symbolic link owned by another user (not you, not root), who could
+//     point it anywhere (a symlink of yours or root's is followed);
+//   - a root, entries/ or tmp/ that is owned by another user and world-writable without the
+//     sticky bit (any user could replace the entries);
+//   - an entries/ or tmp/ that is a symbolic link or not a directory, and a root that is not a
+//     directory.
+// A directory owned by another user that is not world-writable (a cache an administrator
+// publishes) is used: reads work, and writes work where its modes allow, else they degrade per
+// `on_write_failure`. Nothing inside the cache is followed through a symbolic link: a symlink
+// where an entry file should be is a miss and is removed (not its target); entry files are opened
+// with O_NOFOLLOW (and O_NONBLOCK, so a FIFO cannot hang a read); directories are scanned with
+// O_NOFOLLOW and lstat; every descriptor is O_CLOEXEC.
+//
+// Thread safety: every method may be called concurrently from any number of threads and
+// processes on the same directory (get/put/erase take no lock; the size estimate and eviction
+// are serialised within one cache object by a mutex; between processes the guarded renames do
+// the work). close() must not race with other calls on the same object. A cache object may be
+// used in a child after fork() if no other thread was inside one of its methods at the fork.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "cucore/cache/program_cache.hpp"
+
+namespace cucore {
+
+struct file_stream_cache_options {
+  // Soft cap on the bytes in the directory (entries and temp files), least-recently-used
+  // eviction (a read counts as a use, not only a write); unset: unbounded. 0 is rejected
+  // (invalid_argument).
+  std::optional<std::uint64_t> max_size_bytes{};
+  // fsync (fdatasync) each entry before renaming it into place, and its directory after. Off,
+  // puts are faster and a power loss may lose recent entries, never serve a damaged one.
+  bool fsync = true;
+  // What a failed write does (disk full, read-only directory, permissions): `warn` logs a warning
+  // (the first failure of each kind at warning level, repeats at debug level), counts it in
+  // stats().errors and returns as if the entry was not cached; `strict` throws cucore::error.
+  write_failure_policy on_write_failure = write_failure_policy::warn;
+};
+
+class file_stream_program_cache final : public program_cache {
+ public:
+  // Opens (creating what is missing) the cache at `root`, made absolute against the current
+  // directory. Throws invalid_argument for max_size_bytes == 0 and for a root refused by the
+  // trust rules above; a root that cannot be created is a write failure (`strict`: throws;
+  // `warn`: logs, and the cache misses until the directory appears).
+  explicit file_stream_program_cache(std::filesystem::path root = default_cache_dir(),
+                                     file_stream_cache_options options = {});
+  ~file_stream_program_cache() override;
+  file_stream_program_cache(const file_stream_program_cache&) = delete;
+  file_stream_program_cache& operator=(const file_stream_program_cache&) = delete;
+
+  // A miss for an absent, unreadable, damaged or foreign entry (damaged ones are removed,
+  // stat-guarded, and counted in stats().corrupt_dropped). Records the read for eviction.
+  std::optional<object_code> get(cache_key_ref key) override;
+  // Stores atomically; failures follow on_write_failure.
+  void put(cache_key_ref key, const object_code& code) override;
+  // Removes the entry; false if there was none (or, under `warn`, if it could not be removed).
+  bool erase(cache_key_ref key) override;
+  // Files under entries/*/ and their total size: a directory scan each call (orphans from other
+  // format versions and damaged files included; temp files excluded).
+  std::size_t size() override;
+  std::uint64_t size_bytes() override;
+  // Removes every entry (guarded: an entry a peer replaces meanwhile survives) and stale temp
+  // files; temp files of writes in progress are left alone. Shard directories are kept.
+  void clear() override;
+  cache_stats stats() const override;
+  // Entries whose header reads correctly and whose file name matches their key; payloads are not
+  // read (a bounded prefix of each file is). last_used is the recorded last use (the atime).
+  std::vector<cache_entry_info> list() override;
+  // Reads and checks every file under entries/ (format, checksum, key echo against the file's
+  // name); anything else there (stray files, symlinks, directories inside a shard) counts as
+  // corrupt. remove_bad removes them, guarded like eviction (directories are not removed).
+  cache_verify_report verify(bool remove_bad) override;
+  // Evicts least-recently-used entries until the entries total at most max_size_bytes (temp
+  // files not counted); returns how many it removed.
+  std::size_t trim(std::uint64_t max_size_bytes) override;
+  std::string description() const override;
+  // root/compiler-versions: outside entries/ and tmp/, so eviction, clear() and verify() leave it.
+  std::optional<std::filesystem::path> compiler_version_memo() const override;
+  // Marks the cache closed (it holds no descriptors between calls); later calls throw
+  // cucore::error, except stats(), description() and root().
+  void close() noexcept override;
+
+  const std::filesystem::path& root() const noexcept { return root_; }
+
+ private:
+  struct scan_entry;
+  struct scan_result;
+  struct removal_outcome;
+
+  void check_open() const;
+  std::string entry_path(cache_key_ref key, std::string* shard_dir = nullptr) const;
+  void write_failed(const std::string& what, const std::string& path, std::error_code ec);
+  // Counts a failure that degrades to a miss or a skipped removal; logged at debug level.
+  void note_error(std::string_view what, const std::string& path, std::error_code ec) noexcept;
+  // Removes candidate.path if it is still the file the snapshot saw (and, with keep_if_read, has
+  // not been read since); see the .cpp. remove_guarded counts failures.
+  removal_outcome remove_guarded(const scan_entry& candidate, bool keep_if_read);
+  removal_outcome try_remove(const scan_entry& candidate, bool keep_if_read);
+  bool ensure_directories(std::error_code& ec);
+  scan_result scan(bool with_tmp);
+  void sweep_stale_tmp();
+  std::size_t evict_to(std::uint64_t target, scan_result& scanned, std::uint64_t& total);
+  void after_put(std::uint64_t added, std::uint64_t old_size);
+
+  std::filesystem::path root_;
+  std::string root_str_;
+  std::string entries_dir_;  // root/entries (no trailing slash: O_NOFOLLOW must see the name)
+  std::string tmp_dir_;      // root/tmp
+  file_stream_cache_options options_;
+  std::atomic<bool> closed_{false};
+
+  struct counters {
+    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, evictions{0}, corrupt_dropped{0},
+        errors{0};
+  };
+  mutable counters stats_;
+
+  std::mutex tracker_mutex_;  // guards the fields below
+  std::uint64_t tracked_bytes_ = 0;
+  std::uint64_t written_since_scan_ = 0;
+  std::mutex evict_mutex_;  // one eviction scan at a time in this object
+
+  std::mutex warned_mutex_;
+  std::vector<int> warned_errnos_;  // write failures already logged at warning level
+};
+
+namespace detail {
+// Test-only hooks, called at the points where another process could interleave, so that tests
+// can stage a peer's action deterministically. Not an API: set only from tests, never while
+// caches are in use on other threads.
+struct file_stream_test_hooks {
+  // get(): after the entry's bytes were read, before they are decoded and the read is recorded.
+  std::function<void(const std::string& path)> after_read;
+  // Eviction, clear(), trim(), verify() and get()'s prune: after the snapshot, before the
+  // guarded removal of `path`.
+  std::function<void(const std::string& path)> before_remove;
+  // put(): the new entry is complete in its temp file, not yet renamed into place.
+  std::function<void(const std::string& tmp_path)> before_commit;
+  // Each directory scan that eviction or the size estimate does.
+  std::function<void()> on_scan;
+};
+void set_file_stream_test_hooks(const file_stream_test_hooks* hooks) noexcept;
+}  // namespace detail
+
+}  // namespace cucore

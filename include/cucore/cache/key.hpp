@@ -1,0 +1,176 @@
+// The program cache key: a SHA-256 digest over every input that decides a compiler's output.
+//
+// make_program_cache_key() hashes labelled, length-prefixed fields (the label's ASCII bytes, the
+// payload length as 8 big-endian bytes, the payload) in one fixed order:
+//
+//   schema            "cucore-key-1"
+//   compiler identity of the code type's backend only:
+//                     c++  → nvrtc                        (or nvrtc_probe_failed + failure kind)
+//                     nvvm → nvvm                         (or nvvm_probe_failed + failure kind)
+//                     ptx  → linker_backend, linker_version (or linker_probe_failed + kind)
+//   code_type         "c++", "ptx" or "nvvm"
+//   target_type       "ptx", "cubin" or "ltoir"
+//   code              the SHA-256 of the source bytes (one pass serves the key and explain())
+//   option_count, option...   exactly the flags the compiler gets: cucore::compiler_flags() with
+//                     `arch` resolved (for PTX under the driver linker, after dropping the four
+//                     fields the driver ignores: ftz, prec_div, prec_sqrt, fma)
+//   names_count, name...      c++ only: the name expressions, sorted and deduplicated, "s:"-tagged
+//   extra_sources_count, extra_source_name, extra_source_code (its SHA-256)..., use_libdevice
+//                     nvvm only
+//   options_name      program_options::name
+//   extra_digest      when given
+//
+// Compiler *output* is never hashed. A compiler whose identity cannot be probed gives a key that is
+// stable but never equal to a working environment's ("fails closed").
+//
+// Inputs a key cannot see are refused with invalid_argument, naming the option and saying what to
+// do instead (see make_program_cache_key).
+//
+// Thread safety: program_cache_key is an immutable value (copies share the explanation);
+// make_program_cache_key and installed_compiler_probes() may be called from any thread.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/linker.hpp"
+#include "cucore/object_code.hpp"
+#include "cucore/options.hpp"
+
+namespace cucore {
+
+// A compiler identity as it enters a key: a version string, or the kind of failure.
+struct version_probe {
+  bool ok = false;
+  std::string value;  // ok: the identity ("13.0", ...); not ok: the failure kind, e.g.
+                      // "library_not_found"
+};
+
+// The linker a PTX program would use, and its identity.
+struct linker_probe {
+  bool ok = false;
+  linker_backend backend{};
+  std::string version;  // ok: nvJitLink "13.0..." or the driver's "13000..." (cuDriverGetVersion)
+  std::string failure;  // not ok: the failure kind
+};
+
+// Where compiler identities come from. installed_compiler_probes() asks the installed libraries;
+// tests and tools can substitute fixed values. Implementations must be thread-safe and give the
+// same answer on every call in a process.
+class compiler_probes {
+ public:
+  virtual ~compiler_probes() = default;
+  virtual version_probe nvrtc() const = 0;  // "13.0" (major.minor), possibly followed by
+                                            // ";release=...;build=..."
+  virtual version_probe nvvm() const = 0;   // "lib=2.0;ir=2.0.3.2", possibly followed by
+                                            // ";release=...;build=..."
+  virtual linker_probe linker() const = 0;  // nvJitLink + "13.0...", or driver + "13000..."
+};
+
+// The probes of the libraries cucore loads (see cucore/toolkit.hpp). Each library is probed once
+// per process, on first use. Besides the version calls, the NVRTC, libNVVM and nvJitLink probes
+// read the toolkit release and build from the output of a tiny fixed compile (version calls only
+// give major.minor, and libNVVM reports 2.0 across many toolkit releases), and the driver probe
+// adds the driver library's file name (libcuda.so.580.65.06): compilers of one major.minor release
+// can differ in output.
+const compiler_probes& installed_compiler_probes();
+
+class program_cache;
+// The probes to derive keys for `cache` with: answered from the cache's compiler version memo
+// (program_cache::compiler_version_memo) when it has one, so a hit in a fresh process loads no
+// compiler; else installed_compiler_probes(). program::compile(..., cache) uses these; use them too
+// when deriving keys yourself for a persistent cache.
+const compiler_probes& compiler_probes_for(const program_cache& cache);
+
+// One labelled field of a key, for people: `payload` is the payload as is when it is short
+// printable ASCII, else "<N bytes: hex>" (short binary) or "<N bytes, sha256 0123456789ab...>".
+// Source code (code, extra_source_code) shows as text when short and printable, else as
+// "<N bytes, sha256 HEX>" with the full digest of the source (what `sha256sum FILE` prints).
+struct key_field {
+  std::string label;
+  std::string payload;
+  friend bool operator==(const key_field&, const key_field&) = default;
+};
+
+struct program_cache_key_inputs;
+
+// A 32-byte SHA-256 digest naming one compilation. Compares and hashes by digest only.
+class program_cache_key {
+ public:
+  static constexpr std::size_t size = 32;
+
+  explicit program_cache_key(const std::array<std::byte, size>& digest);
+  // Parses 64 hexadecimal digits (either case); throws invalid_argument naming the bad input.
+  static program_cache_key from_hex(std::string_view hex);
+
+  std::span<const std::byte, size> bytes() const noexcept { return digest_; }
+  std::string hex() const;  // 64 lowercase hex digits
+
+  // The labelled fields the key was built from, in hashing order (schema first); empty for a key
+  // made from a digest or from_hex.
+  const std::vector<key_field>& explain() const noexcept;
+
+  friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
+    return a.digest_ == b.digest_;
+  }
+  friend std::strong_ordering operator<=>(const program_cache_key& a,
+                                          const program_cache_key& b) noexcept;
+
+ private:
+  friend program_cache_key make_program_cache_key(const program_cache_key_inputs&,
+                                                  const compiler_probes&);
+  program_cache_key(const std::array<std::byte, size>& digest,
+                    std::shared_ptr<const std::vector<key_field>> fields) noexcept;
+
+  std::array<std::byte, size> digest_;
+  std::shared_ptr<const std::vector<key_field>> fields_;
+};
+
+// Everything that decides the compiler's output.
+struct program_cache_key_inputs {
+  std::string_view code;  // c++ and ptx: text (no NUL); nvvm: text or bitcode
+  source_type code_type = source_type::cxx;
+  program_options options;  // arch unset: the current device's (resolve_arch)
+  cucore::code_type target = cucore::code_type::cubin;
+  // c++ only (ignored for ptx and nvvm): the name expressions compile() resolves. Order and
+  // duplicates do not matter.
+  std::vector<std::string> name_expressions;
+  // Arbitrary caller bytes mixed into the key: required when the compile reads files the key cannot
+  // see (a fingerprint of those files), allowed for anything else.
+  std::optional<std::string> extra_digest;
+};
+
+// The key of `inputs`, with compiler identities from `probes`.
+//
+// Throws invalid_argument (naming the option and what to do instead) — its subclass
+// extra_digest_required where an extra_digest would make the inputs keyable — for:
+// - a target the code type does not compile to (check_target), an unknown code type, empty code,
+//   an empty options.name, a NUL byte in c++ or ptx code;
+// - c++: options with compile-time side effects (create_pch, time, fdevice_time_trace), even with
+//   an extra_digest: a cache hit would skip the side effect;
+// - c++ without extra_digest: options that read files (include_path, pre_include, pch, use_pch,
+//   pch_dir), an options.name with a directory component ('/' or '\'), and code whose #include or
+//   __has_include can reach a file outside the compiler (a quoted or macro name, or an absolute
+//   path: NVRTC resolves those against the current directory or the file system);
+// - nvvm without extra_digest: use_libdevice=true (libdevice.10.bc is a file);
+// - extra_sources outside nvvm; empty or NUL-containing name expressions;
+// - ptx under the driver linker: time, ptxas_options, split_compile (they need nvJitLink);
+// - no arch and no GPU (resolve_arch), and anything compiler_flags() refuses.
+program_cache_key make_program_cache_key(
+    const program_cache_key_inputs& inputs,
+    const compiler_probes& probes = installed_compiler_probes());
+
+}  // namespace cucore
+
+template <>
+struct std::hash<cucore::program_cache_key> {
+  std::size_t operator()(const cucore::program_cache_key& key) const noexcept;
+};

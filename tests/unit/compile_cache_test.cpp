@@ -1,0 +1,214 @@
+// program::compile(target, names, cache): key derivation, hits with the symbol mapping intact,
+// misses that compile and store, refusals, and a failing cache that never fails the compile.
+#include <gtest/gtest.h>
+
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/sqlite.hpp"
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+#include "cucore/program.hpp"
+#include "test_support.hpp"
+
+namespace cucore {
+namespace {
+
+using testing::contains;
+
+constexpr const char* kSource = R"(
+template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }
+extern "C" __global__ void plain(float* x) { x[0] = 1.0f; }
+)";
+
+program_options options() {
+  program_options o;
+  o.arch = testing::kArch;
+  return o;
+}
+
+TEST(CompileWithCache, MissThenHitWithSymbolMapping) {
+  in_memory_program_cache cache;
+  std::vector<std::string> names = {"scale<float>", "scale<int>"};
+  program first(kSource, source_type::cxx, options());
+  auto compiled = first.compile(code_type::cubin, names, &cache);
+  EXPECT_EQ(first.last_cache_outcome(), cache_outcome::miss);
+  ASSERT_TRUE(first.last_cache_key());
+  EXPECT_EQ(cache.size(), 1u);
+
+  program second(kSource, source_type::cxx, options());
+  auto hit = second.compile(code_type::cubin, names, &cache);
+  EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
+  EXPECT_EQ(*second.last_cache_key(), *first.last_cache_key());
+  EXPECT_EQ(hit, compiled);
+  EXPECT_EQ(hit.symbol("scale<float>"), "_Z5scaleIfEvPT_S0_");
+  EXPECT_EQ(hit.name(), "default_program");
+  EXPECT_EQ(cache.stats().hits, 1u);
+}
+
+TEST(CompileWithCache, TheKeyIsMakeProgramCacheKeys) {
+  in_memory_program_cache cache;
+  program p(kSource, source_type::cxx, options());
+  p.compile(code_type::ptx, {}, &cache);
+  program_cache_key_inputs in;
+  in.code = kSource;
+  in.options = options();
+  in.target = code_type::ptx;
+  EXPECT_EQ(*p.last_cache_key(), make_program_cache_key(in));
+  EXPECT_TRUE(cache.get(*p.last_cache_key()));
+}
+
+TEST(CompileWithCache, EveryInputThatChangesTheOutputMisses) {
+  in_memory_program_cache cache;
+  program(kSource, source_type::cxx, options()).compile(code_type::cubin, {}, &cache);
+  auto other_arch = options();
+  other_arch.arch = "sm_80";
+  program a(kSource, source_type::cxx, other_arch);
+  a.compile(code_type::cubin, {}, &cache);
+  EXPECT_EQ(a.last_cache_outcome(), cache_outcome::miss);
+  program b(kSource, source_type::cxx, options());
+  b.compile(code_type::ptx, {}, &cache);
+  EXPECT_EQ(b.last_cache_outcome(), cache_outcome::miss);
+  auto macro_opts = options();
+  macro_opts.define_macro = {{"X", "1"}};
+  program c(kSource, source_type::cxx, macro_opts);
+  c.compile(code_type::cubin, {}, &cache);
+  EXPECT_EQ(c.last_cache_outcome(), cache_outcome::miss);
+  program d(std::string(kSource) + "\n// edit\n", source_type::cxx, options());
+  d.compile(code_type::cubin, {}, &cache);
+  EXPECT_EQ(d.last_cache_outcome(), cache_outcome::miss);
+  std::vector<std::string> names = {"scale<double>"};
+  program e(kSource, source_type::cxx, options());
+  e.compile(code_type::cubin, names, &cache);
+  EXPECT_EQ(e.last_cache_outcome(), cache_outcome::miss);
+  EXPECT_EQ(cache.size(), 6u);
+}
+
+TEST(CompileWithCache, PersistentCachesHitAcrossReopen) {
+  testing::temp_dir dir;
+  std::vector<std::string> names = {"scale<float>"};
+  object_code first = [&] {
+    file_stream_program_cache cache(dir / "fs");
+    return program(kSource, source_type::cxx, options()).compile(code_type::cubin, names, &cache);
+  }();
+  {
+    file_stream_program_cache cache(dir / "fs");
+    program p(kSource, source_type::cxx, options());
+    auto hit = p.compile(code_type::cubin, names, &cache);
+    EXPECT_EQ(p.last_cache_outcome(), cache_outcome::hit);
+    EXPECT_EQ(hit, first);
+    EXPECT_EQ(hit.symbol("scale<float>"), "_Z5scaleIfEvPT_S0_");
+  }
+  {
+    sqlite_program_cache cache(dir / "c.db");
+    program(kSource, source_type::cxx, options()).compile(code_type::cubin, names, &cache);
+  }
+  {
+    sqlite_program_cache cache(dir / "c.db");
+    program p(kSource, source_type::cxx, options());
+    auto hit = p.compile(code_type::cubin, names, &cache);
+    EXPECT_EQ(p.last_cache_outcome(), cache_outcome::hit);
+    EXPECT_EQ(hit, first);
+  }
+}
+
+TEST(CompileWithCache, PersistentCacheRemembersCompilerVersions) {
+  testing::temp_dir dir;
+  file_stream_program_cache cache(dir / "fs");
+  ASSERT_TRUE(cache.compiler_version_memo());
+  program(kSource, source_type::cxx, options()).compile(code_type::cubin, {}, &cache);
+  const auto memo = testing::read_text(*cache.compiler_version_memo());
+  EXPECT_TRUE(contains(memo, "nvrtc\t")) << memo;
+  EXPECT_TRUE(contains(memo, "libnvrtc.so")) << memo;
+}
+
+TEST(CompileWithCache, InputsTheKeyCannotSeeAreRefusedWithAPointer) {
+  in_memory_program_cache cache;
+  auto o = options();
+  o.include_path = {"/usr/local/cuda/include"};
+  program p(kSource, source_type::cxx, o);
+  try {
+    p.compile(code_type::cubin, {}, &cache);
+    FAIL() << "compiled through the cache with include_path";
+  } catch (const invalid_argument& e) {
+    EXPECT_TRUE(contains(e.what(), "include_path")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "make_program_cache_key")) << e.what();
+  }
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_NO_THROW(p.compile(code_type::cubin));  // without the cache it compiles
+
+  auto side_effect = options();
+  side_effect.time = "timing.csv";
+  EXPECT_THROW(
+      program(kSource, source_type::cxx, side_effect).compile(code_type::cubin, {}, &cache),
+      invalid_argument);
+}
+
+TEST(CompileWithCache, CompileFailureStoresNothing) {
+  in_memory_program_cache cache;
+  program p("__global__ void k() { syntax error }", source_type::cxx, options());
+  EXPECT_THROW(p.compile(code_type::cubin, {}, &cache), compile_error);
+  EXPECT_EQ(p.last_cache_outcome(), cache_outcome::miss);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+// A cache whose every write fails, as a full or read-only disk would make a strict cache do.
+class failing_cache final : public program_cache {
+ public:
+  std::optional<object_code> get(cache_key_ref key) override { return inner_.get(key); }
+  void put(cache_key_ref, const object_code&) override { throw error("disk full"); }
+  bool erase(cache_key_ref key) override { return inner_.erase(key); }
+  std::size_t size() override { return inner_.size(); }
+  std::uint64_t size_bytes() override { return inner_.size_bytes(); }
+  void clear() override { inner_.clear(); }
+  cache_stats stats() const override { return inner_.stats(); }
+  std::vector<cache_entry_info> list() override { return inner_.list(); }
+  cache_verify_report verify(bool remove_bad) override { return inner_.verify(remove_bad); }
+  std::size_t trim(std::uint64_t max) override { return inner_.trim(max); }
+  std::string description() const override { return "failing"; }
+
+ private:
+  in_memory_program_cache inner_;
+};
+
+TEST(CompileWithCache, AFailedStoreNeverFailsTheCompile) {
+  failing_cache cache;
+  std::vector<std::string> warnings;
+  auto previous = set_log_handler([&](log_level level, std::string_view message) {
+    if (level == log_level::warning) warnings.emplace_back(message);
+  });
+  program p(kSource, source_type::cxx, options());
+  auto code = p.compile(code_type::ptx, {}, &cache);
+  set_log_handler(previous);
+  EXPECT_TRUE(contains(code.text(), ".entry plain"));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "disk full"));
+}
+
+TEST(CompileWithCache, NvvmAndPtxGoThroughTheCacheToo) {
+  in_memory_program_cache cache;
+  const auto ir = testing::data_file("scale.ll");
+  program n1(ir, source_type::nvvm, options());
+  auto a = n1.compile(code_type::ptx, {}, &cache);
+  program n2(ir, source_type::nvvm, options());
+  auto b = n2.compile(code_type::ptx, {}, &cache);
+  EXPECT_EQ(n2.last_cache_outcome(), cache_outcome::hit);
+  EXPECT_EQ(a, b);
+
+  auto ptx = program(kSource, source_type::cxx, options()).compile(code_type::ptx);
+  program p1(std::string(ptx.text()), source_type::ptx, options());
+  auto c = p1.compile(code_type::cubin, {}, &cache);
+  program p2(std::string(ptx.text()), source_type::ptx, options());
+  auto d = p2.compile(code_type::cubin, {}, &cache);
+  EXPECT_EQ(p2.last_cache_outcome(), cache_outcome::hit);
+  EXPECT_EQ(c, d);
+}
+
+TEST(CompileWithCache, WithoutACacheNothingIsKeyed) {
+  program p(kSource, source_type::cxx, options());
+  p.compile(code_type::ptx);
+  EXPECT_EQ(p.last_cache_outcome(), cache_outcome::off);
+  EXPECT_FALSE(p.last_cache_key());
+}
+
+}  // namespace
+}  // namespace cucore

@@ -1,0 +1,517 @@
+// cucore cache: look into and maintain a persistent program cache (stats, ls, show, export,
+// verify, trim, clear).
+#include <time.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "arguments.hpp"
+#include "cache_spec.hpp"
+#include "commands.hpp"
+#include "compile_options.hpp"
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/sqlite.hpp"
+#include "cucore/error.hpp"
+#include "cucore/object_code.hpp"
+#include "json_writer.hpp"
+
+namespace cucore::cli {
+namespace {
+
+// The cache to work on; memory and none are refused (there would be nothing to look at).
+constexpr option_spec cache_dir_option{cache_option.name, "", cache_option.value_name,
+                                       "DIR, dir:DIR or sqlite:FILE (default: see above)"};
+constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
+constexpr option_spec output_option{"-o", "--output", "FILE",
+                                    "export: the file to write the code to"};
+constexpr option_spec max_size_option{
+    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G: KiB, MiB, GiB"};
+
+constexpr option_spec options[] = {cache_dir_option, json_option, output_option, max_size_option};
+
+struct subcommand {
+  std::string_view name;
+  std::string_view synopsis;  // what follows "cucore cache "
+  std::string_view summary;   // one line in `cucore cache --help`
+  std::string_view description;
+  std::string_view exit_status;      // empty: the common one (exit_status_default)
+  std::vector<option_spec> options;  // the part of `options` it takes
+  std::size_t operands;              // how many positionals follow the name (KEYHEX)
+  int (*run)(program_cache& cache, const arguments& args);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+std::string pad_left(std::string text, std::size_t width) {
+  if (text.size() < width) text.insert(0, width - text.size(), ' ');
+  return text;
+}
+
+// "12.3 MiB" for people; JSON gives the exact count.
+std::string human_size(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  char buffer[32];
+  auto [end, ec] =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
+  return std::string(buffer, ec == std::errc() ? end : buffer) + " " + units[unit];
+}
+
+// ISO 8601 in UTC to the second ("2025-01-31T12:34:56Z"), or "-" when the backend keeps none.
+std::optional<std::string> iso_utc(
+    const std::optional<std::chrono::system_clock::time_point>& when) {
+  if (!when) return std::nullopt;
+  const std::time_t t = std::chrono::system_clock::to_time_t(*when);
+  std::tm utc{};
+  if (::gmtime_r(&t, &utc) == nullptr) return std::nullopt;
+  char buffer[32];
+  const std::size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return std::string(buffer, n);
+}
+
+std::string key_hex(const std::vector<std::byte>& key) {
+  return encode_hex(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
+}
+
+// --max-size N: bytes, or with a binary suffix (K, M, G; "KiB" and "k" too). 0 is allowed: trim
+// to nothing.
+std::uint64_t parse_size(std::string_view option, std::string_view text) {
+  std::uint64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  auto bad = [&](const std::string& why) {
+    return usage_error(std::string(option) + ": \"" + std::string(text) + "\" " + why);
+  };
+  if (ec == std::errc::result_out_of_range) throw bad("is out of range");
+  if (ec != std::errc() || ptr == begin) throw bad("is not a size (bytes, or N with K, M or G)");
+  std::string suffix(ptr, end);
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
+  int shift = 0;
+  if (suffix == "K") {
+    shift = 10;
+  } else if (suffix == "M") {
+    shift = 20;
+  } else if (suffix == "G") {
+    shift = 30;
+  } else if (!suffix.empty() && suffix != "B") {
+    throw bad("has an unknown unit: use K, M or G (powers of 1024)");
+  }
+  if (value > (std::numeric_limits<std::uint64_t>::max() >> shift)) throw bad("is out of range");
+  return value << shift;
+}
+
+// The entry KEYHEX names, or exit status 1 with a message.
+std::optional<object_code> find_entry(program_cache& cache, const arguments& args,
+                                      std::string& key) {
+  key = decode_hex("KEYHEX", args.positionals()[1]);
+  auto entry = cache.get(key);
+  if (!entry) {
+    std::cerr << "error: no entry " << args.positionals()[1] << " in the " << cache.description()
+              << " cache\n";
+  }
+  return entry;
+}
+
+void print_counts(const std::vector<std::pair<std::string_view, std::uint64_t>>& counts) {
+  json_writer json;
+  json.begin_object();
+  for (const auto& [name, n] : counts) json.key(name).value(n);
+  json.end_object();
+  std::cout << json.str() << '\n';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subcommands
+
+int stats(program_cache& cache, const arguments& args) {
+  const std::size_t entries = cache.size();
+  const std::uint64_t bytes = cache.size_bytes();
+  std::optional<std::string> backend, location;
+  if (auto* dir = dynamic_cast<file_stream_program_cache*>(&cache)) {
+    backend = "directory";
+    location = dir->root().string();
+  } else if (auto* db = dynamic_cast<sqlite_program_cache*>(&cache)) {
+    backend = "sqlite";
+    location = db->file().string();
+  }
+  if (args.has("--json")) {
+    json_writer json;
+    json.begin_object();
+    json.key("description").value(cache.description());
+    json.key("backend").value(backend);
+    if (backend == "directory") json.key("root").value(location);
+    if (backend == "sqlite") json.key("file").value(location);
+    json.key("entries").value(entries);
+    json.key("size_bytes").value(bytes);
+    json.end_object();
+    std::cout << json.str() << '\n';
+    return exit_success;
+  }
+  constexpr std::size_t width = 9;  // "entries" and two spaces
+  std::cout << pad("cache", width) << cache.description() << '\n';
+  if (backend == "directory") std::cout << pad("root", width) << *location << '\n';
+  if (backend == "sqlite") std::cout << pad("file", width) << *location << '\n';
+  std::cout << pad("entries", width) << entries << '\n';
+  std::cout << pad("size", width) << human_size(bytes) << " (" << bytes << " bytes)\n";
+  return exit_success;
+}
+
+int ls(program_cache& cache, const arguments& args) {
+  std::vector<cache_entry_info> entries = cache.list();
+  // Most recently used first; entries with no time last; then by key, so the order is stable.
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    if (a.last_used != b.last_used) {
+      if (!a.last_used || !b.last_used) return a.last_used.has_value();
+      return *a.last_used > *b.last_used;
+    }
+    return a.key < b.key;
+  });
+  if (args.has("--json")) {
+    json_writer json;
+    json.begin_array();
+    for (const auto& e : entries) {
+      json.begin_object();
+      json.key("key").value(key_hex(e.key));
+      json.key("code_type").value(to_string(e.type));
+      json.key("payload_bytes").value(e.payload_bytes);
+      json.key("stored_bytes").value(e.stored_bytes);
+      json.key("name").value(e.name);
+      json.key("symbols").value(e.symbol_count);
+      json.key("last_used").value(iso_utc(e.last_used));
+      json.end_object();
+    }
+    json.end_array();
+    std::cout << json.str() << '\n';
+    return exit_success;
+  }
+  std::size_t key_width = 0, type_width = 0, bytes_width = 0, name_width = 0;
+  for (const auto& e : entries) {
+    key_width = std::max(key_width, e.key.size() * 2);
+    type_width = std::max(type_width, to_string(e.type).size());
+    bytes_width = std::max(bytes_width, std::to_string(e.payload_bytes).size());
+    name_width = std::max(name_width, e.name.size());
+  }
+  for (const auto& e : entries) {
+    std::cout << pad(key_hex(e.key), key_width) << "  "
+              << pad(std::string(to_string(e.type)), type_width) << "  "
+              << pad_left(std::to_string(e.payload_bytes), bytes_width) << "  "
+              << pad(e.name, name_width) << "  " << iso_utc(e.last_used).value_or("-") << '\n';
+  }
+  return exit_success;
+}
+
+int show(program_cache& cache, const arguments& args) {
+  std::string key;
+  const auto entry = find_entry(cache, args, key);
+  if (!entry) return exit_failure;
+  const std::string hex = encode_hex(key);
+  if (args.has("--json")) {
+    json_writer json;
+    json.begin_object();
+    json.key("key").value(hex);
+    json.key("code_type").value(to_string(entry->type()));
+    json.key("name").value(entry->name());
+    json.key("payload_bytes").value(entry->size());
+    json.key("symbols").begin_object();
+    for (const auto& [expression, mangled] : entry->symbol_mapping()) {
+      json.key(expression).value(mangled);
+    }
+    json.end_object();
+    json.end_object();
+    std::cout << json.str() << '\n';
+    return exit_success;
+  }
+  constexpr std::size_t width = 11;  // "code type" and two spaces
+  std::cout << pad("key", width) << hex << '\n'
+            << pad("code type", width) << to_string(entry->type()) << '\n'
+            << pad("name", width) << entry->name() << '\n'
+            << pad("bytes", width) << entry->size() << '\n'
+            << pad("symbols", width) << entry->symbol_mapping().size() << '\n';
+  for (const auto& [expression, mangled] : entry->symbol_mapping()) {
+    std::cout << "  " << expression << " = " << mangled << '\n';
+  }
+  return exit_success;
+}
+
+int export_entry(program_cache& cache, const arguments& args) {
+  const auto output = args.last("-o");
+  if (!output) throw usage_error("cache export needs -o FILE");
+  std::string key;
+  const auto entry = find_entry(cache, args, key);
+  if (!entry) return exit_failure;
+  entry->write(*output);
+  if (args.has("--json")) {
+    json_writer json;
+    json.begin_object();
+    json.key("output").value(*output);
+    json.key("bytes").value(entry->size());
+    json.key("code_type").value(to_string(entry->type()));
+    json.end_object();
+    std::cout << json.str() << '\n';
+    return exit_success;
+  }
+  std::cout << encode_hex(key) << " -> " << *output << " (" << entry->size() << " bytes, "
+            << to_string(entry->type()) << ")\n";
+  return exit_success;
+}
+
+int verify(program_cache& cache, const arguments& args) {
+  const cache_verify_report r = cache.verify(/*remove_bad=*/true);
+  if (args.has("--json")) {
+    print_counts(
+        {{"entries", r.entries}, {"ok", r.ok}, {"corrupt", r.corrupt}, {"removed", r.removed}});
+  } else {
+    std::cout << r.entries << " entries, " << r.ok << " ok, " << r.corrupt << " corrupt, "
+              << r.removed << " removed\n";
+  }
+  return r.corrupt == 0 ? exit_success : exit_failure;
+}
+
+int trim(program_cache& cache, const arguments& args) {
+  const auto text = args.last(max_size_option.name);
+  if (!text) throw usage_error("cache trim needs --max-size N");
+  const std::uint64_t max_size = parse_size(max_size_option.name, *text);
+  const std::size_t removed = cache.trim(max_size);
+  const std::size_t entries = cache.size();
+  const std::uint64_t bytes = cache.size_bytes();
+  if (args.has("--json")) {
+    print_counts({{"removed", removed}, {"entries", entries}, {"size_bytes", bytes}});
+  } else {
+    std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << "; " << entries
+              << " left, " << human_size(bytes) << '\n';
+  }
+  return exit_success;
+}
+
+int clear(program_cache& cache, const arguments& args) {
+  const std::size_t entries = cache.size();
+  const std::uint64_t bytes = cache.size_bytes();
+  cache.clear();
+  // What is left: entries other processes wrote meanwhile (clear() leaves writes in progress).
+  const std::size_t left = cache.size();
+  const std::uint64_t left_bytes = cache.size_bytes();
+  const std::size_t removed = entries > left ? entries - left : 0;
+  const std::uint64_t removed_bytes = bytes > left_bytes ? bytes - left_bytes : 0;
+  if (args.has("--json")) {
+    print_counts({{"removed", removed}, {"removed_bytes", removed_bytes}, {"entries", left}});
+  } else {
+    std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << " ("
+              << human_size(removed_bytes) << ") from the " << cache.description() << " cache\n";
+  }
+  return exit_success;
+}
+
+const std::vector<subcommand>& subcommands() {
+  static const std::vector<subcommand> all = {
+      {"stats",
+       "stats [--cache SPEC] [--json]",
+       "where the cache is, its entries and size",
+       "Prints the cache's location (for the directory cache its root, for SQLite its file), its\n"
+       "number of entries and their total size. --json: {\"description\", \"backend\", \"root\"\n"
+       "or \"file\", \"entries\", \"size_bytes\"}.",
+       "",
+       {cache_dir_option, json_option},
+       0,
+       stats},
+      {"ls",
+       "ls [--cache SPEC] [--json]",
+       "one line per entry",
+       "Lists the entries, most recently used first, one per line: the key (the hex of its\n"
+       "bytes, what show and export take), the code type, the code's size in bytes, the program\n"
+       "name, and the last use (ISO 8601, UTC; \"-\" where the backend keeps none). --json: an\n"
+       "array of {\"key\", \"code_type\", \"payload_bytes\", \"stored_bytes\", \"name\",\n"
+       "\"symbols\", \"last_used\"}.",
+       "",
+       {cache_dir_option, json_option},
+       0,
+       ls},
+      {"show",
+       "show KEYHEX [--cache SPEC] [--json]",
+       "one entry: its header and symbols",
+       "Prints the entry KEYHEX (as ls lists it; a key from compile or key is 64 hex digits):\n"
+       "its code type, program name, size, and the name expressions it maps to mangled names.\n"
+       "Reading an entry checks it; a damaged one is removed and reported as not found.",
+       "Exit status: 0 shown; 1 no such entry, or the cache cannot be opened; 2 bad command line.",
+       {cache_dir_option, json_option},
+       1,
+       show},
+      {"export",
+       "export KEYHEX -o FILE [--cache SPEC] [--json]",
+       "write an entry's code to a file",
+       "Writes the code of the entry KEYHEX to FILE, the bytes as compiled (for cuobjdump,\n"
+       "nvdisasm, or loading by hand).",
+       "Exit status: 0 written; 1 no such entry, FILE cannot be written, or the cache cannot be\n"
+       "opened; 2 bad command line.",
+       {cache_dir_option, json_option, output_option},
+       1,
+       export_entry},
+      {"verify",
+       "verify [--cache SPEC] [--json]",
+       "check every entry and remove damaged ones",
+       "Reads and checks every entry (format, checksum, the key it echoes) and removes the\n"
+       "damaged ones; prints \"N entries, N ok, N corrupt, N removed\". --json:\n"
+       "{\"entries\", \"ok\", \"corrupt\", \"removed\"}.",
+       "Exit status: 0 nothing was damaged; 1 damaged entries were found (and removed, unless\n"
+       "removing failed: compare removed with corrupt), or the cache cannot be opened or read;\n"
+       "2 bad command line.",
+       {cache_dir_option, json_option},
+       0,
+       verify},
+      {"trim",
+       "trim --max-size N [--cache SPEC] [--json]",
+       "evict entries down to a size",
+       "Removes least recently used entries until the entries total at most N bytes; N may end\n"
+       "in K, M or G (KiB, MiB, GiB); 0 empties the cache. Prints how many it removed and what\n"
+       "is left. --json: {\"removed\", \"entries\", \"size_bytes\"}.",
+       "",
+       {cache_dir_option, json_option, max_size_option},
+       0,
+       trim},
+      {"clear",
+       "clear [--cache SPEC] [--json]",
+       "remove every entry",
+       "Removes every entry, without asking, and prints how many (entries other processes are\n"
+       "writing at the same time survive). --json: {\"removed\", \"removed_bytes\", \"entries\"}\n"
+       "(entries: what is left).",
+       "",
+       {cache_dir_option, json_option},
+       0,
+       clear},
+  };
+  return all;
+}
+
+const subcommand* find_subcommand(std::string_view name) {
+  for (const auto& s : subcommands()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string subcommand_names() {
+  std::string out;
+  for (const auto& s : subcommands()) out += (out.empty() ? "" : ", ") + std::string(s.name);
+  return out;
+}
+
+// `cucore cache --help` lists the subcommands; the table is built from them, so it is complete.
+std::string cache_usage() {
+  std::string out =
+      "Usage: cucore cache SUBCOMMAND [options]\n"
+      "\n"
+      "Looks into and maintains a persistent program cache: the one `cucore compile` uses.\n"
+      "\n" CUCORE_CLI_CACHE_SPEC_HELP
+      " The in-memory cache is refused here: it starts empty in every process.\n"
+      "\n"
+      "Subcommands:\n";
+  std::size_t width = 0;
+  for (const auto& s : subcommands()) width = std::max(width, s.synopsis.size());
+  for (const auto& s : subcommands()) {
+    out += "  " + pad(std::string(s.synopsis), width + 2) + std::string(s.summary) + "\n";
+  }
+  out +=
+      "\nRun 'cucore cache SUBCOMMAND --help' for one subcommand.\n"
+      "\n"
+      "Exit status: 0 success; 1 an entry not found, damaged entries found by verify, or a cache\n"
+      "that cannot be opened or read; 2 bad command line.\n"
+      "\n"
+      "Options:\n" +
+      options_help(options);
+  return out;
+}
+
+constexpr std::string_view exit_status_default =
+    "Exit status: 0 success; 1 the cache cannot be opened, read or written; 2 bad command line.";
+
+std::string subcommand_usage(const subcommand& s) {
+  const std::string_view exit_status = s.exit_status.empty() ? exit_status_default : s.exit_status;
+  return "Usage: cucore cache " + std::string(s.synopsis) + "\n\n" + std::string(s.description) +
+         "\n\n" CUCORE_CLI_CACHE_SPEC_HELP " Not memory or none here.\n\n" +
+         std::string(exit_status) + "\n\nOptions:\n" + options_help(s.options);
+}
+
+std::optional<std::string> help(const arguments& args) {
+  if (!args.positionals().empty()) {
+    if (const subcommand* s = find_subcommand(args.positionals()[0])) return subcommand_usage(*s);
+  }
+  return cache_usage();
+}
+
+int run(const arguments& args) {
+  const auto& positionals = args.positionals();
+  if (positionals.empty()) {
+    throw usage_error("cache needs a SUBCOMMAND: " + subcommand_names());
+  }
+  const subcommand* sub = find_subcommand(positionals[0]);
+  if (sub == nullptr) {
+    throw usage_error("unknown cache subcommand \"" + positionals[0] + "\": use one of " +
+                      subcommand_names());
+  }
+  const std::string who = "cache " + std::string(sub->name);
+  if (positionals.size() < 1 + sub->operands) throw usage_error(who + " needs a KEYHEX");
+  if (positionals.size() > 1 + sub->operands) {
+    throw usage_error(
+        who + " takes " +
+        (sub->operands == 0 ? std::string("no arguments") : std::string("one KEYHEX")) +
+        ", but got also \"" + positionals[1 + sub->operands] + "\"");
+  }
+  for (const auto& option : options) {
+    const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
+                                   [&](const option_spec& o) { return o.name == option.name; });
+    if (!takes && args.has(option.name)) {
+      throw usage_error(who + " takes no " + std::string(option.name));
+    }
+  }
+  if (sub->operands > 0) (void)decode_hex("KEYHEX", positionals[1]);
+
+  const std::string spec = cache_spec_from(args);
+  if (is_no_cache(spec)) {
+    throw usage_error("--cache " + spec + ": " + who + " needs a cache to work on");
+  }
+  if (is_memory_cache(spec)) {
+    throw usage_error("--cache memory: an in-memory cache starts empty in every process, so " +
+                      who + " would see nothing: name a directory (DIR) or sqlite:FILE");
+  }
+  const std::unique_ptr<program_cache> cache = open_cache(spec);
+  return sub->run(*cache, args);
+}
+
+}  // namespace
+
+const command cache_command{
+    "cache",
+    "cache SUBCOMMAND [options]",
+    "look into and maintain the program cache: stats, ls, show, export, verify, trim, clear",
+    "",  // help() writes the usage, from the subcommand table
+    options,
+    run,
+    help,
+};
+
+}  // namespace cucore::cli

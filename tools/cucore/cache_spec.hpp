@@ -1,0 +1,41 @@
+// --cache SPEC: which program cache a command uses. One spelling for every command, with the
+// library's meaning (cucore::open_program_cache) and the tool's checks around it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "arguments.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/cache/program_cache.hpp"
+
+namespace cucore::cli {
+
+inline constexpr option_spec cache_option{
+    "--cache", "", "SPEC", "DIR, dir:DIR, sqlite:FILE, memory or none (default: see above)"};
+
+// The sentences every command with --cache prints about it: a macro, so that the commands'
+// descriptions (string literals) can include it.
+#define CUCORE_CLI_CACHE_SPEC_HELP                                                                \
+  "--cache DIR (or dir:DIR) uses the directory cache at DIR, sqlite:FILE the SQLite cache in\n"   \
+  "FILE, memory an in-process one (empty in every run of the tool), none no cache. The default\n" \
+  "is the directory cache at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else\n"              \
+  "~/.cache/cucore."
+
+// The spec given with --cache, or "" (the default cache) without it. A spec that names nothing
+// ("sqlite:", "dir:") is a usage error.
+std::string cache_spec_from(const arguments& args);
+bool is_no_cache(std::string_view spec);      // "none", "off"
+bool is_memory_cache(std::string_view spec);  // "memory"
+
+// Opens the cache `spec` names (nullptr for none); throws what the backend throws.
+std::unique_ptr<program_cache> open_cache(std::string_view spec);
+
+// The compiler identities to derive `cache`'s keys with: the ones remembered beside a persistent
+// cache (so that a hit loads no compiler library), else the installed libraries'. The same answers
+// program::compile(..., cache) uses, so a key derived here is the key it derives.
+const compiler_probes& probes_for(const program_cache& cache);
+
+}  // namespace cucore::cli

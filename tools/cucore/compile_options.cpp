@@ -1,0 +1,327 @@
+#include "compile_options.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cucore/error.hpp"
+
+namespace cucore::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+// The file name without directories, or the path itself when it has none ("dir/").
+std::string basename_of(const std::string& path) {
+  std::string name = fs::path(path).filename().string();
+  return name.empty() ? path : name;
+}
+
+// The whole file, bytes as they are (NVVM bitcode is binary).
+std::string read_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (!file) throw cucore::error("cannot read \"" + path + "\": " + std::strerror(errno));
+  std::string data;
+  char buffer[1 << 16];
+  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, file.get())) data.append(buffer, n);
+  // A directory opens fine and fails here, with EISDIR.
+  if (std::ferror(file.get())) {
+    throw cucore::error("cannot read \"" + path + "\": " + std::strerror(errno));
+  }
+  return data;
+}
+
+source_type source_type_of(const std::string& file, const std::optional<std::string>& given) {
+  if (given) {
+    try {
+      return parse_source_type(*given);
+    } catch (const cucore::invalid_argument& e) {
+      throw usage_error(std::string("--code-type: ") + e.what());
+    }
+  }
+  const std::string ext = lower(fs::path(file).extension().string());
+  if (ext == ".cu" || ext == ".cuh" || ext == ".cpp" || ext == ".cxx" || ext == ".cc") {
+    return source_type::cxx;
+  }
+  if (ext == ".ptx") return source_type::ptx;
+  if (ext == ".ll" || ext == ".bc" || ext == ".nvvm") return source_type::nvvm;
+  throw usage_error("cannot tell what \"" + file +
+                    "\" holds from its extension: pass --code-type c++, ptx or nvvm");
+}
+
+code_type target_of(source_type source, const std::optional<std::string>& given) {
+  if (!given) return source == source_type::nvvm ? code_type::ptx : code_type::cubin;
+  try {
+    return parse_code_type(*given);
+  } catch (const cucore::invalid_argument&) {
+    // The library's message lists every code type; say what this source can become instead.
+    std::string list;
+    for (auto t : supported_targets(source))
+      list += (list.empty() ? "" : ", ") + std::string(to_string(t));
+    throw usage_error("--target: unknown target \"" + *given +
+                      "\": " + std::string(to_string(source)) + " code compiles to " + list);
+  }
+}
+
+// NAME or NAME=VALUE, split on the first '=' (the value may hold more).
+macro to_macro(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == 0) throw usage_error("-D " + text + ": the macro has no name");
+  if (eq == std::string::npos) return macro(text);
+  return macro(text.substr(0, eq), text.substr(eq + 1));
+}
+
+program_options options_from(const arguments& args, const std::string& file) {
+  program_options o;
+  o.name = args.last("--name").value_or(basename_of(file));
+  o.arch = args.last("--arch");  // unset: the library takes the GPU's
+  o.include_path = args.all("-I");
+  for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
+  o.undefine_macro = args.all("-U");
+  o.pre_include = args.all("--pre-include");
+  o.std = args.last("--std");
+
+  // Flags set a field only when given, so an absent flag emits nothing at all.
+  auto flag = [&](std::string_view name, std::optional<bool>& field) {
+    if (args.has(name)) field = true;
+  };
+  auto boolean = [&](std::string_view name, std::optional<bool>& field) {
+    if (auto v = args.last(name)) field = parse_bool(name, *v);
+  };
+  flag("-G", o.debug);
+  flag("--lineinfo", o.lineinfo);
+  flag("--use-fast-math", o.use_fast_math);
+  flag("--rdc", o.relocatable_device_code);
+  flag("--disable-warnings", o.disable_warnings);
+  flag("--extra-device-vectorization", o.extra_device_vectorization);
+  flag("--libdevice", o.use_libdevice);
+  boolean("--ftz", o.ftz);
+  boolean("--prec-div", o.prec_div);
+  boolean("--prec-sqrt", o.prec_sqrt);
+  boolean("--fmad", o.fma);
+  if (auto v = args.last("--dopt")) o.device_code_optimize = parse_bool("--dopt", *v, "on", "off");
+  if (auto n = args.last("--maxrregcount")) {
+    o.max_register_count = parse_int("--maxrregcount", *n);
+  }
+  for (const auto& n : args.all("--diag-suppress")) {
+    o.diag_suppress.push_back(parse_int("--diag-suppress", n));
+  }
+  o.ptxas_options = args.all("--ptxas-options");
+  for (const auto& path : args.all("--extra-module")) {
+    o.extra_sources.push_back({basename_of(path), read_file(path)});
+  }
+  return o;
+}
+
+// Each expression once, in command-line order (a JSON object cannot repeat a key).
+std::vector<std::string> name_expressions(const arguments& args) {
+  std::vector<std::string> unique;
+  for (auto& e : args.all("--name-expression")) {
+    if (std::find(unique.begin(), unique.end(), e) == unique.end()) unique.push_back(std::move(e));
+  }
+  return unique;
+}
+
+// The arch the compile will use, for the report. A malformed --arch is a usage error; no --arch
+// and no GPU is an error of this machine, whose message says to pass --arch.
+std::string arch_used(const program_options& options) {
+  try {
+    return resolve_arch(options.arch);
+  } catch (const cucore::invalid_argument& e) {
+    if (options.arch) throw usage_error(std::string("--arch: ") + e.what());
+    throw;
+  }
+}
+
+// Asks the library for the flags now, so an option the code type does not take, or an unsupported
+// target, is a usage error (exit 2) before any file is read or compiler loaded.
+void check_options(program_options options, const std::string& arch, source_type source,
+                   code_type target) {
+  options.arch = arch;
+  try {
+    (void)compiler_flags(options, source, target);
+  } catch (const cucore::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Compiler identities that load nothing. make_program_cache_key's refusals do not depend on the
+// identities (but for the driver linker's, which no tool option reaches), so checking the inputs
+// against these gives the library's own answer without opening NVRTC, libNVVM or nvJitLink.
+class placeholder_probes final : public compiler_probes {
+ public:
+  version_probe nvrtc() const override { return {true, "placeholder"}; }
+  version_probe nvvm() const override { return {true, "placeholder"}; }
+  linker_probe linker() const override {
+    return {true, linker_backend::nvjitlink, "placeholder", ""};
+  }
+};
+
+// The refusal of the inputs, or an empty string.
+std::string key_refusal(const program_cache_key_inputs& inputs) {
+  try {
+    (void)make_program_cache_key(inputs, placeholder_probes());
+    return {};
+  } catch (const cucore::invalid_argument& e) {
+    return e.what();
+  }
+}
+
+// The words for it: the tool's options where they are the cause, else the library's message.
+std::string cli_reason(const compile_inputs& in, const std::string& library_message) {
+  const program_options& o = in.options;
+  std::vector<std::string> reads;
+  if (in.source == source_type::cxx) {
+    if (!o.include_path.empty()) reads.emplace_back("-I");
+    if (!o.pre_include.empty()) reads.emplace_back("--pre-include");
+  }
+  if (!reads.empty()) {
+    return (reads.size() == 1 ? reads[0] + " makes" : reads[0] + " and " + reads[1] + " make") +
+           " NVRTC read files whose contents the cache key cannot see";
+  }
+  if (in.source == source_type::cxx && o.name.find_first_of("/\\") != std::string::npos) {
+    return "--name \"" + o.name +
+           "\" has a directory, where NVRTC looks for quoted #includes the cache key cannot see";
+  }
+  if (in.source == source_type::nvvm && o.use_libdevice.value_or(false)) {
+    return "--libdevice links libdevice.10.bc, a file whose contents the cache key cannot see";
+  }
+  // "the c++ code can read a file a cache key cannot see (k.cu:1: #include "a.h"): NVRTC ...":
+  // keep what names the cause and where, not the advice meant for library callers.
+  static constexpr std::string_view code_prefix = "the c++ code can read a file";
+  if (library_message.starts_with(code_prefix)) {
+    if (auto end = library_message.find("): "); end != std::string::npos) {
+      return in.file + " can read a file" +
+             library_message.substr(code_prefix.size(), end + 1 - code_prefix.size());
+    }
+  }
+  return library_message;
+}
+
+}  // namespace
+
+compile_inputs compile_inputs_from(const arguments& args, std::string_view command) {
+  const auto& files = args.positionals();
+  if (files.empty()) throw usage_error(std::string(command) + " needs a FILE");
+  if (files.size() > 1) {
+    throw usage_error(std::string(command) + " takes one FILE, but got also \"" + files[1] + "\"");
+  }
+  compile_inputs in;
+  in.file = files[0];
+  in.source = source_type_of(in.file, args.last("--code-type"));
+  in.target = target_of(in.source, args.last("--target"));
+  in.name_expressions = name_expressions(args);
+  if (!in.name_expressions.empty() && in.source != source_type::cxx) {
+    throw usage_error("--name-expression is for c++ code: " + std::string(to_string(in.source)) +
+                      " symbols keep their own names");
+  }
+  (void)extra_digest_from(args);  // a malformed one is a usage error before any file is read
+  in.options = options_from(args, in.file);
+  in.arch = arch_used(in.options);
+  check_options(in.options, in.arch, in.source, in.target);
+  in.code = read_file(in.file);
+  return in;
+}
+
+std::string decode_hex(std::string_view option, std::string_view text) {
+  if (text.size() % 2 != 0) {
+    throw usage_error(std::string(option) + ": \"" + std::string(text) + "\" has an odd number (" +
+                      std::to_string(text.size()) + ") of hex digits: give two per byte");
+  }
+  std::string bytes;
+  bytes.reserve(text.size() / 2);
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    const int hi = hex_digit(text[i]);
+    const int lo = hex_digit(text[i + 1]);
+    if (hi < 0 || lo < 0) {
+      const std::size_t bad = hi < 0 ? i : i + 1;
+      throw usage_error(std::string(option) + ": \"" + std::string(text) +
+                        "\" is not hexadecimal (\"" + std::string(1, text[bad]) + "\" at offset " +
+                        std::to_string(bad) + ")");
+    }
+    bytes += static_cast<char>(hi * 16 + lo);
+  }
+  return bytes;
+}
+
+std::string encode_hex(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out += digits[b >> 4];
+    out += digits[b & 0xF];
+  }
+  return out;
+}
+
+std::optional<std::string> extra_digest_from(const arguments& args) {
+  const auto hex = args.last(extra_digest_option.name);
+  if (!hex) return std::nullopt;
+  return decode_hex(extra_digest_option.name, *hex);
+}
+
+program_cache_key_inputs key_inputs(const compile_inputs& in,
+                                    std::optional<std::string> extra_digest) {
+  program_cache_key_inputs inputs;
+  inputs.code = in.code;
+  inputs.code_type = in.source;
+  inputs.options = in.options;
+  inputs.options.arch = in.arch;
+  inputs.target = in.target;
+  inputs.name_expressions = in.name_expressions;
+  inputs.extra_digest = std::move(extra_digest);
+  return inputs;
+}
+
+std::optional<cache_refusal> why_not_cacheable(const compile_inputs& in,
+                                               const std::optional<std::string>& extra_digest) {
+  program_cache_key_inputs inputs = key_inputs(in, extra_digest);
+  const std::string refusal = key_refusal(inputs);
+  if (refusal.empty()) return std::nullopt;
+  cache_refusal out;
+  out.reason = cli_reason(in, refusal);
+  if (!extra_digest) {
+    inputs.extra_digest = std::string();
+    out.extra_digest_helps = key_refusal(inputs).empty();
+  }
+  return out;
+}
+
+std::optional<std::string> backend_from_key(const program_cache_key& key, source_type source) {
+  switch (source) {
+    case source_type::cxx:
+      return std::string(to_string(compiler_backend::nvrtc));
+    case source_type::nvvm:
+      return std::string(to_string(compiler_backend::nvvm));
+    case source_type::ptx:
+      for (const auto& field : key.explain()) {
+        if (field.label == "linker_backend") return field.payload;
+      }
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cucore::cli

@@ -1,0 +1,120 @@
+// What `cucore compile` and `cucore key` share: one table of the options that describe a
+// compilation (so the two commands cannot drift apart: a key computed by `cucore key` is the key
+// `cucore compile` uses for the same command line), and one reading of them into compile inputs.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "arguments.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/object_code.hpp"
+#include "cucore/options.hpp"
+
+namespace cucore::cli {
+
+// Joins option tables into one, in order, so a command can place its own options around the
+// shared ones.
+template <std::size_t... N>
+constexpr std::array<option_spec, (N + ...)> join_options(
+    const std::array<option_spec, N>&... tables) {
+  std::array<option_spec, (N + ...)> out{};
+  std::size_t i = 0;
+  ((std::copy(tables.begin(), tables.end(), out.begin() + static_cast<std::ptrdiff_t>(i)), i += N),
+   ...);
+  return out;
+}
+
+// What is compiled, and to what.
+inline constexpr auto compilation_options = std::to_array<option_spec>({
+    {"--code-type", "", "c++|ptx|nvvm", "what FILE holds (default: from its extension)"},
+    {"--target", "", "ptx|cubin|ltoir", "what to produce (default: cubin; ptx from nvvm)"},
+    {"--arch", "", "sm_XY", "GPU architecture (default: the GPU's)"},
+    {"--name", "", "NAME", "program name in compiler messages (default: FILE's name)"},
+    {"--name-expression", "", "EXPR", "c++: report EXPR's mangled name (repeatable)"},
+});
+
+// The compiler's options, under headings: the last part of a command's table.
+inline constexpr auto compiler_options = std::to_array<option_spec>({
+    {"", "", "", "Preprocessor (c++)"},
+    {"-I", "--include-path", "DIR", "search DIR for headers (repeatable)"},
+    {"-D", "--define-macro", "NAME[=VALUE]", "define a macro (repeatable)"},
+    {"-U", "--undefine-macro", "NAME", "undefine a macro (repeatable)"},
+    {"--pre-include", "", "FILE", "include FILE before the source (repeatable)"},
+    {"--std", "", "STD", "language dialect: c++17, c++20, ..."},
+    {"", "", "", "Code generation"},
+    {"-G", "--debug", "", "device debug information"},
+    {"--lineinfo", "", "", "line-number information (c++, ptx)"},
+    {"--maxrregcount", "", "N", "at most N registers per thread (c++, ptx)"},
+    {"--use-fast-math", "", "", "fast, less precise math (c++)"},
+    {"--ftz", "", "true|false", "flush denormal floats to zero"},
+    {"--prec-div", "", "true|false", "IEEE-rounded division"},
+    {"--prec-sqrt", "", "true|false", "IEEE-rounded square root"},
+    {"--fmad", "", "true|false", "contract multiply and add into FMA"},
+    {"--rdc", "", "", "relocatable device code (c++)"},
+    {"--ptxas-options", "", "OPT", "pass OPT to ptxas (repeatable; c++, ptx)"},
+    {"--diag-suppress", "", "N", "suppress diagnostic number N (repeatable; c++)"},
+    {"--disable-warnings", "", "", "no warnings (c++)"},
+    {"--dopt", "", "on|off", "device code optimization (c++, nvvm)"},
+    {"--extra-device-vectorization", "", "", "more aggressive vectorization (c++)"},
+    {"", "", "", "NVVM IR"},
+    {"--libdevice", "", "", "link libdevice, the CUDA math library"},
+    {"--extra-module", "", "FILE", "another IR module to compile with FILE (repeatable)"},
+});
+
+// Both commands take it, under a heading of their own.
+inline constexpr option_spec extra_digest_option{
+    "--extra-digest", "", "HEX",
+    "mix these bytes into the key: a fingerprint of files it cannot see"};
+
+// Everything one compilation needs, read from the command line and FILE.
+struct compile_inputs {
+  std::string file;
+  std::string code;  // FILE's bytes
+  source_type source = source_type::cxx;
+  code_type target = code_type::cubin;
+  std::vector<std::string> name_expressions;  // each once, in command-line order
+  program_options options;                    // as given: arch unset when --arch is absent
+  std::string arch;                           // the arch the compile uses (options.arch resolved)
+};
+
+// Reads the compilation options and FILE (the one positional). Usage errors for a malformed or
+// contradictory command line, and for options the code type does not take (asked of the library
+// before any compiler is loaded); cucore::error for a FILE or --extra-module it cannot read, and
+// for no --arch on a machine without a GPU. `command` names the command in messages.
+compile_inputs compile_inputs_from(const arguments& args, std::string_view command);
+
+// The bytes `text` spells in hexadecimal (either case); a usage_error naming `option` for an odd
+// number of digits or a character that is not one.
+std::string decode_hex(std::string_view option, std::string_view text);
+// Bytes as lowercase hexadecimal.
+std::string encode_hex(std::string_view bytes);
+
+// The decoded --extra-digest, if given.
+std::optional<std::string> extra_digest_from(const arguments& args);
+
+// The inputs of the cache key of `in`. The options carry the resolved arch, so deriving the key
+// queries no GPU.
+program_cache_key_inputs key_inputs(const compile_inputs& in,
+                                    std::optional<std::string> extra_digest);
+
+// Why `in` cannot be cached as given, in the tool's words ("-I makes NVRTC read headers ..."),
+// and whether an --extra-digest would make it cacheable. Checked against the library's own rules
+// (make_program_cache_key) with placeholder compiler identities, so it loads no compiler.
+struct cache_refusal {
+  std::string reason;
+  bool extra_digest_helps = false;
+};
+std::optional<cache_refusal> why_not_cacheable(const compile_inputs& in,
+                                               const std::optional<std::string>& extra_digest);
+
+// The backend a cached compile of `source` would have used, from its key alone (for ptx, the key's
+// linker_backend field): naming it must not load a compiler. nullopt when the key does not say.
+std::optional<std::string> backend_from_key(const program_cache_key& key, source_type source);
+
+}  // namespace cucore::cli

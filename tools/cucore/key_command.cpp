@@ -1,0 +1,101 @@
+// cucore key: the program cache key `cucore compile` uses for the same command line, and what it
+// was built from.
+#include <algorithm>
+#include <iostream>
+#include <string>
+
+#include "arguments.hpp"
+#include "commands.hpp"
+#include "compile_options.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/error.hpp"
+#include "json_writer.hpp"
+
+namespace cucore::cli {
+namespace {
+
+constexpr auto options =
+    join_options(std::to_array<option_spec>({
+                     {"--explain", "", "", "list the labelled fields the key was built from"},
+                     {"--json", "", "", "print the key (and its fields) as one JSON object"},
+                 }),
+                 compilation_options, compiler_options,
+                 std::to_array<option_spec>({
+                     {"", "", "", "Cache key"},
+                     extra_digest_option,
+                 }));
+
+constexpr std::string_view description =
+    "Prints the program cache key of compiling FILE with these options: 64 hex digits, the key\n"
+    "`cucore compile` looks up for the same command line (its --json \"key\"), and what\n"
+    "`cucore cache ls` lists. It takes every option of compile that goes into the key. The key\n"
+    "is the SHA-256 of labelled fields: the key schema, the compiler's version, the code type and\n"
+    "target, the source's SHA-256, the compiler flags, the name expressions, the program name and\n"
+    "the --extra-digest. --explain lists them, one per line (label, then payload).\n"
+    "\n"
+    "Inputs the key cannot see (-I, --pre-include, a quoted #include, a --name with a directory,\n"
+    "--libdevice) are refused unless --extra-digest HEX is given: bytes that change when those\n"
+    "files do (for example the SHA-256 of the headers).\n"
+    "\n"
+    "Exit status: 0 printed; 1 FILE cannot be read, or no --arch and no GPU; 2 bad command line,\n"
+    "or inputs the key cannot cover.";
+
+void print_json(const program_cache_key& key, bool explain) {
+  json_writer json;
+  json.begin_object();
+  json.key("key").value(key.hex());
+  if (explain) {
+    json.key("fields").begin_array();
+    for (const auto& field : key.explain()) {
+      json.begin_object();
+      json.key("label").value(field.label);
+      json.key("payload").value(field.payload);
+      json.end_object();
+    }
+    json.end_array();
+  }
+  json.end_object();
+  std::cout << json.str() << '\n';
+}
+
+void print_human(const program_cache_key& key, bool explain) {
+  std::cout << key.hex() << '\n';
+  if (!explain) return;
+  std::size_t width = 0;
+  for (const auto& field : key.explain()) width = std::max(width, field.label.size());
+  for (const auto& field : key.explain()) {
+    std::cout << "  " << field.label << std::string(width + 2 - field.label.size(), ' ')
+              << field.payload << '\n';
+  }
+}
+
+int run(const arguments& args) {
+  const compile_inputs in = compile_inputs_from(args, "key");
+  const std::optional<std::string> extra_digest = extra_digest_from(args);
+  if (auto refusal = why_not_cacheable(in, extra_digest)) {
+    throw usage_error("no cache key: " + refusal->reason +
+                      (refusal->extra_digest_helps ? "; pass --extra-digest HEX" : ""));
+  }
+  // The installed compilers' identities: the same answers compile's remembered ones give.
+  const program_cache_key key = make_program_cache_key(key_inputs(in, extra_digest));
+  if (args.has("--json")) {
+    print_json(key, args.has("--explain"));
+  } else {
+    print_human(key, args.has("--explain"));
+  }
+  return exit_success;
+}
+
+}  // namespace
+
+const command key_command{
+    "key",
+    "key FILE [options]",
+    "print the cache key of a compile, and what it is made of",
+    description,
+    options,
+    run,
+    nullptr,
+};
+
+}  // namespace cucore::cli
