@@ -15,5 +15,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cucoreConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/cucoreConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cucore)
 
+# The .pc file names its prefix relative to its own directory, so a staged or moved install works.
+file(RELATIVE_PATH CUCORE_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file(cmake/cucore.pc.in ${CMAKE_CURRENT_BINARY_DIR}/cucore.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cucore.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
