@@ -6,14 +6,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,46 +24,19 @@
 #include "cache_workload.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/log.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
 
 namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::is_valid_workload_value;
+using testing::scaled;
+using testing::temp_dir;
 using testing::workload_key;
 using testing::workload_result;
 using testing::workload_value;
-
-double stress_scale() {
-  const char* text = std::getenv("CUCORE_STRESS_SCALE");
-  if (text == nullptr || *text == '\0') return 1.0;
-  const double v = std::strtod(text, nullptr);
-  return v > 0 && std::isfinite(v) ? v : 1.0;
-}
-
-std::uint64_t scaled(std::uint64_t count, std::uint64_t floor) {
-  return std::max<std::uint64_t>(
-      floor, static_cast<std::uint64_t>(std::llround(static_cast<double>(count) * stress_scale())));
-}
-
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "cucore-fs-stress-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -94,18 +65,11 @@ void count_warnings() {
   });
 }
 
-struct child {
-  pid_t pid = -1;
-  int fd = -1;
-};
+using child = testing::child_process;
 
+// A child running `body`, its warnings counted; it sends back its child_report (as bytes).
 child spawn(const std::function<child_report()>& body) {
-  int fds[2];
-  if (::pipe(fds) != 0) std::abort();
-  const pid_t pid = ::fork();
-  if (pid < 0) std::abort();
-  if (pid == 0) {
-    ::close(fds[0]);
+  return child([&body] {
     g_warnings = 0;
     count_warnings();
     child_report r;
@@ -115,26 +79,19 @@ child spawn(const std::function<child_report()>& body) {
       std::snprintf(r.failure, sizeof r.failure, "exception: %s", e.what());
     }
     r.warnings = g_warnings.load();
-    (void)!::write(fds[1], &r, sizeof r);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  return {pid, fds[0]};
+    return std::string(reinterpret_cast<const char*>(&r), sizeof r);
+  });
 }
 
-child_report collect(const child& c) {
+// Waits for a spawned child; its report.
+child_report collect(child& c) {
+  const std::string bytes = c.wait();
   child_report r;
-  std::size_t got = 0;
-  auto* p = reinterpret_cast<char*>(&r);
-  while (got < sizeof r) {
-    const ssize_t n = ::read(c.fd, p + got, sizeof r - got);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
+  if (bytes.size() == sizeof r) {
+    std::memcpy(&r, bytes.data(), sizeof r);
+  } else {
+    std::snprintf(r.failure, sizeof r.failure, "child died (%s)", bytes.c_str());
   }
-  ::close(c.fd);
-  int status = 0;
-  ::waitpid(c.pid, &status, 0);
-  if (got != sizeof r) std::snprintf(r.failure, sizeof r.failure, "child died (status %d)", status);
   return r;
 }
 
@@ -376,9 +333,7 @@ TEST(FileStreamStress, WritersKilledAtRandomPoints) {
   for (std::uint64_t i = 0; i < kills; ++i) {
     const bool fsync = i % 2 == 0;
     const std::uint64_t seed = rng();
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
+    const pid_t pid = testing::fork_until_killed([&] {
       set_log_handler({});
       file_stream_program_cache cache(dir.path(), options(cap, fsync));
       std::mt19937_64 wrng(seed);
@@ -390,12 +345,9 @@ TEST(FileStreamStress, WritersKilledAtRandomPoints) {
           cache.put(workload_key(k), values[k * 4 + wrng() % 4]);
         }
       }
-    }
-    ::usleep(static_cast<useconds_t>(rng() % 8000));
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++killed_running;
+    });
+    ASSERT_GE(pid, 0);
+    if (testing::kill_after(pid, std::chrono::microseconds(rng() % 8000))) ++killed_running;
     // A temp file left behind: this kill landed between creating an entry and committing it (the
     // next writer's open sweeps it, its writer being dead).
     std::error_code ec;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cucore/cache/program_cache.hpp"
@@ -83,6 +84,37 @@ inline workload_result run_workload(program_cache& cache, std::uint64_t seed,
     }
   }
   return r;
+}
+
+// The counts of `results`, added up.
+inline workload_result sum(const std::vector<workload_result>& results) {
+  workload_result total;
+  for (const auto& r : results) {
+    total.gets += r.gets;
+    total.hits += r.hits;
+    total.puts += r.puts;
+    total.erases += r.erases;
+    total.wrong += r.wrong;
+    total.errors += r.errors;
+  }
+  return total;
+}
+
+// run_workload in `threads` threads at once on one cache, thread t with seed `first_seed + t`;
+// their results, in thread order.
+inline std::vector<workload_result> run_workload_in_threads(program_cache& cache,
+                                                            std::size_t threads,
+                                                            std::uint64_t first_seed,
+                                                            std::uint32_t key_count,
+                                                            std::uint64_t operations) {
+  std::vector<workload_result> results(threads);
+  std::vector<std::thread> running;
+  for (std::size_t t = 0; t < threads; ++t) {
+    running.emplace_back(
+        [&, t] { results[t] = run_workload(cache, first_seed + t, key_count, operations); });
+  }
+  for (auto& th : running) th.join();
+  return results;
 }
 
 }  // namespace cucore::testing

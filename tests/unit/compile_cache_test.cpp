@@ -2,6 +2,7 @@
 // misses that compile and store, refusals, and a failing cache that never fails the compile.
 #include <gtest/gtest.h>
 
+#include "cache_test_support.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/sqlite.hpp"
@@ -151,34 +152,22 @@ TEST(CompileWithCache, CompileFailureStoresNothing) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
-// A cache whose every write fails, as a full or read-only disk would make a strict cache do.
-class failing_cache final : public program_cache {
+// Forwards to a cache, but every write fails, as a full or read-only disk would make a strict
+// cache do.
+class failing_cache final : public testing::forwarding_cache {
  public:
-  std::optional<object_code> get(cache_key_ref key) override { return inner_.get(key); }
+  using forwarding_cache::forwarding_cache;
   void put(cache_key_ref, const object_code&) override { throw error("disk full"); }
-  bool erase(cache_key_ref key) override { return inner_.erase(key); }
-  std::size_t size() override { return inner_.size(); }
-  std::uint64_t size_bytes() override { return inner_.size_bytes(); }
-  void clear() override { inner_.clear(); }
-  cache_stats stats() const override { return inner_.stats(); }
-  std::vector<cache_entry_info> list() override { return inner_.list(); }
-  cache_verify_report verify(bool remove_bad) override { return inner_.verify(remove_bad); }
-  std::size_t trim(std::uint64_t max) override { return inner_.trim(max); }
   std::string description() const override { return "failing"; }
-
- private:
-  in_memory_program_cache inner_;
 };
 
 TEST(CompileWithCache, AFailedStoreNeverFailsTheCompile) {
-  failing_cache cache;
-  std::vector<std::string> warnings;
-  auto previous = set_log_handler([&](log_level level, std::string_view message) {
-    if (level == log_level::warning) warnings.emplace_back(message);
-  });
+  in_memory_program_cache inner;
+  failing_cache cache(inner);
+  testing::log_capture logs;
   program p(kSource, source_type::cxx, options());
   auto code = p.compile(code_type::ptx, {}, &cache);
-  set_log_handler(previous);
+  const auto warnings = logs.at(log_level::warning);
   EXPECT_TRUE(contains(code.text(), ".entry plain"));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_TRUE(contains(warnings[0], "disk full"));

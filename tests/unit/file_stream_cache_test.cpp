@@ -19,55 +19,34 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cache/entry_format.hpp"
+#include "cache_test_support.hpp"
 #include "cache_workload.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
+#include "process_support.hpp"
+#include "test_support.hpp"
 
 namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::log_capture;
+using testing::run_children;
+using testing::run_in_child;
+using testing::temp_dir;
 using testing::workload_key;
 using testing::workload_value;
+using testing::write_text;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "cucore-fs-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    // Tests make directories read-only; make everything removable again first.
-    for (auto it = fs::recursive_directory_iterator(path_, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_directory(ec) && !it->is_symlink(ec)) {
-        ::chmod(it->path().c_str(), 0700);
-      }
-    }
-    ::chmod(path_.c_str(), 0700);
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 file_stream_cache_options fast(std::optional<std::uint64_t> cap = std::nullopt) {
   file_stream_cache_options o;
@@ -97,11 +76,6 @@ void write_bytes(const fs::path& path, std::span<const std::byte> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()),
             static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
 }
 
 // Regular files under entries/*/.
@@ -162,31 +136,6 @@ void set_times(const fs::path& p, double atime_seconds_ago,
   ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << p;
 }
 
-// Captures cucore's log while in scope.
-class log_capture {
- public:
-  log_capture() {
-    previous_ = set_log_handler([this](log_level level, std::string_view message) {
-      std::lock_guard lock(mutex_);
-      messages_.emplace_back(level, std::string(message));
-    });
-  }
-  ~log_capture() { set_log_handler(previous_); }
-  std::vector<std::string> at(log_level level) const {
-    std::lock_guard lock(mutex_);
-    std::vector<std::string> out;
-    for (const auto& [l, m] : messages_) {
-      if (l == level) out.push_back(m);
-    }
-    return out;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<std::pair<log_level, std::string>> messages_;
-  log_handler previous_;
-};
-
 // Installs test hooks while in scope.
 class hooks_scope {
  public:
@@ -200,42 +149,17 @@ class hooks_scope {
   detail::file_stream_test_hooks hooks_;
 };
 
-// Runs `body` in a forked child; returns what it reported ("" for success). `body` returns an
-// error message or "". With `as_nobody` and a root parent, the child first drops to uid/gid
+// Runs `body` in a forked child (run_in_child) that, when we are root, first drops to uid/gid
 // 65534 (nobody), so that file modes apply to it.
-std::string run_in_child(const std::function<std::string()>& body, bool as_nobody = false) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid < 0) return "fork failed";
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string result;
-    try {
-      if (as_nobody && ::geteuid() == 0) {
-        if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) {
-          result = "cannot drop privileges to nobody";
-        }
+std::string run_as_nobody(const std::function<std::string()>& body) {
+  return run_in_child([&]() -> std::string {
+    if (::geteuid() == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) {
+        return "cannot drop privileges to nobody";
       }
-      if (result.empty()) result = body();
-    } catch (const std::exception& e) {
-      result = std::string("exception: ") + e.what();
     }
-    (void)!::write(fds[1], result.data(), result.size());
-    ::_exit(result.empty() ? 0 : 1);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (out.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-    out = "child failed with status " + std::to_string(status);
-  }
-  return out;
+    return body();
+  });
 }
 
 #define CHILD_EXPECT(cond)                                                            \
@@ -1386,31 +1310,29 @@ TEST(FileStreamCache, ReadOnlyCacheServesReadsAndDegradesWrites) {
   }
   ::chmod(root.c_str(), 0500);
 
-  const std::string result = run_in_child(
-      [&]() -> std::string {
-        log_capture logs;
-        file_stream_program_cache cache(root, fast(1 << 20));
-        auto hit = cache.get("k");
-        CHILD_EXPECT(hit && hit->name() == "stored");
-        cache.put("new", code_of(10));  // warn: no exception
-        CHILD_EXPECT(!cache.get("new"));
-        CHILD_EXPECT(cache.stats().errors == 1);
-        CHILD_EXPECT(logs.at(log_level::warning).size() == 1);
-        CHILD_EXPECT(logs.at(log_level::warning)[0].find("Permission denied") != std::string::npos);
-        CHILD_EXPECT(!cache.erase("k"));  // cannot remove: false, and counted
-        CHILD_EXPECT(cache.get("k"));
-        file_stream_cache_options strict = fast();
-        strict.on_write_failure = write_failure_policy::strict;
-        file_stream_program_cache strict_cache(root, strict);
-        try {
-          strict_cache.put("new", code_of(10));
-          return "strict put did not throw";
-        } catch (const error& e) {
-          CHILD_EXPECT(std::string(e.what()).find(root.string()) != std::string::npos);
-        }
-        return "";
-      },
-      /*as_nobody=*/true);
+  const std::string result = run_as_nobody([&]() -> std::string {
+    log_capture logs;
+    file_stream_program_cache cache(root, fast(1 << 20));
+    auto hit = cache.get("k");
+    CHILD_EXPECT(hit && hit->name() == "stored");
+    cache.put("new", code_of(10));  // warn: no exception
+    CHILD_EXPECT(!cache.get("new"));
+    CHILD_EXPECT(cache.stats().errors == 1);
+    CHILD_EXPECT(logs.at(log_level::warning).size() == 1);
+    CHILD_EXPECT(logs.at(log_level::warning)[0].find("Permission denied") != std::string::npos);
+    CHILD_EXPECT(!cache.erase("k"));  // cannot remove: false, and counted
+    CHILD_EXPECT(cache.get("k"));
+    file_stream_cache_options strict = fast();
+    strict.on_write_failure = write_failure_policy::strict;
+    file_stream_program_cache strict_cache(root, strict);
+    try {
+      strict_cache.put("new", code_of(10));
+      return "strict put did not throw";
+    } catch (const error& e) {
+      CHILD_EXPECT(std::string(e.what()).find(root.string()) != std::string::npos);
+    }
+    return "";
+  });
   EXPECT_EQ(result, "");
 }
 
@@ -1509,58 +1431,15 @@ TEST(FileStreamCache, ThreadsShareOneCache) {
   temp_dir dir;
   // A cap of about a third of the working set: eviction runs in every thread.
   file_stream_program_cache cache(dir.path(), fast(512 * 1024));
-  std::vector<testing::workload_result> results(6);
-  std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < results.size(); ++t) {
-    threads.emplace_back([&, t] { results[t] = testing::run_workload(cache, 100 + t, 48, 300); });
-  }
-  for (auto& t : threads) t.join();
-  std::uint64_t hits = 0;
+  const auto results = testing::run_workload_in_threads(cache, 6, 100, 48, 300);
   for (const auto& r : results) {
     EXPECT_EQ(r.wrong, 0u);
     EXPECT_EQ(r.errors, 0u);
-    hits += r.hits;
   }
-  EXPECT_GT(hits, 0u);
+  EXPECT_GT(testing::sum(results).hits, 0u);
   EXPECT_GT(cache.stats().evictions, 0u);
   EXPECT_EQ(cache.stats().errors, 0u);
   EXPECT_EQ(cache.stats().corrupt_dropped, 0u);
-}
-
-// Forks `n` children running `body(i)` (returns "" on success); returns their reports.
-std::vector<std::string> run_children(int n, const std::function<std::string(int)>& body) {
-  std::vector<std::pair<pid_t, int>> children;
-  for (int i = 0; i < n; ++i) {
-    int fds[2];
-    if (::pipe(fds) != 0) std::abort();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      std::string r;
-      try {
-        r = body(i);
-      } catch (const std::exception& e) {
-        r = e.what();
-      }
-      (void)!::write(fds[1], r.data(), r.size());
-      ::_exit(r.empty() ? 0 : 1);
-    }
-    ::close(fds[1]);
-    children.emplace_back(pid, fds[0]);
-  }
-  std::vector<std::string> out;
-  for (auto [pid, fd] : children) {
-    std::string r;
-    char buf[256];
-    ssize_t k;
-    while ((k = ::read(fd, buf, sizeof buf)) > 0) r.append(buf, static_cast<std::size_t>(k));
-    ::close(fd);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (r.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) r = "child crashed";
-    out.push_back(r);
-  }
-  return out;
 }
 
 TEST(FileStreamCache, ProcessesWritingOneKeyLeaveOneWholeValue) {

@@ -1,8 +1,6 @@
 // The in-memory LRU cache.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include "cache_workload.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/error.hpp"
@@ -138,19 +136,12 @@ TEST(InMemoryCache, ListVerifyTrim) {
 
 TEST(InMemoryCache, ConcurrentThreadsStayConsistent) {
   in_memory_program_cache cache({.max_size_bytes = 2 << 20});
-  std::vector<std::thread> threads;
-  std::vector<testing::workload_result> results(8);
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] { results[t] = testing::run_workload(cache, t, 64, 3000); });
-  }
-  for (auto& th : threads) th.join();
-  std::uint64_t hits = 0;
+  const auto results = testing::run_workload_in_threads(cache, 8, 0, 64, 3000);
   for (const auto& r : results) {
     EXPECT_EQ(r.wrong, 0u);
     EXPECT_EQ(r.errors, 0u);
-    hits += r.hits;
   }
-  EXPECT_GT(hits, 0u);
+  EXPECT_GT(testing::sum(results).hits, 0u);
   EXPECT_LE(cache.size_bytes(), std::uint64_t{2 << 20});
 }
 

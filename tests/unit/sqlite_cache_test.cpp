@@ -1,11 +1,7 @@
 // The SQLite program cache: real SQLite files in fresh temp directories, real child processes
 // (fork) where more than one process matters, raw SQLite connections to inspect, lock and damage
 // the files. No mocks.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sqlite3.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,9 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -24,239 +19,14 @@
 
 #include "cache/entry_format.hpp"
 #include "cache/sqlite_handles.hpp"
+#include "cache_test_support.hpp"
 #include "cache_workload.hpp"
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
-
-namespace cucore::testing {
-
-// A fresh directory, removed with everything in it at scope exit.
-class sqlite_temp_dir {
- public:
-  sqlite_temp_dir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "cucore-sqlite-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  sqlite_temp_dir(const sqlite_temp_dir&) = delete;
-  sqlite_temp_dir& operator=(const sqlite_temp_dir&) = delete;
-  ~sqlite_temp_dir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-// A plain SQLite connection, as another program would have.
-class raw_db {
- public:
-  explicit raw_db(const std::filesystem::path& file, int busy_timeout_ms = 5000) {
-    if (sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-        SQLITE_OK) {
-      throw std::runtime_error("raw_db: cannot open " + file.string());
-    }
-    sqlite3_busy_timeout(db_, busy_timeout_ms);
-  }
-  raw_db(const raw_db&) = delete;
-  raw_db& operator=(const raw_db&) = delete;
-  ~raw_db() { sqlite3_close_v2(db_); }
-  sqlite3* get() const { return db_; }
-
-  // SQLITE_OK or the error.
-  int try_exec(const std::string& sql) {
-    return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
-  }
-  void exec(const std::string& sql) {
-    if (try_exec(sql) != SQLITE_OK) {
-      throw std::runtime_error("raw_db: " + sql + ": " + sqlite3_errmsg(db_));
-    }
-  }
-  // The first column of the first row, as text ("" when there is none).
-  std::string text(const std::string& sql) {
-    sqlite3_stmt* s = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
-      throw std::runtime_error("raw_db: " + sql + ": " + sqlite3_errmsg(db_));
-    }
-    std::string out;
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW && sqlite3_column_text(s, 0) != nullptr) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
-    }
-    sqlite3_finalize(s);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-      throw std::runtime_error("raw_db: " + sql + ": " + sqlite3_errstr(rc));
-    }
-    return out;
-  }
-  long long integer(const std::string& sql) { return std::stoll(text(sql)); }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-// Collects what cucore logs while alive.
-class log_capture {
- public:
-  log_capture() {
-    previous_ = set_log_handler([this](log_level level, std::string_view message) {
-      std::lock_guard lock(mutex_);
-      messages_.emplace_back(level, std::string(message));
-    });
-  }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-  ~log_capture() { set_log_handler(std::move(previous_)); }
-
-  std::size_t count(log_level level, std::string_view needle = {}) const {
-    std::lock_guard lock(mutex_);
-    std::size_t n = 0;
-    for (const auto& [l, m] : messages_) {
-      if (l == level && m.find(needle) != std::string::npos) ++n;
-    }
-    return n;
-  }
-  std::size_t warnings(std::string_view needle = {}) const {
-    return count(log_level::warning, needle);
-  }
-  std::string all() const {
-    std::lock_guard lock(mutex_);
-    std::string out;
-    for (const auto& [l, m] : messages_) out += m + "\n";
-    return out;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<std::pair<log_level, std::string>> messages_;
-  log_handler previous_;
-};
-
-// Files in `dir` named <file>.corrupt-* (the databases moved aside, not their journals).
-inline std::vector<std::filesystem::path> moved_aside(const std::filesystem::path& file) {
-  std::vector<std::filesystem::path> out;
-  const std::string prefix = file.filename().string() + ".corrupt-";
-  for (const auto& e : std::filesystem::directory_iterator(file.parent_path())) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    if (name.ends_with("-wal") || name.ends_with("-shm") || name.ends_with("-journal")) continue;
-    out.push_back(e.path());
-  }
-  return out;
-}
-
-inline bool write_all(int fd, const void* data, std::size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-inline std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-// A forked child that runs `body` and sends back what it returns (its report; by convention
-// empty for success). The child never returns into the test framework.
-class child_process {
- public:
-  explicit child_process(const std::function<std::string()>& body) {
-    int fds[2];
-    if (::pipe(fds) != 0) std::abort();
-    pid_ = ::fork();
-    if (pid_ < 0) std::abort();
-    if (pid_ == 0) {
-      ::close(fds[0]);
-      std::string report;
-      int code = 0;
-      try {
-        report = body();
-      } catch (const std::exception& e) {
-        report = std::string("child threw: ") + e.what();
-        code = 3;
-      } catch (...) {
-        report = "child threw";
-        code = 3;
-      }
-      write_all(fds[1], report.data(), report.size());
-      ::close(fds[1]);
-      ::_exit(code);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
-  }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-  ~child_process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-    if (fd_ >= 0) ::close(fd_);
-  }
-  pid_t pid() const { return pid_; }
-
-  // Waits for the child; its report (or a description of how it died).
-  std::string wait() {
-    std::string report = fd_ >= 0 ? read_all(fd_) : std::string();
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    if (WIFSIGNALED(status))
-      report += " [killed by signal " + std::to_string(WTERMSIG(status)) + "]";
-    if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && report.empty()) {
-      report = "child exited with " + std::to_string(WEXITSTATUS(status));
-    }
-    return report;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-};
-
-inline double stress_scale() {
-  const char* s = std::getenv("CUCORE_STRESS_SCALE");
-  if (s == nullptr || *s == '\0') return 1.0;
-  try {
-    const double v = std::stod(s);
-    return v > 0 ? v : 1.0;
-  } catch (...) {
-    return 1.0;
-  }
-}
-
-// `base` scaled by CUCORE_STRESS_SCALE, but never below `minimum`.
-inline std::uint64_t scaled(std::uint64_t base, std::uint64_t minimum) {
-  const auto v = static_cast<std::uint64_t>(static_cast<double>(base) * stress_scale());
-  return v < minimum ? minimum : v;
-}
-
-}  // namespace cucore::testing
+#include "process_support.hpp"
+#include "sqlite_test_support.hpp"
+#include "test_support.hpp"
 
 namespace cucore {
 namespace {
@@ -283,11 +53,6 @@ std::uintmax_t size_on_disk(const fs::path& p) {
   return ec ? 0 : n;
 }
 
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 // Overwrites `bytes.size()` bytes at `offset` in place.
 void patch_file(const fs::path& p, std::uintmax_t offset, const std::string& bytes) {
   std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
@@ -302,7 +67,7 @@ void populate(const fs::path& file, int n, std::size_t size = 1000) {
 }
 
 struct cache_fixture : ::testing::Test {
-  testing::sqlite_temp_dir dir;
+  testing::temp_dir dir;
   fs::path file = dir.path() / "sub" / "dir" / "cache.db";
 };
 
@@ -830,13 +595,13 @@ TEST_F(SqliteCache, GarbageFileIsMovedAside) {
   std::string garbage(8192, '\0');
   std::mt19937 rng(1);
   for (auto& ch : garbage) ch = static_cast<char>(rng());
-  write_file(file, garbage);
+  testing::write_text(file, garbage);
   expect_moved_aside_and_fresh(file);
 }
 
 TEST_F(SqliteCache, ShortTextFileIsMovedAside) {
   fs::create_directories(file.parent_path());
-  write_file(file, "hello, not a database\n");
+  testing::write_text(file, "hello, not a database\n");
   expect_moved_aside_and_fresh(file);
 }
 
@@ -874,23 +639,20 @@ TEST_F(SqliteCache, DamagedPagesFoundByAReadAreConfirmedAndMovedAside) {
 
 TEST_F(SqliteCache, ManyProcessesFindingOneDamagedFileMoveItAsideOnce) {
   fs::create_directories(file.parent_path());
-  write_file(file, std::string(10000, 'x'));
-  std::vector<std::unique_ptr<testing::child_process>> children;
-  for (int p = 0; p < 6; ++p) {
-    children.push_back(std::make_unique<testing::child_process>([&, p]() -> std::string {
-      testing::log_capture logs;
-      sqlite_program_cache cache(file);
-      const std::string key = "p" + std::to_string(p);
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (std::chrono::steady_clock::now() < deadline) {
-        cache.put(key, code_of_size(100, key));
-        if (cache.get(key)) return "";
-        std::this_thread::sleep_for(20ms);
-      }
-      return "never got a working cache:\n" + logs.all();
-    }));
-  }
-  for (auto& c : children) EXPECT_EQ(c->wait(), "");
+  testing::write_text(file, std::string(10000, 'x'));
+  const auto reports = testing::run_children(6, [&](int p) -> std::string {
+    testing::log_capture logs;
+    sqlite_program_cache cache(file);
+    const std::string key = "p" + std::to_string(p);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      cache.put(key, code_of_size(100, key));
+      if (cache.get(key)) return "";
+      std::this_thread::sleep_for(20ms);
+    }
+    return "never got a working cache:\n" + logs.all();
+  });
+  for (const auto& r : reports) EXPECT_EQ(r, "");
   EXPECT_EQ(testing::moved_aside(file).size(), 1u);
   sqlite_program_cache cache(file);
   EXPECT_EQ(cache.size(), 6u);
@@ -1237,13 +999,12 @@ TEST_F(SqliteCache, ExclusiveLockingModeInWalMakesReadsMiss) {
 
 // Runs `body` in a child that file permissions apply to: as root, the child becomes nobody.
 std::string run_unprivileged(const std::function<std::string()>& body) {
-  testing::child_process child([&]() -> std::string {
+  return testing::run_in_child([&]() -> std::string {
     if (::geteuid() == 0) {
       if (::setgid(65534) != 0 || ::setuid(65534) != 0) return "SKIP cannot drop root privileges";
     }
     return body();
   });
-  return child.wait();
 }
 
 // In the child: reads hit or miss (never a wrong value, never a throw), writes are skipped with a
@@ -1333,19 +1094,12 @@ TEST_F(SqliteCache, UncreatableDirectoryDegradesOrThrowsWhenStrict) {
 
 TEST_F(SqliteCache, ThreadsShareOneCache) {
   sqlite_program_cache cache(file, {.max_size_bytes = 1 << 20});
-  std::vector<std::thread> threads;
-  std::vector<testing::workload_result> results(4);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] { results[t] = testing::run_workload(cache, t, 32, 300); });
-  }
-  for (auto& th : threads) th.join();
-  std::uint64_t hits = 0;
+  const auto results = testing::run_workload_in_threads(cache, 4, 0, 32, 300);
   for (const auto& r : results) {
     EXPECT_EQ(r.wrong, 0u);
     EXPECT_EQ(r.errors, 0u);
-    hits += r.hits;
   }
-  EXPECT_GT(hits, 0u);
+  EXPECT_GT(testing::sum(results).hits, 0u);
   EXPECT_EQ(cache.stats().errors, 0u);
   EXPECT_LE(cache.size_bytes(), 1u << 20);
 }
@@ -1375,20 +1129,17 @@ TEST_F(SqliteCache, ThreadsWithTheirOwnCacheObjects) {
 }
 
 TEST_F(SqliteCache, ProcessesCreatingTheFileTogether) {
-  std::vector<std::unique_ptr<testing::child_process>> children;
-  for (int p = 0; p < 6; ++p) {
-    children.push_back(std::make_unique<testing::child_process>([&, p]() -> std::string {
-      testing::log_capture logs;
-      sqlite_program_cache cache(
-          file, {.max_size_bytes = {}, .on_write_failure = write_failure_policy::strict});
-      const std::string key = "p" + std::to_string(p);
-      cache.put(key, code_of_size(100, key));
-      if (!cache.get(key)) return "own entry missing";
-      if (logs.warnings() != 0) return "warnings: " + logs.all();
-      return "";
-    }));
-  }
-  for (auto& c : children) EXPECT_EQ(c->wait(), "");
+  const auto reports = testing::run_children(6, [&](int p) -> std::string {
+    testing::log_capture logs;
+    sqlite_program_cache cache(
+        file, {.max_size_bytes = {}, .on_write_failure = write_failure_policy::strict});
+    const std::string key = "p" + std::to_string(p);
+    cache.put(key, code_of_size(100, key));
+    if (!cache.get(key)) return "own entry missing";
+    if (logs.warnings() != 0) return "warnings: " + logs.all();
+    return "";
+  });
+  for (const auto& r : reports) EXPECT_EQ(r, "");
   sqlite_program_cache cache(file);
   EXPECT_EQ(cache.size(), 6u);
   EXPECT_TRUE(testing::moved_aside(file).empty());

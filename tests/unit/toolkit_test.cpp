@@ -68,16 +68,18 @@ class MissingLibrary : public ::testing::Test {
 
 // Points the search at an empty directory only, then runs `body` in a fresh process; `body`
 // returns normally when every expectation held (exit 0), else it exits non-zero.
-#define EXPECT_IN_EMPTY_CUDA_HOME(body)                        \
-  EXPECT_EXIT(                                                 \
-      {                                                        \
-        testing::temp_dir empty;                               \
-        ::setenv("CUCORE_CUDA_HOME", empty.path().c_str(), 1); \
-        ::setenv("CUCORE_CUDA_HOME_ONLY", "1", 1);             \
-        const std::string empty_dir = empty.path().string();   \
-        body;                                                  \
-        std::exit(0);                                          \
-      },                                                       \
+#define EXPECT_IN_EMPTY_CUDA_HOME(body)                          \
+  EXPECT_EXIT(                                                   \
+      {                                                          \
+        {                                                        \
+          testing::temp_dir empty; /* removed before the exit */ \
+          ::setenv("CUCORE_CUDA_HOME", empty.path().c_str(), 1); \
+          ::setenv("CUCORE_CUDA_HOME_ONLY", "1", 1);             \
+          const std::string empty_dir = empty.path().string();   \
+          body;                                                  \
+        }                                                        \
+        std::exit(0);                                            \
+      },                                                         \
       ::testing::ExitedWithCode(0), "")
 
 void require(bool ok, const char* what) {
@@ -140,15 +142,23 @@ TEST_F(MissingLibrary, PtxFallsBackToTheDriverLinker) {
     require(linker::which_backend() == linker_backend::driver, "no nvJitLink: driver backend");
     program_options o;
     o.arch = "sm_90";
-    program p(".version 9.0\n.target sm_90\n.address_size 64\n", source_type::ptx, o);
+    program p(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n",
+              source_type::ptx, o);
     require(p.backend() == compiler_backend::driver, "program reports the driver backend");
-    if (toolkit::driver_version().has_value()) std::exit(0);  // a GPU machine can link
-    try {
-      p.compile(code_type::cubin);
-      require(false, "linked without nvJitLink or a driver");
-    } catch (const library_not_found& e) {
-      require(e.library() == "CUDA driver", "names the driver");
-      require(contains(e.what(), "driver linker"), "names the feature");
+    if (toolkit::device_count() > 0) {
+      // A GPU machine links with cuLink* in the device's primary context.
+      auto cubin = p.compile(code_type::cubin);
+      require(cubin.size() > 4 && cubin.code()[0] == std::byte{0x7f}, "the driver made an ELF");
+    } else {
+      try {
+        p.compile(code_type::cubin);
+        require(false, "linked without nvJitLink or a driver");
+      } catch (const library_not_found& e) {
+        require(e.library() == "CUDA driver", "names the driver");
+        require(contains(e.what(), "driver linker"), "names the feature");
+      } catch (const cuda_error& e) {
+        require(e.call() == "cuInit", "a driver without a GPU fails in cuInit");
+      }
     }
   });
 }
