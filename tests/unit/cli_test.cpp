@@ -282,7 +282,8 @@ class Cli : public ::testing::Test {
   // CUCORE_CACHE_DIR is the test's cache directory unless `given` sets it.
   run_result cucore(const std::vector<std::string>& args, const environment& given = {}) {
     environment env = {{"CUCORE_CACHE_DIR", cache_.path().string()}};
-    for (const auto& [name, value] : given) {
+    for (const auto& [given_name, value] : given) {
+      const std::string& name = given_name;  // clang 14 cannot capture a structured binding
       auto same = [&](const auto& kv) { return kv.first == name; };
       if (auto it = std::find_if(env.begin(), env.end(), same); it != env.end()) {
         it->second = value;
