@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -12,6 +13,22 @@
 #include <vector>
 
 namespace cucore {
+
+class kernel;
+
+namespace detail {
+// The driver library loaded from one object_code (cuLibraryLoadData; see runtime/kernel.hpp),
+// created by the first get_kernel and shared by every copy of that object_code. Type-erased, so
+// this header needs no CUDA header. Copying gives an empty slot: the state is only copied while it
+// is being built, before anything was loaded.
+struct loaded_library_slot {
+  loaded_library_slot() = default;
+  loaded_library_slot(const loaded_library_slot&) noexcept {}
+  loaded_library_slot& operator=(const loaded_library_slot&) noexcept { return *this; }
+  std::mutex mutex;
+  std::shared_ptr<const void> library;
+};
+}  // namespace detail
 
 enum class code_type { ptx, cubin, ltoir, fatbin, object, library };
 
@@ -60,6 +77,14 @@ class object_code {
   // name expression this code was compiled with, else the name itself.
   std::string_view symbol(std::string_view name_or_expression) const noexcept;
 
+  // The kernel `name_or_expression` (a name expression this code was compiled with, or a symbol
+  // name). The first call loads the code into the driver (cuLibraryLoadData) once for this
+  // object_code and all its copies; the library stays loaded while any kernel from it lives. Needs
+  // a GPU (cuda_error / library_not_found without one); ptx, cubin and fatbin only
+  // (invalid_argument otherwise). Defined with the runtime (runtime/kernel.hpp), which callers
+  // include to use the result. Thread-safe.
+  kernel get_kernel(std::string_view name_or_expression) const;
+
   // Writes the raw bytes to `path` (for cuobjdump, nvdisasm, ...).
   void write(const std::string& path) const;
 
@@ -74,8 +99,8 @@ class object_code {
     std::size_t length;
     std::string name;
     symbol_map symbols;
-    // Loading into the driver (cuLibraryLoadData) will hang a lazily created, shared library
-    // handle here, so all copies of one object_code load once.
+    // The driver library, loaded lazily by get_kernel, so all copies of one object_code load once.
+    mutable detail::loaded_library_slot loaded;
   };
   std::shared_ptr<const state> state_;
 };

@@ -1,6 +1,9 @@
 #include "loader/libraries.hpp"
 
+#include <cudaTypedefs.h>
+
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cucore/error.hpp"
@@ -128,6 +131,19 @@ library_table<nvvm_api> load_nvvm() {
 using get_proc_address_v2 = CUresult (*)(const char*, void**, int, cuuint64_t,
                                          CUdriverProcAddressQueryResult*);
 
+// cuGetProcAddress(name, CUDA_VERSION) returns the newest version of `name` up to CUDA_VERSION.
+// For most entry points that is what cuda.h's un-versioned name declares (its macros map the name
+// to the newest version), but CUDA 13.0 added cuCtxGetDevice_v2 and cuCtxSynchronize_v2, which
+// take a context, as the 13000 versions while cuda.h keeps the old signatures under the plain
+// names. Those are asked for at the version their declaration is (checked below against
+// cudaTypedefs.h), so every pointer has the type it is declared with.
+int requested_version(std::string_view name) {
+  if (name == "cuCtxGetDevice" || name == "cuCtxSynchronize") return 2000;
+  return CUDA_VERSION;
+}
+static_assert(std::is_same_v<decltype(&::cuCtxGetDevice), PFN_cuCtxGetDevice_v2000>);
+static_assert(std::is_same_v<decltype(&::cuCtxSynchronize), PFN_cuCtxSynchronize_v2000>);
+
 library_table<driver_api> load_driver() {
   const library_spec& spec = library_spec_of(toolkit::library::driver);
   auto table = load<driver_api>(
@@ -138,7 +154,8 @@ library_table<driver_api> load_driver() {
         if (gpa == nullptr) return nullptr;
         void* fn = nullptr;
         CUdriverProcAddressQueryResult status{};
-        if (gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+        if (gpa(name, &fn, requested_version(name), CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
+                CUDA_SUCCESS ||
             status != CU_GET_PROC_ADDRESS_SUCCESS) {
           return nullptr;
         }

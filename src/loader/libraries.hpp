@@ -90,7 +90,47 @@ namespace cucore::detail {
   X(cuLinkCreate)                  \
   X(cuLinkAddData)                 \
   X(cuLinkComplete)                \
-  X(cuLinkDestroy)
+  X(cuLinkDestroy)                 \
+  X(cuCtxSetCurrent)               \
+  X(cuCtxSynchronize)              \
+  X(cuCtxGetStreamPriorityRange)   \
+  X(cuMemGetInfo)                  \
+  X(cuStreamCreateWithPriority)    \
+  X(cuStreamDestroy)               \
+  X(cuStreamSynchronize)           \
+  X(cuStreamQuery)                 \
+  X(cuStreamWaitEvent)             \
+  X(cuStreamGetPriority)           \
+  X(cuStreamGetFlags)              \
+  X(cuEventCreate)                 \
+  X(cuEventDestroy)                \
+  X(cuEventRecord)                 \
+  X(cuEventSynchronize)            \
+  X(cuEventQuery)                  \
+  X(cuEventElapsedTime)            \
+  X(cuDeviceGetDefaultMemPool)     \
+  X(cuMemPoolCreate)               \
+  X(cuMemPoolDestroy)              \
+  X(cuMemPoolSetAttribute)         \
+  X(cuMemPoolGetAttribute)         \
+  X(cuMemPoolTrimTo)               \
+  X(cuMemAllocFromPoolAsync)       \
+  X(cuMemFreeAsync)                \
+  X(cuMemcpyAsync)                 \
+  X(cuMemsetD8Async)               \
+  X(cuMemsetD16Async)              \
+  X(cuMemsetD32Async)              \
+  X(cuMemHostAlloc)                \
+  X(cuMemFreeHost)                 \
+  X(cuLibraryLoadData)             \
+  X(cuLibraryUnload)               \
+  X(cuLibraryGetKernel)            \
+  X(cuKernelGetAttribute)          \
+  X(cuKernelSetAttribute)          \
+  X(cuKernelGetParamInfo)          \
+  X(cuKernelGetFunction)           \
+  X(cuFuncGetParamInfo)            \
+  X(cuLaunchKernelEx)
 // clang-format on
 
 #define CUCORE_DECLARE_POINTER(name) decltype(&::name) name = nullptr;

@@ -47,7 +47,7 @@ object_code::object_code(code_type type, std::vector<std::byte> code, std::strin
                          symbol_map symbols) {
   const std::size_t length = code.size();
   state_ = std::make_shared<const state>(
-      state{type, std::move(code), 0, length, std::move(name), std::move(symbols)});
+      state{type, std::move(code), 0, length, std::move(name), std::move(symbols), {}});
 }
 
 object_code::object_code(code_type type, std::vector<std::byte> buffer, std::size_t offset,
@@ -58,7 +58,7 @@ object_code::object_code(code_type type, std::vector<std::byte> buffer, std::siz
                            std::to_string(buffer.size()) + "-byte buffer");
   }
   state_ = std::make_shared<const state>(
-      state{type, std::move(buffer), offset, length, std::move(name), std::move(symbols)});
+      state{type, std::move(buffer), offset, length, std::move(name), std::move(symbols), {}});
 }
 
 object_code object_code::from_ptx(std::string_view ptx, std::string name, symbol_map symbols) {

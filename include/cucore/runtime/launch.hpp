@@ -1,0 +1,100 @@
+// Kernel launches: launch(stream, config, kernel, args...).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "cucore/runtime/kernel.hpp"
+#include "cucore/runtime/memory.hpp"
+#include "cucore/runtime/stream.hpp"
+
+namespace cucore {
+
+// Grid, block or cluster extents. Every component must be at least 1.
+struct dim3 {
+  unsigned x = 1;
+  unsigned y = 1;
+  unsigned z = 1;
+  constexpr dim3() noexcept = default;
+  constexpr dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) noexcept  // NOLINT
+      : x(x_), y(y_), z(z_) {}
+  friend constexpr bool operator==(const dim3&, const dim3&) noexcept = default;
+};
+
+struct launch_config {
+  dim3 grid = {};                       // blocks
+  dim3 block = {};                      // threads per block
+  std::size_t shared_memory_bytes = 0;  // dynamic shared memory per block
+  // Thread block clusters (compute capability 9.0+); each grid extent must be a multiple.
+  std::optional<dim3> cluster = std::nullopt;
+  // A cooperative launch (grid-wide sync): all blocks must be resident at once.
+  bool cooperative = false;
+};
+
+// A kernel's arguments, copied into storage this object owns. Each argument is a trivially
+// copyable value (numbers, device_address, plain structs), or a buffer, which passes its device
+// address and whose allocation owner is kept (owners(); a graph's kernel node retains them).
+class kernel_arguments {
+ public:
+  kernel_arguments() = default;
+  // (The copy and move constructors win over this one for a single kernel_arguments.)
+  template <class... Args>
+  explicit kernel_arguments(const Args&... args) {
+    sizes_.reserve(sizeof...(Args));
+    offsets_.reserve(sizeof...(Args));
+    (push(args), ...);
+  }
+
+  template <class T>
+  void push(const T& value) {
+    static_assert(!std::is_same_v<T, pinned_buffer> && !std::is_same_v<T, stream>,
+                  "pass a buffer or a device_address as a kernel argument");
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "kernel arguments must be trivially copyable (numbers, device_address, plain "
+                  "structs) or a cucore::buffer");
+    static_assert(!std::is_pointer_v<T> ||
+                      !std::is_same_v<std::remove_cv_t<std::remove_pointer_t<T>>, buffer>,
+                  "pass the buffer itself, not a pointer to it");
+    push_bytes(&value, sizeof(T), alignof(T));
+  }
+  // A buffer passes its device address and keeps its allocation alive in owners().
+  void push(const buffer& b);
+
+  std::size_t count() const noexcept { return sizes_.size(); }
+  std::size_t size_of(std::size_t index) const { return sizes_.at(index); }
+  // Pointers to each argument's bytes, as cuLaunchKernel's kernelParams takes them; valid until
+  // the next push or until this object is moved or destroyed.
+  std::vector<void*> pointers() const;
+  // The owners of the buffers passed.
+  const std::vector<std::shared_ptr<const void>>& owners() const noexcept { return owners_; }
+
+ private:
+  void push_bytes(const void* data, std::size_t size, std::size_t alignment);
+  std::vector<std::byte> storage_;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> sizes_;
+  std::vector<std::shared_ptr<const void>> owners_;
+};
+
+// Enqueues `k` on `s` (cuLaunchKernelEx) in the primary context of `s`'s device.
+// Throws invalid_argument for an empty kernel or a bad configuration (a zero extent, a grid not a
+// multiple of the cluster), and when the kernel's parameter list is known (cuKernelGetParamInfo)
+// and the argument count or an argument's size differs from it; cuda_error for what the driver
+// refuses. Errors of the running kernel surface at the next synchronization.
+void launch(stream_ref s, const launch_config& config, const kernel& k,
+            const kernel_arguments& args);
+
+template <class... Args>
+void launch(stream_ref s, const launch_config& config, const kernel& k, const Args&... args) {
+  if constexpr (sizeof...(Args) == 0) {
+    launch(s, config, k, kernel_arguments());
+  } else {
+    launch(s, config, k, kernel_arguments(args...));
+  }
+}
+
+}  // namespace cucore

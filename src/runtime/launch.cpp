@@ -1,0 +1,131 @@
+#include "cucore/runtime/launch.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "cucore/error.hpp"
+#include "runtime/runtime.hpp"
+
+namespace cucore {
+namespace {
+
+constexpr std::string_view kFeature = "launching kernels";
+constexpr std::size_t kMaxAlignment = alignof(std::max_align_t);
+
+std::string to_string(const dim3& d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+void check_extent(const dim3& d, const char* what) {
+  if (d.x == 0 || d.y == 0 || d.z == 0) {
+    throw invalid_argument(std::string("launch_config::") + what + " " + to_string(d) +
+                           " has a zero extent: every extent must be at least 1");
+  }
+}
+
+void check_config(const launch_config& c) {
+  check_extent(c.grid, "grid");
+  check_extent(c.block, "block");
+  if (c.cluster) {
+    check_extent(*c.cluster, "cluster");
+    if (c.grid.x % c.cluster->x != 0 || c.grid.y % c.cluster->y != 0 ||
+        c.grid.z % c.cluster->z != 0) {
+      throw invalid_argument("launch_config::grid " + to_string(c.grid) +
+                             " is not a multiple of launch_config::cluster " +
+                             to_string(*c.cluster));
+    }
+  }
+  if (c.shared_memory_bytes > 0xffffffffu) {
+    throw invalid_argument("launch_config::shared_memory_bytes " +
+                           std::to_string(c.shared_memory_bytes) + " is out of range");
+  }
+}
+
+void check_arguments(const kernel& k, const kernel_arguments& args) {
+  const std::vector<kernel_parameter>* params = nullptr;
+  try {
+    params = &k.parameters();
+  } catch (const cuda_error&) {
+    return;  // the driver cannot tell: nothing to check against
+  }
+  if (params->size() != args.count()) {
+    throw invalid_argument("kernel \"" + k.name() + "\" takes " + std::to_string(params->size()) +
+                           " parameter(s) but the launch passed " + std::to_string(args.count()) +
+                           " argument(s)");
+  }
+  for (std::size_t i = 0; i < params->size(); ++i) {
+    if ((*params)[i].size != args.size_of(i)) {
+      throw invalid_argument("argument " + std::to_string(i) + " of the launch of kernel \"" +
+                             k.name() + "\" is " + std::to_string(args.size_of(i)) +
+                             " bytes but the kernel's parameter " + std::to_string(i) + " is " +
+                             std::to_string((*params)[i].size) + " bytes");
+    }
+  }
+}
+
+}  // namespace
+
+void kernel_arguments::push(const buffer& b) {
+  device_address address = b.address();
+  owners_.push_back(b.owner());
+  push_bytes(&address, sizeof(address), alignof(device_address));
+}
+
+void kernel_arguments::push_bytes(const void* data, std::size_t size, std::size_t alignment) {
+  if (alignment > kMaxAlignment) alignment = kMaxAlignment;
+  std::size_t offset = (storage_.size() + alignment - 1) / alignment * alignment;
+  storage_.resize(offset + size);
+  if (size != 0) std::memcpy(storage_.data() + offset, data, size);
+  offsets_.push_back(offset);
+  sizes_.push_back(size);
+}
+
+std::vector<void*> kernel_arguments::pointers() const {
+  std::vector<void*> out;
+  out.reserve(offsets_.size());
+  auto* base = const_cast<std::byte*>(storage_.data());
+  for (std::size_t offset : offsets_) out.push_back(base + offset);
+  return out;
+}
+
+void launch(stream_ref s, const launch_config& config, const kernel& k,
+            const kernel_arguments& args) {
+  CUkernel handle = k.handle();  // throws for an empty kernel
+  check_config(config);
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  check_arguments(k, args);
+
+  CUlaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (config.cluster) {
+    CUlaunchAttribute& a = attributes[count++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = config.cluster->x;
+    a.value.clusterDim.y = config.cluster->y;
+    a.value.clusterDim.z = config.cluster->z;
+  }
+  if (config.cooperative) {
+    CUlaunchAttribute& a = attributes[count++];
+    a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a.value.cooperative = 1;
+  }
+  CUlaunchConfig c{};
+  c.gridDimX = config.grid.x;
+  c.gridDimY = config.grid.y;
+  c.gridDimZ = config.grid.z;
+  c.blockDimX = config.block.x;
+  c.blockDimY = config.block.y;
+  c.blockDimZ = config.block.z;
+  c.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
+  c.hStream = s.handle();
+  c.attrs = count != 0 ? attributes : nullptr;
+  c.numAttrs = count;
+  std::vector<void*> pointers = args.pointers();
+  // A CUkernel launches as a CUfunction: the driver picks its function in the current context.
+  detail::check_driver(api.cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(handle),
+                                            pointers.empty() ? nullptr : pointers.data(), nullptr),
+                       "cuLaunchKernelEx");
+}
+
+}  // namespace cucore

@@ -1,0 +1,312 @@
+#include "cucore/runtime/memory.hpp"
+
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include "cucore/error.hpp"
+#include "runtime/runtime.hpp"
+
+namespace cucore {
+namespace {
+
+constexpr std::string_view kFeature = "CUDA device memory";
+
+static_assert(std::is_same_v<device_address, CUdeviceptr>,
+              "cucore::device_address must be the driver's CUdeviceptr");
+
+std::uint64_t pool_attribute(CUmemoryPool pool, int ordinal, CUmemPool_attribute attr) {
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, ordinal);
+  cuuint64_t value = 0;
+  detail::check_driver(api.cuMemPoolGetAttribute(pool, attr, &value), "cuMemPoolGetAttribute");
+  return value;
+}
+
+void check_range(std::size_t offset, std::size_t bytes, std::size_t size, const char* what) {
+  if (offset > size || bytes > size - offset) {
+    throw invalid_argument(std::string(what) + " of " + std::to_string(bytes) +
+                           " bytes at offset " + std::to_string(offset) +
+                           " does not fit in a buffer of " + std::to_string(size) + " bytes");
+  }
+}
+
+}  // namespace
+
+// ---- pool_memory_resource ----------------------------------------------------------------------
+
+pool_memory_resource::pool_memory_resource(const cucore::device& dev, pool_options options)
+    : device_(dev), owned_(true) {
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, dev.ordinal());
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev.ordinal();
+  props.maxSize = options.max_size;
+  CUmemoryPool pool = nullptr;
+  detail::check_driver(api.cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
+  pool_ = pool;
+  if (options.release_threshold != 0) {
+    try {
+      set_release_threshold(options.release_threshold);
+    } catch (...) {
+      api.cuMemPoolDestroy(pool_);
+      throw;
+    }
+  }
+}
+
+pool_memory_resource::pool_memory_resource(adopt_default, const cucore::device& dev)
+    : device_(dev), owned_(false) {
+  const auto& api = detail::runtime_driver(kFeature);
+  CUmemoryPool pool = nullptr;
+  detail::check_driver(
+      api.cuDeviceGetDefaultMemPool(&pool, detail::device_at(dev.ordinal()).handle),
+      "cuDeviceGetDefaultMemPool");
+  pool_ = pool;
+}
+
+std::shared_ptr<pool_memory_resource> pool_memory_resource::default_pool(
+    const cucore::device& dev) {
+  return std::shared_ptr<pool_memory_resource>(new pool_memory_resource(adopt_default{}, dev));
+}
+
+pool_memory_resource::~pool_memory_resource() {
+  if (!owned_ || pool_ == nullptr || !detail::driver_alive()) return;
+  const auto& api = *detail::driver_table().api;
+  detail::scoped_context scope(api, device_.ordinal(), std::nothrow);
+  // Returns at once when frees are still pending; the driver releases the pool after them.
+  if (CUresult r = api.cuMemPoolDestroy(pool_); r != CUDA_SUCCESS) {
+    detail::log_driver_failure(r, "cuMemPoolDestroy");
+  }
+}
+
+device_address pool_memory_resource::allocate(std::size_t bytes, stream_ref s) {
+  if (bytes == 0) throw invalid_argument("pool_memory_resource::allocate needs at least one byte");
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  CUdeviceptr address = 0;
+  detail::check_driver(api.cuMemAllocFromPoolAsync(&address, bytes, pool_, s.handle()),
+                       "cuMemAllocFromPoolAsync");
+  return address;
+}
+
+void pool_memory_resource::deallocate(device_address address, std::size_t /*bytes*/,
+                                      stream_ref s) noexcept {
+  if (address == 0 || !detail::driver_alive()) return;
+  const auto& api = *detail::driver_table().api;
+  detail::scoped_context scope(api, s.device().ordinal(), std::nothrow);
+  if (CUresult r = api.cuMemFreeAsync(address, s.handle()); r != CUDA_SUCCESS) {
+    detail::log_driver_failure(r, "cuMemFreeAsync");
+  }
+}
+
+std::uint64_t pool_memory_resource::release_threshold() const {
+  return pool_attribute(pool_, device_.ordinal(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
+}
+
+void pool_memory_resource::set_release_threshold(std::uint64_t bytes) {
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, device_.ordinal());
+  cuuint64_t value = bytes;
+  detail::check_driver(api.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value),
+                       "cuMemPoolSetAttribute");
+}
+
+std::uint64_t pool_memory_resource::reserved_bytes() const {
+  return pool_attribute(pool_, device_.ordinal(), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+}
+
+std::uint64_t pool_memory_resource::used_bytes() const {
+  return pool_attribute(pool_, device_.ordinal(), CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+}
+
+void pool_memory_resource::trim_to(std::size_t min_bytes_to_keep) {
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, device_.ordinal());
+  detail::check_driver(api.cuMemPoolTrimTo(pool_, min_bytes_to_keep), "cuMemPoolTrimTo");
+}
+
+// ---- buffer
+// --------------------------------------------------------------------------------------
+
+// The allocation: shared by the buffer and every owner() handed out. The last owner frees it,
+// ordered on the release stream, which it keeps alive until then (and the resource too).
+struct buffer::state {
+  device_address address = 0;
+  std::size_t size = 0;
+  std::shared_ptr<memory_resource> resource;
+  std::mutex mutex;  // guards the release stream
+  CUstream release_stream = nullptr;
+  cucore::device release_device;
+  std::shared_ptr<const void> release_owner;
+
+  state(std::size_t bytes, const stream& s, std::shared_ptr<memory_resource> mr)
+      : size(bytes),
+        resource(std::move(mr)),
+        release_stream(s.handle()),
+        release_device(s.device()),
+        release_owner(s.owner()) {
+    if (bytes != 0) address = resource->allocate(bytes, s);
+  }
+  state(const state&) = delete;
+  state& operator=(const state&) = delete;
+  // Members are destroyed after the body: the free is enqueued before the stream and the resource
+  // are let go.
+  ~state() {
+    if (address != 0)
+      resource->deallocate(address, size, stream_ref(release_stream, release_device));
+  }
+};
+
+buffer::buffer(std::size_t bytes, const stream& s)
+    : buffer(bytes, s, s.device().default_memory_resource()) {}
+
+buffer::buffer(std::size_t bytes, const stream& s, std::shared_ptr<memory_resource> resource) {
+  if (!resource) throw invalid_argument("buffer needs a memory resource (got a null pointer)");
+  if (!s.valid()) detail::throw_empty("stream");
+  state_ = std::make_shared<state>(bytes, s, std::move(resource));
+}
+
+std::size_t buffer::size() const {
+  if (!state_) detail::throw_empty("buffer");
+  return state_->size;
+}
+device_address buffer::address() const {
+  if (!state_) detail::throw_empty("buffer");
+  return state_->address;
+}
+cucore::device buffer::device() const {
+  if (!state_) detail::throw_empty("buffer");
+  return state_->resource->device();
+}
+const std::shared_ptr<memory_resource>& buffer::resource() const {
+  if (!state_) detail::throw_empty("buffer");
+  return state_->resource;
+}
+
+void buffer::copy_from(const void* host, std::size_t bytes, stream_ref s, std::size_t offset) {
+  if (!state_) detail::throw_empty("buffer");
+  check_range(offset, bytes, state_->size, "a copy from the host");
+  if (bytes == 0) return;
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  detail::check_driver(api.cuMemcpyAsync(state_->address + offset,
+                                         reinterpret_cast<CUdeviceptr>(host), bytes, s.handle()),
+                       "cuMemcpyAsync");
+}
+
+void buffer::copy_to(void* host, std::size_t bytes, stream_ref s, std::size_t offset) const {
+  if (!state_) detail::throw_empty("buffer");
+  check_range(offset, bytes, state_->size, "a copy to the host");
+  if (bytes == 0) return;
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  detail::check_driver(api.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(host),
+                                         state_->address + offset, bytes, s.handle()),
+                       "cuMemcpyAsync");
+}
+
+void buffer::copy_from(const buffer& source, stream_ref s) {
+  if (!state_) detail::throw_empty("buffer");
+  if (!source.state_) detail::throw_empty("source buffer");
+  check_range(0, source.state_->size, state_->size, "a device-to-device copy");
+  if (source.state_->size == 0) return;
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  detail::check_driver(
+      api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle()),
+      "cuMemcpyAsync");
+}
+
+void buffer::fill_bits(std::uint32_t bits, std::size_t width, stream_ref s) {
+  if (!state_) detail::throw_empty("buffer");
+  if (state_->size % width != 0) {
+    throw invalid_argument("buffer::fill with a " + std::to_string(width) +
+                           "-byte value needs a size that is a multiple of " +
+                           std::to_string(width) + "; this buffer has " +
+                           std::to_string(state_->size) + " bytes");
+  }
+  const std::size_t count = state_->size / width;
+  if (count == 0) return;
+  const auto& api = detail::runtime_driver(kFeature);
+  detail::scoped_context scope(api, s.device().ordinal());
+  CUdeviceptr dst = state_->address;
+  switch (width) {
+    case 1:
+      detail::check_driver(
+          api.cuMemsetD8Async(dst, static_cast<unsigned char>(bits), count, s.handle()),
+          "cuMemsetD8Async");
+      break;
+    case 2:
+      detail::check_driver(
+          api.cuMemsetD16Async(dst, static_cast<unsigned short>(bits), count, s.handle()),
+          "cuMemsetD16Async");
+      break;
+    default:
+      detail::check_driver(api.cuMemsetD32Async(dst, bits, count, s.handle()), "cuMemsetD32Async");
+      break;
+  }
+}
+
+std::shared_ptr<const void> buffer::owner() const {
+  if (!state_) detail::throw_empty("buffer");
+  return state_;
+}
+
+void buffer::close(const stream& s) {
+  if (!state_) return;
+  auto owner = s.owner();  // throws for an empty stream, before anything changes
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->release_stream = s.handle();
+    state_->release_device = s.device();
+    state_->release_owner = std::move(owner);
+  }
+  state_.reset();
+}
+
+// ---- pinned_buffer
+// -------------------------------------------------------------------------------
+
+struct pinned_buffer::state {
+  void* data = nullptr;
+  std::size_t size = 0;
+  int ordinal = 0;  // the context it was allocated in (portable: usable from every context)
+
+  explicit state(std::size_t bytes) : size(bytes) {
+    if (bytes == 0) return;
+    const auto& api = detail::runtime_driver(kFeature);
+    ordinal = cucore::device::current().ordinal();
+    detail::scoped_context scope(api, ordinal);
+    detail::check_driver(api.cuMemHostAlloc(&data, bytes, CU_MEMHOSTALLOC_PORTABLE),
+                         "cuMemHostAlloc");
+  }
+  state(const state&) = delete;
+  state& operator=(const state&) = delete;
+  ~state() {
+    if (data == nullptr || !detail::driver_alive()) return;
+    const auto& api = *detail::driver_table().api;
+    detail::scoped_context scope(api, ordinal, std::nothrow);
+    if (CUresult r = api.cuMemFreeHost(data); r != CUDA_SUCCESS) {
+      detail::log_driver_failure(r, "cuMemFreeHost");
+    }
+  }
+};
+
+pinned_buffer::pinned_buffer(std::size_t bytes) : state_(std::make_shared<const state>(bytes)) {}
+
+std::size_t pinned_buffer::size() const noexcept {
+  return state_ ? state_->size : 0;
+}
+void* pinned_buffer::data() const noexcept {
+  return state_ ? state_->data : nullptr;
+}
+std::shared_ptr<const void> pinned_buffer::owner() const {
+  if (!state_) detail::throw_empty("pinned_buffer");
+  return state_;
+}
+
+}  // namespace cucore

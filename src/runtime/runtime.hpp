@@ -1,0 +1,70 @@
+// Shared plumbing of the device runtime: the driver table with the exit guard armed, per-device
+// state (primary context, default pool), and the scoped context push every call uses. Include only
+// from cucore's sources.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "cucore/runtime/device.hpp"
+#include "loader/libraries.hpp"
+
+namespace cucore::detail {
+
+// detail::driver(feature) (cuInit done, or library_not_found / cuda_error), and arms the exit
+// guard: driver_alive() is true from the first call until static destruction reaches the guard.
+const driver_api& runtime_driver(std::string_view feature);
+
+// False before the runtime was first used and once the process is exiting (the guard, created
+// right after cuInit, is destroyed before anything the driver set up for itself). Destructors
+// check it and leak instead of calling into a driver that may be gone.
+bool driver_alive() noexcept;
+
+// What cucore keeps per device for the process's life (leaked on purpose).
+struct device_state {
+  int ordinal = 0;
+  CUdevice handle = 0;
+  std::mutex context_mutex;
+  std::atomic<CUcontext> primary{nullptr};  // retained once, never released
+  std::mutex resource_mutex;
+  std::shared_ptr<memory_resource> default_resource;  // set once, then never changed
+};
+
+// The state of `ordinal`; throws invalid_argument when out of range.
+device_state& device_at(int ordinal);
+// The number of devices (cuDeviceGetCount), throwing what runtime_driver throws.
+int runtime_device_count();
+// The retained primary context of `ordinal`.
+CUcontext primary_context(int ordinal);
+// The ordinal of a CUdevice handle.
+int ordinal_of(CUdevice handle);
+
+// Makes the primary context of a device current for the scope, when it is not current already
+// (pushes it, and pops it at scope exit). The throwing form is for API calls; the nothrow form is
+// for destructors (ok() says whether the context is current).
+class scoped_context {
+ public:
+  scoped_context(const driver_api& api, int ordinal);
+  scoped_context(const driver_api& api, int ordinal, std::nothrow_t) noexcept;
+  scoped_context(const scoped_context&) = delete;
+  scoped_context& operator=(const scoped_context&) = delete;
+  ~scoped_context();
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  const driver_api& api_;
+  bool pushed_ = false;
+  bool ok_ = false;
+};
+
+// Logs a failed driver call made where nothing may throw (a destructor). Never throws.
+void log_driver_failure(CUresult result, const char* call) noexcept;
+
+// cuda_error-style checks for the invalid_argument cases of empty handles.
+[[noreturn]] void throw_empty(const char* what);
+
+}  // namespace cucore::detail
