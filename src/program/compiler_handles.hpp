@@ -22,43 +22,25 @@ inline std::string trim_nul(std::string s) {
   return s;
 }
 
-class nvrtc_program {
+// Owns one compiler handle and destroys it through its library's table: `Destroy` is the table's
+// function-pointer member (e.g. &nvrtc_api::nvrtcDestroyProgram).
+template <class Api, class Handle, auto Destroy>
+class compiler_handle {
  public:
-  nvrtc_program(const nvrtc_api& api, nvrtcProgram handle) : api_(api), handle_(handle) {}
-  nvrtc_program(const nvrtc_program&) = delete;
-  nvrtc_program& operator=(const nvrtc_program&) = delete;
-  ~nvrtc_program() { api_.nvrtcDestroyProgram(&handle_); }
-  nvrtcProgram get() const noexcept { return handle_; }
+  compiler_handle(const Api& api, Handle handle) : api_(api), handle_(handle) {}
+  compiler_handle(const compiler_handle&) = delete;
+  compiler_handle& operator=(const compiler_handle&) = delete;
+  ~compiler_handle() { (api_.*Destroy)(&handle_); }
+  Handle get() const noexcept { return handle_; }
 
  private:
-  const nvrtc_api& api_;
-  nvrtcProgram handle_;
+  const Api& api_;
+  Handle handle_;
 };
 
-class nvvm_program {
- public:
-  nvvm_program(const nvvm_api& api, nvvmProgram handle) : api_(api), handle_(handle) {}
-  nvvm_program(const nvvm_program&) = delete;
-  nvvm_program& operator=(const nvvm_program&) = delete;
-  ~nvvm_program() { api_.nvvmDestroyProgram(&handle_); }
-  nvvmProgram get() const noexcept { return handle_; }
-
- private:
-  const nvvm_api& api_;
-  nvvmProgram handle_;
-};
-
-class nvjitlink_handle {
- public:
-  nvjitlink_handle(const nvjitlink_api& api, nvJitLinkHandle handle) : api_(api), handle_(handle) {}
-  nvjitlink_handle(const nvjitlink_handle&) = delete;
-  nvjitlink_handle& operator=(const nvjitlink_handle&) = delete;
-  ~nvjitlink_handle() { api_.nvJitLinkDestroy(&handle_); }
-  nvJitLinkHandle get() const noexcept { return handle_; }
-
- private:
-  const nvjitlink_api& api_;
-  nvJitLinkHandle handle_;
-};
+using nvrtc_program = compiler_handle<nvrtc_api, nvrtcProgram, &nvrtc_api::nvrtcDestroyProgram>;
+using nvvm_program = compiler_handle<nvvm_api, nvvmProgram, &nvvm_api::nvvmDestroyProgram>;
+using nvjitlink_handle =
+    compiler_handle<nvjitlink_api, nvJitLinkHandle, &nvjitlink_api::nvJitLinkDestroy>;
 
 }  // namespace cucore::detail
