@@ -1,7 +1,6 @@
 #include "cucore/cache/file_stream.hpp"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "cache/entry_format.hpp"
 #include "cache/posix_file.hpp"
+#include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 
@@ -44,28 +44,15 @@ const detail::file_stream_test_hooks* hooks() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Names
 
-const EVP_MD* sha256_md() {
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-  // Fetched once: the implicit fetch behind EVP_sha256() costs a lookup on every digest.
-  static EVP_MD* const fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);  // never freed
-  if (fetched != nullptr) return fetched;
-#endif
-  return EVP_sha256();
-}
-
 // Lower-case hex SHA-256 of `data`: 64 characters.
 std::array<char, 64> sha256_hex(std::span<const std::byte> data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &length, sha256_md(), nullptr) != 1 ||
-      length != 32) {
-    throw error("file_stream_program_cache: SHA-256 of a cache key failed in OpenSSL libcrypto");
-  }
+  const detail::sha256_digest digest = detail::sha256(data);
   static constexpr char kHex[] = "0123456789abcdef";
   std::array<char, 64> out{};
   for (unsigned i = 0; i < 32; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 0xf];
+    const auto b = static_cast<unsigned>(digest[i]);
+    out[2 * i] = kHex[b >> 4];
+    out[2 * i + 1] = kHex[b & 0xf];
   }
   return out;
 }

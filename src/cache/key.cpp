@@ -3,7 +3,7 @@
 // kSchema.
 #include "cucore/cache/key.hpp"
 
-#include <openssl/evp.h>
+#include "common/sha256.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -19,43 +19,10 @@ namespace {
 constexpr std::string_view kSchema = "cucore-key-1";
 constexpr std::string_view kHexDigits = "0123456789abcdef";
 
-// ---------------------------------------------------------------------------------------------
-// SHA-256 through libcrypto's EVP interface.
-
-const EVP_MD* sha256_md() {
-#if OPENSSL_VERSION_MAJOR >= 3
-  // An explicitly fetched algorithm avoids the implicit fetch (a locked lookup) on every init.
-  // Leaked on purpose: it must outlive every static destructor that might still hash.
-  static const EVP_MD* md = [] {
-    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-    return fetched != nullptr ? fetched : EVP_sha256();
-  }();
-  return md;
-#else
-  return EVP_sha256();
-#endif
-}
-
-[[noreturn]] void openssl_failed(const char* call) {
-  throw error(std::string("SHA-256 failed in OpenSSL (") + call +
-              "): the program cache key cannot be computed");
-}
-
-struct md_ctx_deleter {
-  void operator()(EVP_MD_CTX* ctx) const noexcept { EVP_MD_CTX_free(ctx); }
-};
-
 using digest = std::array<std::byte, program_cache_key::size>;
 
 digest sha256(std::string_view data) {
-  digest out{};
-  unsigned int size = 0;
-  if (EVP_Digest(data.data(), data.size(), reinterpret_cast<unsigned char*>(out.data()), &size,
-                 sha256_md(), nullptr) != 1 ||
-      size != out.size()) {
-    openssl_failed("EVP_Digest");
-  }
-  return out;
+  return detail::sha256(std::as_bytes(std::span<const char>(data.data(), data.size())));
 }
 
 std::string to_hex(std::span<const std::byte> bytes) {
@@ -93,13 +60,7 @@ std::string render(std::string_view payload) {
 // Feeds labelled fields to one SHA-256 and records them for explain().
 class field_hasher {
  public:
-  field_hasher() : ctx_(EVP_MD_CTX_new()) {
-    if (!ctx_) openssl_failed("EVP_MD_CTX_new");
-    if (EVP_DigestInit_ex(ctx_.get(), sha256_md(), nullptr) != 1) {
-      openssl_failed("EVP_DigestInit_ex");
-    }
-    fields_ = std::make_shared<std::vector<key_field>>();
-  }
+  field_hasher() : fields_(std::make_shared<std::vector<key_field>>()) {}
 
   void add(std::string_view label, std::string_view payload) {
     add_raw(label, payload);
@@ -120,15 +81,7 @@ class field_hasher {
                                                       " bytes, sha256 " + to_hex(d) + ">"});
   }
 
-  digest finish() {
-    digest out{};
-    unsigned int size = 0;
-    if (EVP_DigestFinal_ex(ctx_.get(), reinterpret_cast<unsigned char*>(out.data()), &size) != 1 ||
-        size != out.size()) {
-      openssl_failed("EVP_DigestFinal_ex");
-    }
-    return out;
-  }
+  digest finish() { return hasher_.finish(); }
   std::shared_ptr<const std::vector<key_field>> fields() const { return fields_; }
 
  private:
@@ -145,11 +98,12 @@ class field_hasher {
   }
 
   void update(const void* data, std::size_t size) {
-    if (size == 0) return;
-    if (EVP_DigestUpdate(ctx_.get(), data, size) != 1) openssl_failed("EVP_DigestUpdate");
+    hasher_.update(std::span(static_cast<const std::byte*>(data), size));
   }
 
-  std::unique_ptr<EVP_MD_CTX, md_ctx_deleter> ctx_;
+  // The framed fields are short (source code enters as its digest): the local SHA-256, which
+  // needs no libcrypto initialisation (common/sha256.hpp).
+  detail::sha256_hasher hasher_;
   std::shared_ptr<std::vector<key_field>> fields_;
 };
 
