@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "cucore/error.hpp"
@@ -124,7 +125,15 @@ sha256_digest sha256_hasher::finish() noexcept {
   return out;
 }
 
+namespace {
+// Set once this process has paid libcrypto's start-up; from then on it is the faster choice for
+// all but tiny inputs (it uses the CPU's SHA instructions).
+std::atomic<bool> libcrypto_started{false};
+constexpr std::size_t kSha256WarmLibcryptoThreshold = 512;
+}  // namespace
+
 sha256_digest sha256_libcrypto(std::span<const std::byte> data) {
+  libcrypto_started.store(true, std::memory_order_relaxed);
   sha256_digest out{};
   unsigned int size = 0;
   if (EVP_Digest(data.data(), data.size(), reinterpret_cast<unsigned char*>(out.data()), &size,
@@ -136,7 +145,10 @@ sha256_digest sha256_libcrypto(std::span<const std::byte> data) {
 }
 
 sha256_digest sha256(std::span<const std::byte> data) {
-  if (data.size() >= kSha256LibcryptoThreshold) return sha256_libcrypto(data);
+  const std::size_t threshold = libcrypto_started.load(std::memory_order_relaxed)
+                                    ? kSha256WarmLibcryptoThreshold
+                                    : kSha256LibcryptoThreshold;
+  if (data.size() >= threshold) return sha256_libcrypto(data);
   sha256_hasher hasher;
   hasher.update(data);
   return hasher.finish();

@@ -16,7 +16,8 @@ namespace cucore::detail {
 
 using sha256_digest = std::array<std::byte, 32>;
 
-// Inputs at least this long go to libcrypto.
+// Inputs at least this long go to libcrypto (and, once libcrypto has started in this process,
+// inputs of 512 bytes or more).
 inline constexpr std::size_t kSha256LibcryptoThreshold = 16 * 1024;
 
 // Incremental SHA-256 (the algorithm implemented here, for any length).
@@ -34,7 +35,8 @@ class sha256_hasher {
   std::uint64_t length_ = 0;  // bytes hashed so far
 };
 
-// One-shot SHA-256: the local implementation below the threshold, libcrypto from it on.
+// One-shot SHA-256: the local implementation below the threshold, libcrypto from it on. Both give
+// the same digest, so the choice never changes a key.
 // Throws cucore::error if libcrypto fails.
 sha256_digest sha256(std::span<const std::byte> data);
 
