@@ -136,10 +136,10 @@ int run(std::span<const std::string> args) {
 
 int main(int argc, char** argv) {
   // The tool is its own process: unless the user points OPENSSL_CONF somewhere, OpenSSL need not
-  // parse the system's openssl.cnf (~0.3 ms of a ~2 ms cache hit) to compute a SHA-256. (The
+  // parse the system's openssl.cnf (~0.3 ms) when a long source is hashed with libcrypto. (The
   // library never does this: it would change OpenSSL for the application hosting it. Calling
-  // OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG) here instead is faster still, but crashes
-  // LeakSanitizer's exit-time tracer in ASan builds.)
+  // OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG) here instead crashes LeakSanitizer's
+  // exit-time tracer in ASan builds.)
   ::setenv("OPENSSL_CONF", "/dev/null", /*overwrite=*/0);
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
