@@ -19,17 +19,6 @@ bool storable(std::string_view text) {
 
 }  // namespace
 
-std::optional<file_identity> identify_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  file_identity id;
-  id.path = path;
-  id.inode = static_cast<std::uint64_t>(st.st_ino);
-  id.size = static_cast<std::uint64_t>(st.st_size);
-  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  return id;
-}
-
 compiler_version_memo::compiler_version_memo(std::filesystem::path file) : file_(std::move(file)) {}
 
 void compiler_version_memo::load_locked() {

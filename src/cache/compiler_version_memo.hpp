@@ -15,18 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "loader/shared_library.hpp"
+
 namespace cucore::detail {
-
-struct file_identity {
-  std::string path;  // canonical
-  std::uint64_t inode = 0;
-  std::uint64_t size = 0;
-  std::int64_t mtime_ns = 0;
-  friend bool operator==(const file_identity&, const file_identity&) = default;
-};
-
-// stat() of a (canonical) path; nullopt when it cannot be stat'ed.
-std::optional<file_identity> identify_file(const std::string& path);
 
 class compiler_version_memo {
  public:

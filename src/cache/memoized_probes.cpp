@@ -17,10 +17,12 @@ std::optional<file_identity> located(toolkit::library lib) {
   return identify_file(*file);
 }
 
-// True when the table that was just loaded came from `file` (so its answer describes that file).
+// True when the library this process loaded is exactly `file` (path, inode, size, mtime as the
+// loader saw them), so the installed probe's answer describes that file. A library replaced on
+// disk after this process loaded it must not lend the old version to the new file.
 template <class Table>
 bool loaded_from(const Table& table, const file_identity& file) {
-  return table.status.found && table.status.path == file.path;
+  return table.api && table.api->library && table.api->library->identity() == file;
 }
 
 }  // namespace

@@ -33,7 +33,22 @@ std::string mapped_path(void* handle) {
 
 }  // namespace
 
+std::optional<file_identity> identify_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  file_identity id;
+  id.path = path;
+  id.inode = static_cast<std::uint64_t>(st.st_ino);
+  id.size = static_cast<std::uint64_t>(st.st_size);
+  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
 std::optional<shared_library> shared_library::open(const std::string& file, std::string& error) {
+  // The identity is taken before and after dlopen: equal, it is the identity of what was mapped.
+  std::error_code ec;
+  const auto canonical = std::filesystem::canonical(file, ec);
+  const auto before = ec ? std::nullopt : identify_file(canonical.string());
   ::dlerror();
   void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -41,19 +56,26 @@ std::optional<shared_library> shared_library::open(const std::string& file, std:
     error = message ? message : "dlopen failed";
     return std::nullopt;
   }
-  return shared_library(handle);
+  shared_library lib(handle);
+  if (before && before->path == lib.path_ && identify_file(lib.path_) == before) {
+    lib.identity_ = before;
+  }
+  return lib;
 }
 
 shared_library::shared_library(void* handle) : handle_(handle), path_(mapped_path(handle)) {}
 
 shared_library::shared_library(shared_library&& other) noexcept
-    : handle_(std::exchange(other.handle_, nullptr)), path_(std::move(other.path_)) {}
+    : handle_(std::exchange(other.handle_, nullptr)),
+      path_(std::move(other.path_)),
+      identity_(std::move(other.identity_)) {}
 
 shared_library& shared_library::operator=(shared_library&& other) noexcept {
   if (this != &other) {
     if (handle_ != nullptr) ::dlclose(handle_);
     handle_ = std::exchange(other.handle_, nullptr);
     path_ = std::move(other.path_);
+    identity_ = std::move(other.identity_);
   }
   return *this;
 }

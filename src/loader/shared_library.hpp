@@ -1,12 +1,26 @@
 // Opening shared libraries at run time: an RAII dlopen handle and the search over CUDA roots.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace cucore::detail {
+
+// A file as it was at one moment: resolved path, inode, size and modification time. Replacing or
+// upgrading a library changes it.
+struct file_identity {
+  std::string path;  // canonical
+  std::uint64_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const file_identity&, const file_identity&) = default;
+};
+
+// stat() of a (canonical) regular file; nullopt when it cannot be stat'ed.
+std::optional<file_identity> identify_file(const std::string& path);
 
 // One dlopen handle. Move-only; dlclose on destruction. The process-wide CUDA library tables are
 // deliberately never destroyed (see library_table), so their handles stay open until exit.
@@ -25,11 +39,15 @@ class shared_library {
   void* symbol(const char* name) const noexcept;
   // The file the loader actually mapped (resolved through symlinks).
   const std::string& path() const noexcept { return path_; }
+  // That file's identity when it was opened: the same stat() before and after dlopen (nullopt
+  // when the file changed meanwhile, or was found through the loader path under another name).
+  const std::optional<file_identity>& identity() const noexcept { return identity_; }
 
  private:
   explicit shared_library(void* handle);
   void* handle_ = nullptr;
   std::string path_;
+  std::optional<file_identity> identity_;
 };
 
 // What to look for: the library's display name, its sonames (newest first), and the sub-directories
