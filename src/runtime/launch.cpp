@@ -23,7 +23,9 @@ void check_extent(const dim3& d, const char* what) {
   }
 }
 
-void check_config(const launch_config& c) {
+}  // namespace
+
+void detail::check_launch_config(const launch_config& c) {
   check_extent(c.grid, "grid");
   check_extent(c.block, "block");
   if (c.cluster) {
@@ -41,7 +43,7 @@ void check_config(const launch_config& c) {
   }
 }
 
-void check_arguments(const kernel& k, const kernel_arguments& args) {
+void detail::check_launch_arguments(const kernel& k, const kernel_arguments& args) {
   const std::vector<kernel_parameter>* params = nullptr;
   try {
     params = &k.parameters();
@@ -62,8 +64,6 @@ void check_arguments(const kernel& k, const kernel_arguments& args) {
     }
   }
 }
-
-}  // namespace
 
 void kernel_arguments::push(const buffer& b) {
   device_address address = b.address();
@@ -91,10 +91,10 @@ std::vector<void*> kernel_arguments::pointers() const {
 void launch(stream_ref s, const launch_config& config, const kernel& k,
             const kernel_arguments& args) {
   CUkernel handle = k.handle();  // throws for an empty kernel
-  check_config(config);
+  detail::check_launch_config(config);
   const auto& api = detail::runtime_driver(kFeature);
   detail::scoped_context scope(api, s.device().ordinal());
-  check_arguments(k, args);
+  detail::check_launch_arguments(k, args);
 
   CUlaunchAttribute attributes[2] = {};
   unsigned count = 0;

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "cucore/runtime/device.hpp"
+#include "cucore/runtime/launch.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {
@@ -63,6 +64,11 @@ class scoped_context {
 
 // Logs a failed driver call made where nothing may throw (a destructor). Never throws.
 void log_driver_failure(CUresult result, const char* call) noexcept;
+
+// The checks every launch makes before the driver sees it (also used by graph kernel nodes):
+// extents, cluster divisibility, and the arguments against the kernel's parameters when known.
+void check_launch_config(const launch_config& c);
+void check_launch_arguments(const kernel& k, const kernel_arguments& args);
 
 // cuda_error-style checks for the invalid_argument cases of empty handles.
 [[noreturn]] void throw_empty(const char* what);

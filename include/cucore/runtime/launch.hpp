@@ -14,6 +14,8 @@
 
 namespace cucore {
 
+class graph_condition;  // cucore/graph/definition.hpp
+
 // Grid, block or cluster extents. Every component must be at least 1.
 struct dim3 {
   unsigned x = 1;
@@ -63,6 +65,8 @@ class kernel_arguments {
   }
   // A buffer passes its device address and keeps its allocation alive in owners().
   void push(const buffer& b);
+  // A conditional node's condition, seen by the kernel as a cudaGraphConditionalHandle.
+  void push(const graph_condition& c);
 
   std::size_t count() const noexcept { return sizes_.size(); }
   std::size_t size_of(std::size_t index) const { return sizes_.at(index); }

@@ -1,0 +1,116 @@
+// Node attachments: the user objects that hold a node's owners, and the release thread that drops
+// them. A CUDA user-object destructor runs on a driver thread and must not call CUDA (releasing a
+// buffer calls cuMemFreeAsync) nor block, so it only pushes the attachment onto a lock-free stack
+// and wakes the release thread, which deletes it on a thread of our own.
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+#include "graph/graph_state.hpp"
+#include "runtime/runtime.hpp"
+
+namespace cucore::detail {
+namespace {
+
+class release_queue {
+ public:
+  // Starts the thread on first use; throws std::system_error when it cannot.
+  void ensure_started() {
+    std::call_once(started_, [this] { std::thread([this] { run(); }).detach(); });
+  }
+
+  // Lock-free and wait-free apart from the CAS loop; the wake-up is a futex wake.
+  void push(release_item* item) noexcept {
+    release_item* head = head_.load(std::memory_order_relaxed);
+    do {
+      item->next = head;
+    } while (!head_.compare_exchange_weak(head, item, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    signal_.fetch_add(1, std::memory_order_release);
+    signal_.notify_one();
+  }
+
+  unsigned long long released() const noexcept { return released_.load(std::memory_order_acquire); }
+
+ private:
+  [[noreturn]] void run() noexcept {
+    for (;;) {
+      const std::uint32_t seen = signal_.load(std::memory_order_acquire);
+      release_item* list = head_.exchange(nullptr, std::memory_order_acquire);
+      if (list == nullptr) {
+        signal_.wait(seen, std::memory_order_acquire);
+        continue;
+      }
+      while (list != nullptr) {
+        release_item* next = list->next;
+        // Once the process is exiting the owners may need a driver that is gone: leak them.
+        if (driver_alive()) {
+          delete list;
+          released_.fetch_add(1, std::memory_order_release);
+        }
+        list = next;
+      }
+    }
+  }
+
+  std::once_flag started_;
+  std::atomic<release_item*> head_{nullptr};
+  std::atomic<std::uint32_t> signal_{0};
+  std::atomic<unsigned long long> released_{0};
+};
+
+// Never destroyed: the release thread and late CUDA callbacks may use it during exit.
+release_queue& queue() {
+  static release_queue* q = new release_queue;
+  return *q;
+}
+
+// The user object's destructor (CUhostFn): only hands the attachment over.
+void CUDA_CB enqueue_release(void* item) {
+  queue().push(static_cast<release_item*>(item));
+}
+
+}  // namespace
+
+unsigned long long released_attachment_count() noexcept {
+  return queue().released();
+}
+
+prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g,
+                                         std::vector<std::shared_ptr<const void>> owners)
+    : api_(&api), graph_(g) {
+  std::erase(owners, nullptr);
+  if (owners.empty()) return;
+  queue().ensure_started();
+  auto item = std::make_unique<attachment>();
+  item->owners = std::move(owners);
+  CUuserObject object = nullptr;
+  check_driver(api.cuUserObjectCreate(&object, item.get(), &enqueue_release, 1,
+                                      CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+               "cuUserObjectCreate");
+  // The user object now owns the item: its destructor enqueues it.
+  item.release();
+  const CUresult retained = api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+  if (retained != CUDA_SUCCESS) {
+    api.cuUserObjectRelease(object, 1);  // the only reference: the item goes to the release thread
+    check_driver(retained, "cuGraphRetainUserObject");
+  }
+  object_ = object;
+}
+
+prepared_attachment::~prepared_attachment() {
+  if (object_ == nullptr) return;
+  if (!driver_alive()) return;  // leak rather than call a driver that is gone
+  log_driver_failure(api_->cuGraphReleaseUserObject(graph_, object_, 1),
+                     "cuGraphReleaseUserObject");
+}
+
+void prepared_attachment::commit(node_meta& meta) noexcept {
+  meta.attachment = std::exchange(object_, nullptr);
+}
+
+}  // namespace cucore::detail

@@ -1,0 +1,832 @@
+// graph_definition, graph_node and the node factory. Every add follows one order: validate and
+// prepare everything that can fail (the attachment's user object, already retained by the graph;
+// the metadata entries, with room reserved), then the one CUDA mutation, then a commit that cannot
+// fail. A failed mutation releases the prepared reference, so the owners are dropped and nothing
+// leaks.
+#include <algorithm>
+#include <string>
+
+#include "cucore/error.hpp"
+#include "graph/graph_state.hpp"
+#include "runtime/runtime.hpp"
+
+namespace cucore {
+namespace detail {
+namespace {
+
+using owner_list = std::vector<std::shared_ptr<const void>>;
+
+std::vector<CUgraphNode> dependency_handles(const graph_state& s,
+                                            std::span<const graph_node> deps) {
+  std::vector<CUgraphNode> out;
+  out.reserve(deps.size());
+  for (const graph_node& n : deps) {
+    const auto& r = graph_access::record(n);
+    if (!r || r->destroyed) {
+      throw invalid_argument("a dependency is an empty or destroyed graph_node");
+    }
+    if (r->graph.get() != &s) {
+      throw invalid_argument(
+          "a dependency belongs to another graph: nodes can only depend on nodes of the same "
+          "graph (embed the other graph as a child instead)");
+    }
+    if (std::find(out.begin(), out.end(), r->node) == out.end()) out.push_back(r->node);
+  }
+  return out;
+}
+
+// Runs `add(api, graph, deps, count, &node)` between prepare and commit. `meta`, when it carries
+// anything (bodies, a conditional) or an attachment is prepared, is published for the node;
+// `finish(node, meta)` completes it before publication and must not throw.
+template <class Add, class Finish>
+graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph_node> deps,
+                    owner_list owners, const char* call, node_meta meta, Add&& add,
+                    Finish&& finish) {
+  check_usable(*s);
+  const driver_api& api = graph_driver();
+  scoped_context scope(api, s->device);
+  const std::vector<CUgraphNode> d = dependency_handles(*s, deps);
+
+  // Fallible work first: the record, room in both maps, and the attachment.
+  auto record = std::make_shared<node_record>();
+  record->graph = s;
+  s->records.reserve(s->records.size() + 1);
+  std::unordered_map<CUgraphNode, node_meta> staging;
+  staging.emplace(nullptr, std::move(meta));
+  auto meta_entry = staging.extract(staging.begin());
+  s->meta.reserve(s->meta.size() + 1);
+  prepared_attachment prepared(api, s->graph, std::move(owners));
+
+  CUgraphNode node = nullptr;
+  check_driver(add(api, s->graph, d.empty() ? nullptr : d.data(), d.size(), &node), call);
+
+  // Commit: nothing below allocates or throws (room was reserved above).
+  finish(node, meta_entry.mapped());
+  prepared.commit(meta_entry.mapped());
+  const node_meta& m = meta_entry.mapped();
+  if (m.attachment != nullptr || m.conditional || !m.bodies.empty()) {
+    meta_entry.key() = node;
+    s->meta.insert(std::move(meta_entry));
+  }
+  record->node = node;
+  s->records.emplace(node, record);
+  return graph_access::node(std::move(record));
+}
+
+template <class Add>
+graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph_node> deps,
+                    owner_list owners, const char* call, Add&& add) {
+  return add_node(s, deps, std::move(owners), call, node_meta{}, std::forward<Add>(add),
+                  [](CUgraphNode, node_meta&) noexcept {});
+}
+
+void fill_side(const memory_operand& op, CUmemorytype& type, CUdeviceptr& device,
+               const void*& host) {
+  if (op.is_host()) {
+    type = CU_MEMORYTYPE_HOST;
+    host = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(op.address()));
+  } else {
+    // Device memory and pinned host memory: the driver resolves the unified address.
+    type = CU_MEMORYTYPE_UNIFIED;
+    device = op.address();
+  }
+}
+
+void check_operand(const memory_operand& op, std::size_t bytes, const char* side) {
+  if (op.address() == 0) {
+    throw invalid_argument(std::string("the ") + side + " operand is a null address");
+  }
+  if (op.known_size() != 0 && bytes > op.known_size()) {
+    throw invalid_argument(std::string("the ") + side + " operand holds " +
+                           std::to_string(op.known_size()) + " bytes from its offset but " +
+                           std::to_string(bytes) + " were asked for");
+  }
+}
+
+}  // namespace
+
+// ---- node_factory ------------------------------------------------------------------------------
+
+template <class D>
+graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
+                                   const kernel_arguments& args) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  CUkernel handle = k.handle();  // throws for an empty kernel
+  check_launch_config(config);
+  const driver_api& api = graph_driver();
+  {
+    scoped_context scope(api, s->device);
+    check_launch_arguments(k, args);
+  }
+  owner_list owners;
+  owners.reserve(1 + args.owners().size());
+  owners.push_back(k.owner());
+  owners.insert(owners.end(), args.owners().begin(), args.owners().end());
+  std::vector<void*> pointers = args.pointers();
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.kern = handle;
+  p.ctx = primary_context(s->device);
+  p.gridDimX = config.grid.x;
+  p.gridDimY = config.grid.y;
+  p.gridDimZ = config.grid.z;
+  p.blockDimX = config.block.x;
+  p.blockDimY = config.block.y;
+  p.blockDimZ = config.block.z;
+  p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
+  p.kernelParams = pointers.empty() ? nullptr : pointers.data();
+  return add_node(
+      s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        CUresult r = a.cuGraphAddKernelNode(out, g, d, n, &p);
+        if (r != CUDA_SUCCESS) return r;
+        CUkernelNodeAttrValue v{};
+        if (config.cluster) {
+          v.clusterDim.x = config.cluster->x;
+          v.clusterDim.y = config.cluster->y;
+          v.clusterDim.z = config.cluster->z;
+          r = a.cuGraphKernelNodeSetAttribute(*out, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v);
+        }
+        if (r == CUDA_SUCCESS && config.cooperative) {
+          v = {};
+          v.cooperative = 1;
+          r = a.cuGraphKernelNodeSetAttribute(*out, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v);
+        }
+        if (r != CUDA_SUCCESS) a.cuGraphDestroyNode(*out);
+        return r;
+      });
+}
+
+template <class D>
+graph_node node_factory<D>::memcpy(const memory_operand& dst, const memory_operand& src,
+                                   std::size_t bytes) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  if (bytes == 0) {
+    throw invalid_argument("memcpy of 0 bytes: a node that does nothing is empty()");
+  }
+  check_operand(dst, bytes, "destination");
+  check_operand(src, bytes, "source");
+  CUDA_MEMCPY3D c{};
+  const void* dst_host = nullptr;
+  fill_side(dst, c.dstMemoryType, c.dstDevice, dst_host);
+  c.dstHost = const_cast<void*>(dst_host);
+  fill_side(src, c.srcMemoryType, c.srcDevice, c.srcHost);
+  c.WidthInBytes = bytes;
+  c.Height = 1;
+  c.Depth = 1;
+  CUcontext ctx = primary_context(s->device);
+  return add_node(s, self.factory_dependencies(), {dst.owner(), src.owner()},
+                  "cuGraphAddMemcpyNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddMemcpyNode(out, g, d, n, &c, ctx); });
+}
+
+template <class D>
+graph_node node_factory<D>::memset_bits(const memory_operand& dst, std::uint32_t bits,
+                                        unsigned element_size, std::size_t width,
+                                        std::size_t height, std::size_t pitch) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  if (element_size != 1 && element_size != 2 && element_size != 4) {
+    throw invalid_argument("memset element size " + std::to_string(element_size) +
+                           " is not 1, 2 or 4 bytes");
+  }
+  if (element_size < 4 && (bits >> (8 * element_size)) != 0) {
+    throw invalid_argument("memset value " + std::to_string(bits) + " does not fit in " +
+                           std::to_string(element_size) + " byte(s)");
+  }
+  if (width == 0 || height == 0) {
+    throw invalid_argument("memset of width " + std::to_string(width) + " and height " +
+                           std::to_string(height) + ": both must be at least 1");
+  }
+  if (dst.is_host()) {
+    throw invalid_argument("memset writes device memory: the destination is a host pointer");
+  }
+  const std::size_t row = width * element_size;
+  if (height > 1 && pitch < row) {
+    throw invalid_argument("memset pitch " + std::to_string(pitch) + " is smaller than a row (" +
+                           std::to_string(row) + " bytes)");
+  }
+  check_operand(dst, height > 1 ? (height - 1) * pitch + row : row, "destination");
+  CUDA_MEMSET_NODE_PARAMS p{};
+  p.dst = dst.address();
+  p.pitch = height > 1 ? pitch : row;
+  p.value = bits;
+  p.elementSize = element_size;
+  p.width = width;
+  p.height = height;
+  CUcontext ctx = primary_context(s->device);
+  return add_node(s, self.factory_dependencies(), {dst.owner()}, "cuGraphAddMemsetNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddMemsetNode(out, g, d, n, &p, ctx); });
+}
+
+template <class D>
+graph_node node_factory<D>::record(const event& e) const {
+  const D& self = static_cast<const D&>(*this);
+  CUevent handle = e.handle();
+  return add_node(
+      self.factory_state(), self.factory_dependencies(), {e.owner()}, "cuGraphAddEventRecordNode",
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        return a.cuGraphAddEventRecordNode(out, g, d, n, handle);
+      });
+}
+
+template <class D>
+graph_node node_factory<D>::wait(const event& e) const {
+  const D& self = static_cast<const D&>(*this);
+  CUevent handle = e.handle();
+  return add_node(
+      self.factory_state(), self.factory_dependencies(), {e.owner()}, "cuGraphAddEventWaitNode",
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        return a.cuGraphAddEventWaitNode(out, g, d, n, handle);
+      });
+}
+
+template <class D>
+graph_node node_factory<D>::callback_erased(host_function fn, void* data,
+                                            std::shared_ptr<const void> fn_owner,
+                                            std::shared_ptr<const void> data_owner) const {
+  const D& self = static_cast<const D&>(*this);
+  if (fn == nullptr) throw invalid_argument("the host callback is a null function pointer");
+  CUDA_HOST_NODE_PARAMS p{};
+  p.fn = fn;
+  p.userData = data;
+  return add_node(self.factory_state(), self.factory_dependencies(),
+                  {std::move(fn_owner), std::move(data_owner)}, "cuGraphAddHostNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddHostNode(out, g, d, n, &p); });
+}
+
+template <class D>
+graph_node node_factory<D>::callback(host_function fn, std::span<const std::byte> user_data) const {
+  if (user_data.empty()) return callback_erased(fn, nullptr, nullptr, nullptr);
+  auto copy = std::make_shared<std::byte[]>(user_data.size());
+  std::memcpy(copy.get(), user_data.data(), user_data.size());
+  void* data = copy.get();
+  return callback_erased(fn, data, nullptr, std::move(copy));
+}
+
+template <class D>
+graph_node node_factory<D>::callback(host_function fn, void* user_data) const {
+  return callback_erased(fn, user_data, nullptr, nullptr);
+}
+
+template <class D>
+graph_node node_factory<D>::empty() const {
+  return join(std::span<const graph_node>{});
+}
+
+template <class D>
+graph_node node_factory<D>::join(std::initializer_list<graph_node> others) const {
+  return join(std::span<const graph_node>(others.begin(), others.size()));
+}
+
+template <class D>
+graph_node node_factory<D>::join(std::span<const graph_node> others) const {
+  const D& self = static_cast<const D&>(*this);
+  std::vector<graph_node> deps(self.factory_dependencies().begin(),
+                               self.factory_dependencies().end());
+  deps.insert(deps.end(), others.begin(), others.end());
+  return add_node(self.factory_state(), deps, {}, "cuGraphAddEmptyNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddEmptyNode(out, g, d, n); });
+}
+
+template <class D>
+graph_node node_factory<D>::embed(const graph_definition& child) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  const auto& source = graph_access::state(child);
+  if (!source) throw invalid_argument("embed: the child graph_definition is empty");
+  check_usable(*source);
+  if (source->graph == s->graph) throw invalid_argument("embed: a graph cannot embed itself");
+  node_meta meta;
+  auto body = std::make_unique<graph_state>();
+  body->device = s->device;
+  body->parent = s.get();
+  graph_state* body_ptr = body.get();
+  meta.bodies.push_back(std::move(body));
+  return add_node(
+      s, self.factory_dependencies(), {}, "cuGraphAddChildGraphNode", std::move(meta),
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        CUresult r = a.cuGraphAddChildGraphNode(out, g, d, n, source->graph);
+        if (r != CUDA_SUCCESS) return r;
+        // The embedded clone's metadata, so destroy() inside it releases its references.
+        try {
+          r = a.cuGraphChildGraphNodeGetGraph(*out, &body_ptr->graph);
+          if (r == CUDA_SUCCESS) import_clone_metadata(a, *body_ptr, *source);
+        } catch (...) {
+          a.cuGraphDestroyNode(*out);
+          throw;
+        }
+        if (r != CUDA_SUCCESS) a.cuGraphDestroyNode(*out);
+        return r;
+      },
+      [&](CUgraphNode node, node_meta&) noexcept { body_ptr->owner_node = node; });
+}
+
+template <class D>
+graph_node node_factory<D>::allocate(std::size_t bytes, const allocate_options& options) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  if (bytes == 0) throw invalid_argument("allocate: 0 bytes requested; ask for at least 1");
+  const int dev = options.device ? options.device->ordinal() : s->device;
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = dev;
+  std::vector<CUmemAccessDesc> access;
+  for (const cucore::device& peer : options.peer_access) {
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = peer.ordinal();
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(a);
+  }
+  p.accessDescs = access.empty() ? nullptr : access.data();
+  p.accessDescCount = access.size();
+  p.bytesize = bytes;
+  return add_node(s, self.factory_dependencies(), {}, "cuGraphAddMemAllocNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddMemAllocNode(out, g, d, n, &p); });
+}
+
+template <class D>
+graph_node node_factory<D>::deallocate(device_address address) const {
+  const D& self = static_cast<const D&>(*this);
+  if (address == 0) throw invalid_argument("deallocate: the address is null");
+  return add_node(self.factory_state(), self.factory_dependencies(), {}, "cuGraphAddMemFreeNode",
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return a.cuGraphAddMemFreeNode(out, g, d, n, address); });
+}
+
+template <class D>
+graph_node node_factory<D>::conditional(const graph_condition& c, conditional_kind kind,
+                                        unsigned count) const {
+  const D& self = static_cast<const D&>(*this);
+  const auto& s = self.factory_state();
+  check_usable(*s);
+  std::vector<CUgraph> bodies(kind == conditional_kind::switch_   ? count
+                              : kind == conditional_kind::if_else ? 2
+                                                                  : 1);
+  CUgraphNodeParams p = conditional_params(*s, c, kind, count, bodies.data());
+  node_meta meta;
+  meta.conditional = kind;
+  meta.condition = c;
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    auto body = std::make_unique<graph_state>();
+    body->device = s->device;
+    body->parent = s.get();
+    meta.bodies.push_back(std::move(body));
+  }
+  return add_node(
+      s, self.factory_dependencies(), {}, "cuGraphAddNode", std::move(meta),
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        return a.cuGraphAddNode(out, g, d, nullptr, n, &p);
+      },
+      [&](CUgraphNode node, node_meta& m) noexcept {
+        for (std::size_t i = 0; i < m.bodies.size(); ++i) {
+          m.bodies[i]->graph = bodies[i];
+          m.bodies[i]->owner_node = node;
+        }
+      });
+}
+
+template <class D>
+graph_node node_factory<D>::if_then(const graph_condition& c) const {
+  return conditional(c, conditional_kind::if_then, 1);
+}
+template <class D>
+graph_node node_factory<D>::if_else(const graph_condition& c) const {
+  return conditional(c, conditional_kind::if_else, 2);
+}
+template <class D>
+graph_node node_factory<D>::while_loop(const graph_condition& c) const {
+  return conditional(c, conditional_kind::while_loop, 1);
+}
+template <class D>
+graph_node node_factory<D>::switch_(const graph_condition& c, unsigned count) const {
+  return conditional(c, conditional_kind::switch_, count);
+}
+
+template class node_factory<graph_node>;
+template class node_factory<graph_definition>;
+
+}  // namespace detail
+
+// ---- memory_operand ----------------------------------------------------------------------------
+
+memory_operand::memory_operand(const buffer& b, std::size_t offset) {
+  if (!b.valid()) {
+    throw invalid_argument(
+        "the buffer operand is closed or empty: it has no allocation to copy to or from");
+  }
+  if (offset > b.size()) {
+    throw invalid_argument("offset " + std::to_string(offset) + " is past the end of a buffer of " +
+                           std::to_string(b.size()) + " bytes");
+  }
+  address_ = b.address() + offset;
+  known_size_ = b.size() - offset;
+  owner_ = b.owner();
+}
+
+memory_operand::memory_operand(const pinned_buffer& b, std::size_t offset) {
+  if (!b.valid()) throw invalid_argument("the pinned_buffer operand is closed or empty");
+  if (offset > b.size()) {
+    throw invalid_argument("offset " + std::to_string(offset) +
+                           " is past the end of a pinned_buffer of " + std::to_string(b.size()) +
+                           " bytes");
+  }
+  address_ = static_cast<device_address>(reinterpret_cast<std::uintptr_t>(b.data())) + offset;
+  known_size_ = b.size() - offset;
+  owner_ = b.owner();
+}
+
+memory_operand memory_operand::host(const void* pointer,
+                                    std::shared_ptr<const void> owner) noexcept {
+  memory_operand op(static_cast<device_address>(reinterpret_cast<std::uintptr_t>(pointer)),
+                    std::move(owner));
+  op.host_ = true;
+  return op;
+}
+
+// ---- graph_node --------------------------------------------------------------------------------
+
+namespace {
+
+const detail::node_record& live(const std::shared_ptr<detail::node_record>& r) {
+  if (!r) throw invalid_argument("the graph_node is empty");
+  if (r->destroyed) throw invalid_argument("the graph_node was destroyed");
+  detail::check_usable(*r->graph);
+  return *r;
+}
+
+std::vector<graph_node> to_nodes(const std::shared_ptr<detail::graph_state>& s,
+                                 const std::vector<CUgraphNode>& handles) {
+  std::vector<graph_node> out;
+  out.reserve(handles.size());
+  for (CUgraphNode h : handles) out.push_back(detail::graph_access::node(detail::record_of(s, h)));
+  return out;
+}
+
+template <class Get>
+std::vector<CUgraphNode> node_list(Get&& get, const char* call) {
+  std::size_t n = 0;
+  detail::check_driver(get(nullptr, &n), call);
+  std::vector<CUgraphNode> out(n);
+  if (n != 0) detail::check_driver(get(out.data(), &n), call);
+  out.resize(n);
+  return out;
+}
+
+void check_kind(const graph_node& n, graph_node_kind want, const char* what) {
+  const graph_node_kind k = n.kind();
+  if (k != want) {
+    throw invalid_argument(std::string(what) + " asked of a " + to_string(k) + " node");
+  }
+}
+
+}  // namespace
+
+bool graph_node::valid() const noexcept {
+  return record_ && !record_->destroyed && !record_->graph->invalid;
+}
+
+CUgraphNode_st* graph_node::handle() const {
+  return live(record_).node;
+}
+
+const std::shared_ptr<detail::graph_state>& graph_node::factory_state() const {
+  return live(record_).graph;
+}
+
+graph_node_kind graph_node::kind() const {
+  const auto& r = live(record_);
+  CUgraphNodeType t{};
+  detail::check_driver(detail::graph_driver().cuGraphNodeGetType(r.node, &t), "cuGraphNodeGetType");
+  return detail::kind_of(t);
+}
+
+graph_definition graph_node::graph() const {
+  return graph_definition(live(record_).graph);
+}
+
+std::vector<graph_node> graph_node::predecessors() const {
+  const auto& r = live(record_);
+  const auto& api = detail::graph_driver();
+  return to_nodes(r.graph, node_list(
+                               [&](CUgraphNode* out, std::size_t* n) {
+                                 return api.cuGraphNodeGetDependencies(r.node, out, nullptr, n);
+                               },
+                               "cuGraphNodeGetDependencies"));
+}
+
+std::vector<graph_node> graph_node::successors() const {
+  const auto& r = live(record_);
+  const auto& api = detail::graph_driver();
+  return to_nodes(r.graph, node_list(
+                               [&](CUgraphNode* out, std::size_t* n) {
+                                 return api.cuGraphNodeGetDependentNodes(r.node, out, nullptr, n);
+                               },
+                               "cuGraphNodeGetDependentNodes"));
+}
+
+namespace {
+
+CUgraphNode same_graph_node(const detail::node_record& self, const graph_node& other) {
+  const auto& o = live(detail::graph_access::record(other));
+  if (o.graph.get() != self.graph.get()) {
+    throw invalid_argument(
+        "the other node belongs to another graph: edges connect nodes of one graph");
+  }
+  return o.node;
+}
+
+void edit_edge(const detail::node_record& self, const graph_node& other, bool incoming, bool add) {
+  CUgraphNode o = same_graph_node(self, other);
+  CUgraphNode from = incoming ? o : self.node;
+  CUgraphNode to = incoming ? self.node : o;
+  const auto& api = detail::graph_driver();
+  if (add) {
+    detail::check_driver(api.cuGraphAddDependencies(self.graph->graph, &from, &to, nullptr, 1),
+                         "cuGraphAddDependencies");
+  } else {
+    detail::check_driver(api.cuGraphRemoveDependencies(self.graph->graph, &from, &to, nullptr, 1),
+                         "cuGraphRemoveDependencies");
+  }
+}
+
+void replace_edges(const detail::node_record& self, const std::vector<graph_node>& current,
+                   std::span<const graph_node> wanted, bool incoming) {
+  std::vector<CUgraphNode> want;
+  for (const graph_node& n : wanted) want.push_back(same_graph_node(self, n));
+  for (const graph_node& n : current) {
+    if (std::find(want.begin(), want.end(), n.handle()) == want.end()) {
+      edit_edge(self, n, incoming, false);
+    }
+  }
+  for (const graph_node& n : wanted) {
+    if (std::find(current.begin(), current.end(), n) == current.end()) {
+      edit_edge(self, n, incoming, true);
+    }
+  }
+}
+
+}  // namespace
+
+void graph_node::add_predecessor(const graph_node& n) const {
+  edit_edge(live(record_), n, true, true);
+}
+void graph_node::remove_predecessor(const graph_node& n) const {
+  edit_edge(live(record_), n, true, false);
+}
+void graph_node::add_successor(const graph_node& n) const {
+  edit_edge(live(record_), n, false, true);
+}
+void graph_node::remove_successor(const graph_node& n) const {
+  edit_edge(live(record_), n, false, false);
+}
+void graph_node::set_predecessors(std::span<const graph_node> nodes) const {
+  replace_edges(live(record_), predecessors(), nodes, true);
+}
+void graph_node::set_successors(std::span<const graph_node> nodes) const {
+  replace_edges(live(record_), successors(), nodes, false);
+}
+
+kernel_node_params graph_node::kernel_params() const {
+  check_kind(*this, graph_node_kind::kernel, "kernel_params");
+  CUDA_KERNEL_NODE_PARAMS p{};
+  detail::check_driver(detail::graph_driver().cuGraphKernelNodeGetParams(handle(), &p),
+                       "cuGraphKernelNodeGetParams");
+  kernel_node_params out;
+  out.grid = {p.gridDimX, p.gridDimY, p.gridDimZ};
+  out.block = {p.blockDimX, p.blockDimY, p.blockDimZ};
+  out.shared_memory_bytes = p.sharedMemBytes;
+  out.function = p.func;
+  return out;
+}
+
+memcpy_node_params graph_node::memcpy_params() const {
+  check_kind(*this, graph_node_kind::memcpy, "memcpy_params");
+  CUDA_MEMCPY3D c{};
+  detail::check_driver(detail::graph_driver().cuGraphMemcpyNodeGetParams(handle(), &c),
+                       "cuGraphMemcpyNodeGetParams");
+  auto side = [](CUmemorytype t, CUdeviceptr dev, const void* host) -> device_address {
+    return t == CU_MEMORYTYPE_HOST
+               ? static_cast<device_address>(reinterpret_cast<std::uintptr_t>(host))
+               : dev;
+  };
+  return {side(c.dstMemoryType, c.dstDevice, c.dstHost),
+          side(c.srcMemoryType, c.srcDevice, c.srcHost), c.WidthInBytes};
+}
+
+memset_node_params graph_node::memset_params() const {
+  check_kind(*this, graph_node_kind::memset, "memset_params");
+  CUDA_MEMSET_NODE_PARAMS p{};
+  detail::check_driver(detail::graph_driver().cuGraphMemsetNodeGetParams(handle(), &p),
+                       "cuGraphMemsetNodeGetParams");
+  return {p.dst, p.value, p.elementSize, p.width, p.height, p.pitch};
+}
+
+mem_alloc_node_params graph_node::alloc_params() const {
+  check_kind(*this, graph_node_kind::mem_alloc, "alloc_params");
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  detail::check_driver(detail::graph_driver().cuGraphMemAllocNodeGetParams(handle(), &p),
+                       "cuGraphMemAllocNodeGetParams");
+  return {p.dptr, p.bytesize, p.poolProps.location.id};
+}
+
+device_address graph_node::free_address() const {
+  check_kind(*this, graph_node_kind::mem_free, "free_address");
+  CUdeviceptr p = 0;
+  detail::check_driver(detail::graph_driver().cuGraphMemFreeNodeGetParams(handle(), &p),
+                       "cuGraphMemFreeNodeGetParams");
+  return p;
+}
+
+CUevent_st* graph_node::event_handle() const {
+  const graph_node_kind k = kind();
+  CUevent e = nullptr;
+  if (k == graph_node_kind::event_record) {
+    detail::check_driver(detail::graph_driver().cuGraphEventRecordNodeGetEvent(handle(), &e),
+                         "cuGraphEventRecordNodeGetEvent");
+  } else if (k == graph_node_kind::event_wait) {
+    detail::check_driver(detail::graph_driver().cuGraphEventWaitNodeGetEvent(handle(), &e),
+                         "cuGraphEventWaitNodeGetEvent");
+  } else {
+    throw invalid_argument(std::string("event_handle asked of a ") + to_string(k) + " node");
+  }
+  return e;
+}
+
+graph_definition graph_node::child_graph() const {
+  check_kind(*this, graph_node_kind::child_graph, "child_graph");
+  const auto& r = live(record_);
+  auto& m = r.graph->meta[r.node];
+  if (m.bodies.empty()) {
+    // Embedded by capture or in a clone: make the view now.
+    CUgraph child = nullptr;
+    detail::check_driver(detail::graph_driver().cuGraphChildGraphNodeGetGraph(r.node, &child),
+                         "cuGraphChildGraphNodeGetGraph");
+    auto body = std::make_unique<detail::graph_state>();
+    body->graph = child;
+    body->device = r.graph->device;
+    body->parent = r.graph.get();
+    body->owner_node = r.node;
+    m.bodies.push_back(std::move(body));
+  }
+  return graph_definition(detail::view_of(r.graph, m.bodies[0].get()));
+}
+
+namespace {
+
+const detail::node_meta& conditional_meta(const detail::node_record& r) {
+  auto it = r.graph->meta.find(r.node);
+  if (it == r.graph->meta.end() || !it->second.conditional) {
+    throw invalid_argument(
+        "not a conditional node built by cucore (conditional nodes of a clone, or built outside "
+        "cucore, have no readable condition or bodies: CUDA has no call that returns them)");
+  }
+  return it->second;
+}
+
+}  // namespace
+
+conditional_kind graph_node::conditional_type() const {
+  return *conditional_meta(live(record_)).conditional;
+}
+
+graph_condition graph_node::condition() const {
+  return conditional_meta(live(record_)).condition;
+}
+
+std::vector<graph_definition> graph_node::branches() const {
+  const auto& r = live(record_);
+  const auto& m = conditional_meta(r);
+  if (m.bodies.empty()) {
+    throw invalid_argument("the bodies of this conditional node (in a clone) are not known");
+  }
+  std::vector<graph_definition> out;
+  for (const auto& b : m.bodies) out.push_back(graph_definition(detail::view_of(r.graph, b.get())));
+  return out;
+}
+
+graph_definition graph_node::branch(std::size_t index) const {
+  auto all = branches();
+  if (index >= all.size()) {
+    throw invalid_argument("branch " + std::to_string(index) + " of a conditional node with " +
+                           std::to_string(all.size()) + " branch(es)");
+  }
+  return all[index];
+}
+
+void graph_node::destroy() {
+  const auto& r = live(record_);
+  const auto& api = detail::graph_driver();
+  std::shared_ptr<detail::graph_state> s = r.graph;
+  CUgraphNode node = r.node;
+  detail::check_driver(api.cuGraphDestroyNode(node), "cuGraphDestroyNode");
+  // Metadata first, then the graph's reference (clones and executables keep theirs).
+  CUuserObject attachment = nullptr;
+  if (auto it = s->meta.find(node); it != s->meta.end()) attachment = it->second.attachment;
+  detail::invalidate_node(*s, node);
+  record_->destroyed = true;
+  if (attachment != nullptr) {
+    detail::check_driver(api.cuGraphReleaseUserObject(s->graph, attachment, 1),
+                         "cuGraphReleaseUserObject");
+  }
+}
+
+// ---- graph_definition --------------------------------------------------------------------------
+
+graph_definition::graph_definition() : graph_definition(cucore::device::current()) {}
+
+graph_definition::graph_definition(const cucore::device& dev) {
+  const auto& api = detail::graph_driver();
+  CUgraph g = nullptr;
+  detail::check_driver(api.cuGraphCreate(&g, 0), "cuGraphCreate");
+  state_ = detail::adopt_root_graph(g, dev.ordinal());
+}
+
+bool graph_definition::valid() const noexcept {
+  return state_ != nullptr && !state_->invalid;
+}
+
+const std::shared_ptr<detail::graph_state>& graph_definition::factory_state() const {
+  if (!state_) throw invalid_argument("the graph_definition is empty");
+  detail::check_usable(*state_);
+  return state_;
+}
+
+CUgraph_st* graph_definition::handle() const {
+  return factory_state()->graph;
+}
+
+cucore::device graph_definition::device() const {
+  return cucore::device(factory_state()->device);
+}
+
+graph_condition graph_definition::create_condition(std::optional<unsigned> default_value) const {
+  return detail::create_condition(detail::graph_driver(), *factory_state(), default_value);
+}
+
+std::vector<graph_node> graph_definition::nodes() const {
+  const auto& s = factory_state();
+  const auto& api = detail::graph_driver();
+  return to_nodes(s,
+                  node_list([&](CUgraphNode* out,
+                                std::size_t* n) { return api.cuGraphGetNodes(s->graph, out, n); },
+                            "cuGraphGetNodes"));
+}
+
+std::size_t graph_definition::node_count() const {
+  const auto& s = factory_state();
+  std::size_t n = 0;
+  detail::check_driver(detail::graph_driver().cuGraphGetNodes(s->graph, nullptr, &n),
+                       "cuGraphGetNodes");
+  return n;
+}
+
+std::vector<std::pair<graph_node, graph_node>> graph_definition::edges() const {
+  const auto& s = factory_state();
+  const auto& api = detail::graph_driver();
+  std::size_t n = 0;
+  detail::check_driver(api.cuGraphGetEdges(s->graph, nullptr, nullptr, nullptr, &n),
+                       "cuGraphGetEdges");
+  std::vector<CUgraphNode> from(n), to(n);
+  if (n != 0) {
+    detail::check_driver(api.cuGraphGetEdges(s->graph, from.data(), to.data(), nullptr, &n),
+                         "cuGraphGetEdges");
+  }
+  std::vector<std::pair<graph_node, graph_node>> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out.emplace_back(detail::graph_access::node(detail::record_of(s, from[i])),
+                     detail::graph_access::node(detail::record_of(s, to[i])));
+  }
+  return out;
+}
+
+graph_definition graph_definition::clone() const {
+  const auto& s = factory_state();
+  const auto& api = detail::graph_driver();
+  CUgraph c = nullptr;
+  detail::check_driver(api.cuGraphClone(&c, s->graph), "cuGraphClone");
+  auto copy = detail::adopt_root_graph(c, s->device);
+  detail::import_clone_metadata(api, *copy, *s);
+  return graph_definition(std::move(copy));
+}
+
+graph graph_definition::instantiate(const graph_instantiate_options& options) const {
+  return detail::instantiate_graph(detail::graph_driver(), *factory_state(), options);
+}
+
+void graph_definition::debug_dot_print(const std::filesystem::path& path,
+                                       const graph_dot_options& options) const {
+  detail::dot_print(detail::graph_driver(), *factory_state(), path, options);
+}
+
+}  // namespace cucore

@@ -1,0 +1,349 @@
+#include "graph/graph_state.hpp"
+
+#include <exception>
+#include <string>
+
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+#include "runtime/runtime.hpp"
+
+namespace cucore {
+namespace detail {
+
+graph_state::~graph_state() {
+  if (owns && graph != nullptr && driver_alive()) {
+    // CUDA destroys the embedded child and body graphs with it and drops every user-object
+    // reference the graph holds; the owners reach the release thread.
+    log_driver_failure(graph_driver().cuGraphDestroy(graph), "cuGraphDestroy");
+  }
+}
+
+const driver_api& graph_driver() {
+  return runtime_driver("CUDA graphs");
+}
+
+std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device) {
+  std::shared_ptr<graph_state> s;
+  try {
+    s = std::make_shared<graph_state>();
+  } catch (...) {
+    log_driver_failure(graph_driver().cuGraphDestroy(g), "cuGraphDestroy");
+    throw;
+  }
+  s->graph = g;
+  s->device = device;
+  s->owns = true;
+  return s;
+}
+
+std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_view,
+                                     graph_state* child) {
+  return std::shared_ptr<graph_state>(any_view, child);
+}
+
+std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state,
+                                       CUgraphNode node) {
+  auto& slot = state->records[node];
+  if (auto existing = slot.lock()) return existing;
+  auto r = std::make_shared<node_record>();
+  r->graph = state;
+  r->node = node;
+  slot = r;
+  return r;
+}
+
+void check_usable(const graph_state& s) {
+  if (s.invalid) {
+    throw invalid_argument(
+        "this child or conditional-body graph belonged to a node that was destroyed; it can no "
+        "longer be used (keep the node, or build a new graph)");
+  }
+}
+
+void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source) {
+  for (const auto& [node, m] : source.meta) {
+    CUgraphNode cloned = nullptr;
+    if (api.cuGraphNodeFindInClone(&cloned, node, clone.graph) != CUDA_SUCCESS || !cloned) {
+      continue;  // not in this clone: its references stay with the clone until it is destroyed
+    }
+    node_meta& copy = clone.meta[cloned];
+    copy.attachment = m.attachment;  // the same user object: the clone holds its own reference
+    copy.conditional = m.conditional;
+    copy.condition = m.condition;
+    if (!m.conditional && m.bodies.size() == 1 && m.bodies[0] && !m.bodies[0]->invalid) {
+      CUgraph child = nullptr;
+      check_driver(api.cuGraphChildGraphNodeGetGraph(cloned, &child),
+                   "cuGraphChildGraphNodeGetGraph");
+      auto body = std::make_unique<graph_state>();
+      body->graph = child;
+      body->device = clone.device;
+      body->parent = &clone;
+      body->owner_node = cloned;
+      import_clone_metadata(api, *body, *m.bodies[0]);
+      copy.bodies.push_back(std::move(body));
+    }
+  }
+}
+
+namespace {
+
+void mark_destroyed(graph_state& s) noexcept {
+  s.invalid = true;
+  for (auto& [node, weak] : s.records) {
+    if (auto r = weak.lock()) r->destroyed = true;
+  }
+  s.records.clear();
+  for (auto& [node, m] : s.meta) {
+    for (auto& body : m.bodies) {
+      if (body) mark_destroyed(*body);
+    }
+  }
+}
+
+}  // namespace
+
+void invalidate_node(graph_state& s, CUgraphNode node) noexcept {
+  if (auto it = s.records.find(node); it != s.records.end()) {
+    if (auto r = it->second.lock()) r->destroyed = true;
+    s.records.erase(it);
+  }
+  auto it = s.meta.find(node);
+  if (it == s.meta.end()) return;
+  for (auto& body : it->second.bodies) {
+    if (!body) continue;
+    mark_destroyed(*body);
+    try {
+      s.graveyard.push_back(std::move(body));
+    } catch (...) {
+      // Out of memory: the body state dies here; views of it already see it as invalid, but they
+      // point at it, so keep it reachable by leaking it instead.
+      (void)body.release();
+    }
+  }
+  s.meta.erase(it);
+}
+
+graph_node_kind kind_of(CUgraphNodeType t) noexcept {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return graph_node_kind::kernel;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return graph_node_kind::memcpy;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return graph_node_kind::memset;
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return graph_node_kind::host_callback;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return graph_node_kind::child_graph;
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return graph_node_kind::empty;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return graph_node_kind::event_wait;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return graph_node_kind::event_record;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return graph_node_kind::mem_alloc;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return graph_node_kind::mem_free;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return graph_node_kind::conditional;
+    default:
+      return graph_node_kind::other;
+  }
+}
+
+unsigned dot_flags(const graph_dot_options& o) noexcept {
+  unsigned f = 0;
+  if (o.verbose) f |= CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE;
+  if (o.runtime_types) f |= CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES;
+  if (o.kernel_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_PARAMS;
+  if (o.memcpy_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_MEMCPY_NODE_PARAMS;
+  if (o.memset_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS;
+  if (o.host_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_HOST_NODE_PARAMS;
+  if (o.event_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS;
+  if (o.kernel_node_attributes) f |= CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES;
+  if (o.handles) f |= CU_GRAPH_DEBUG_DOT_FLAGS_HANDLES;
+  if (o.mem_alloc_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS;
+  if (o.mem_free_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS;
+  if (o.extra_topo_info) f |= CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO;
+  if (o.conditional_node_params) f |= CU_GRAPH_DEBUG_DOT_FLAGS_CONDITIONAL_NODE_PARAMS;
+  return f;
+}
+
+namespace {
+
+const char* instantiate_result_text(CUgraphInstantiateResult r) noexcept {
+  switch (r) {
+    case CUDA_GRAPH_INSTANTIATE_ERROR:
+      return "instantiation failed for an unexpected reason (see the driver's error)";
+    case CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE:
+      return "the graph's structure is invalid (for example a cycle)";
+    case CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED:
+      return "a node's operation is not supported with these options (for example device_launch "
+             "with a host callback)";
+    case CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED:
+      return "the graph's nodes run in more than one context, which these options do not allow";
+    case CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED:
+      return "a condition created for the graph is used by none of its conditional nodes";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
+                                const graph_instantiate_options& o) {
+  check_usable(s);
+  scoped_context scope(api, s.device);
+  CUDA_GRAPH_INSTANTIATE_PARAMS p{};
+  if (o.auto_free_on_launch) p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+  if (o.device_launch) p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH;
+  if (o.use_node_priority) p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (o.upload_stream) {
+    p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    p.hUploadStream = o.upload_stream->handle();
+  }
+  CUgraphExec exec = nullptr;
+  const CUresult r = api.cuGraphInstantiateWithParams(&exec, s.graph, &p);
+  if (r != CUDA_SUCCESS || p.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
+    if (exec != nullptr) api.cuGraphExecDestroy(exec);
+    const char* why = instantiate_result_text(p.result_out);
+    std::string detail = why ? why : "";
+    if (r == CUDA_SUCCESS) {
+      throw cuda_error(CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE",
+                       "cuGraphInstantiateWithParams", detail);
+    }
+    try {
+      check_driver(r, "cuGraphInstantiateWithParams");
+    } catch (const cuda_error& e) {
+      if (detail.empty()) throw;
+      throw cuda_error(e.result(), e.result_name(), e.call(), detail);
+    }
+  }
+  return graph_access::executable(exec, s.device);
+}
+
+void dot_print(const driver_api& api, const graph_state& s, const std::filesystem::path& path,
+               const graph_dot_options& options) {
+  check_usable(s);
+  check_driver(api.cuGraphDebugDotPrint(s.graph, path.c_str(), dot_flags(options)),
+               "cuGraphDebugDotPrint");
+}
+
+graph_condition create_condition(const driver_api& api, const graph_state& s,
+                                 std::optional<unsigned> default_value) {
+  check_usable(s);
+  scoped_context scope(api, s.device);
+  CUgraphConditionalHandle h = 0;
+  check_driver(api.cuGraphConditionalHandleCreate(&h, s.graph, primary_context(s.device),
+                                                  default_value.value_or(0),
+                                                  default_value ? CU_GRAPH_COND_ASSIGN_DEFAULT : 0),
+               "cuGraphConditionalHandleCreate");
+  return graph_access::condition(h, s.graph);
+}
+
+CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
+                                     conditional_kind kind, unsigned count, CUgraph* bodies_out) {
+  if (c.handle() == 0 && c.graph_handle() == nullptr) {
+    throw invalid_argument("the graph_condition is empty: create it with create_condition()");
+  }
+  if (c.graph_handle() != s.graph) {
+    throw invalid_argument(
+        "the graph_condition was created by another graph: a conditional node needs a condition "
+        "from the graph it is added to (create_condition() on that graph)");
+  }
+  if (kind == conditional_kind::switch_ && count == 0) {
+    throw invalid_argument("switch_ needs at least one branch (count 0 given)");
+  }
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.conditional.handle = c.handle();
+  p.conditional.ctx = primary_context(s.device);
+  p.conditional.phGraph_out = bodies_out;
+  switch (kind) {
+    case conditional_kind::if_then:
+      p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+      p.conditional.size = 1;
+      break;
+    case conditional_kind::if_else:
+      p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+      p.conditional.size = 2;
+      break;
+    case conditional_kind::while_loop:
+      p.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+      p.conditional.size = 1;
+      break;
+    case conditional_kind::switch_:
+      p.conditional.type = CU_GRAPH_COND_TYPE_SWITCH;
+      p.conditional.size = count;
+      break;
+  }
+  return p;
+}
+
+void invoke_host_callable_guarded(void* callable, void (*call)(void*)) noexcept {
+  try {
+    call(callable);
+  } catch (const std::exception& e) {
+    log(log_level::error,
+        std::string("a graph host callback threw (callbacks must not throw): ") + e.what());
+    std::terminate();
+  } catch (...) {
+    log(log_level::error, "a graph host callback threw a non-standard exception");
+    std::terminate();
+  }
+}
+
+}  // namespace detail
+
+const char* to_string(graph_node_kind kind) noexcept {
+  switch (kind) {
+    case graph_node_kind::kernel:
+      return "kernel";
+    case graph_node_kind::memcpy:
+      return "memcpy";
+    case graph_node_kind::memset:
+      return "memset";
+    case graph_node_kind::host_callback:
+      return "host_callback";
+    case graph_node_kind::child_graph:
+      return "child_graph";
+    case graph_node_kind::empty:
+      return "empty";
+    case graph_node_kind::event_wait:
+      return "event_wait";
+    case graph_node_kind::event_record:
+      return "event_record";
+    case graph_node_kind::mem_alloc:
+      return "mem_alloc";
+    case graph_node_kind::mem_free:
+      return "mem_free";
+    case graph_node_kind::conditional:
+      return "conditional";
+    case graph_node_kind::other:
+      return "other";
+  }
+  return "other";
+}
+
+const char* to_string(conditional_kind kind) noexcept {
+  switch (kind) {
+    case conditional_kind::if_then:
+      return "if_then";
+    case conditional_kind::if_else:
+      return "if_else";
+    case conditional_kind::while_loop:
+      return "while_loop";
+    case conditional_kind::switch_:
+      return "switch_";
+  }
+  return "if_then";
+}
+
+void kernel_arguments::push(const graph_condition& c) {
+  const unsigned long long h = c.handle();
+  push_bytes(&h, sizeof(h), alignof(unsigned long long));
+}
+
+}  // namespace cucore

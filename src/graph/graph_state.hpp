@@ -1,0 +1,154 @@
+// What cucore keeps per CUDA graph: the graph, its position in a hierarchy of child and branch
+// graphs, the canonical records of its nodes, and per node the user object that holds the node's
+// owners (its attachment). Include only from cucore's sources.
+//
+// Ownership: a root graph_state owns its CUgraph and, through node_meta, the states of the child
+// and branch graphs below it. Views of a child graph are aliasing shared_ptrs that share the
+// root's control block, so any view keeps the whole hierarchy alive. All of it needs the same
+// external synchronization as the CUDA graph.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cucore/graph/builder.hpp"
+#include "cucore/graph/definition.hpp"
+#include "cucore/graph/graph.hpp"
+#include "loader/libraries.hpp"
+
+namespace cucore::detail {
+
+struct graph_state;
+
+// What cucore knows about one node beyond what the driver stores.
+struct node_meta {
+  CUuserObject attachment = nullptr;  // the graph's reference to the node's owners, if any
+  std::optional<conditional_kind> conditional;
+  graph_condition condition;
+  // Child graph (one) or conditional bodies (in branch order); empty when not known (a
+  // conditional node of a clone: CUDA has no call that returns a clone's bodies).
+  std::vector<std::unique_ptr<graph_state>> bodies;
+};
+
+struct node_record {
+  std::shared_ptr<graph_state> graph;  // aliasing: keeps the hierarchy alive
+  CUgraphNode node = nullptr;
+  bool destroyed = false;
+};
+
+struct graph_state {
+  CUgraph graph = nullptr;
+  int device = 0;
+  bool owns = false;  // a root: destroyed with the state
+  graph_state* parent = nullptr;
+  CUgraphNode owner_node = nullptr;  // the node of `parent` this graph belongs to
+  bool invalid = false;              // that node was destroyed
+  std::unordered_map<CUgraphNode, node_meta> meta;
+  std::unordered_map<CUgraphNode, std::weak_ptr<node_record>> records;
+  std::vector<std::unique_ptr<graph_state>>
+      graveyard;  // bodies of destroyed nodes: stable addresses
+
+  graph_state() = default;
+  graph_state(const graph_state&) = delete;
+  graph_state& operator=(const graph_state&) = delete;
+  ~graph_state();
+};
+
+// A new root state owning `g` (destroys `g` if making the state fails).
+std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device);
+// A view of `child` (a state inside the hierarchy `any_view` belongs to).
+std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_view,
+                                     graph_state* child);
+// The canonical record of `node` in `state` (created on first use).
+std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state, CUgraphNode node);
+// Throws for a destroyed child or branch graph.
+void check_usable(const graph_state& s);
+
+// Copies the metadata of `source` into `clone` (cuGraphClone or an embed of it), found through
+// cuGraphNodeFindInClone; recurses into child graphs. CUDA already copied the user-object
+// references; this only lets destroy() on the clone release the clone's own.
+void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source);
+
+// Marks `node`'s bodies (recursively) and records destroyed and moves the bodies to the graveyard.
+void invalidate_node(graph_state& s, CUgraphNode node) noexcept;
+
+// ---- attachments -------------------------------------------------------------------------------
+
+// An item handed from a CUDA user-object destructor to the release thread.
+struct release_item {
+  release_item* next = nullptr;
+  release_item() = default;
+  release_item(const release_item&) = delete;
+  release_item& operator=(const release_item&) = delete;
+  virtual ~release_item() = default;
+};
+
+// The owners of one version of one node's parameters. Immutable once the user object exists.
+struct attachment final : release_item {
+  std::vector<std::shared_ptr<const void>> owners;
+};
+
+// A user object holding `owners`, already retained by a graph (MOVE), before the node exists.
+// commit() hands the reference over to the node's metadata; without commit the destructor
+// releases it (the owners are then dropped on the release thread).
+class prepared_attachment {
+ public:
+  prepared_attachment() noexcept = default;
+  // Empty owners (every pointer null) prepare nothing.
+  prepared_attachment(const driver_api& api, CUgraph g,
+                      std::vector<std::shared_ptr<const void>> owners);
+  prepared_attachment(prepared_attachment&& o) noexcept
+      : api_(o.api_), graph_(o.graph_), object_(std::exchange(o.object_, nullptr)) {}
+  prepared_attachment& operator=(prepared_attachment&&) = delete;
+  prepared_attachment(const prepared_attachment&) = delete;
+  ~prepared_attachment();
+  // Records the reference on `node`'s metadata in `s` (which must not throw: the entry exists).
+  void commit(node_meta& meta) noexcept;
+  // Leaves the reference with the graph, attached to no node (released with the graph).
+  void commit_anonymous() noexcept { object_ = nullptr; }
+
+ private:
+  const driver_api* api_ = nullptr;
+  CUgraph graph_ = nullptr;
+  CUuserObject object_ = nullptr;
+};
+
+// Number of attachments the release thread has dropped (for tests and diagnostics).
+unsigned long long released_attachment_count() noexcept;
+
+// ---- shared helpers ----------------------------------------------------------------------------
+
+const driver_api& graph_driver();
+graph_node_kind kind_of(CUgraphNodeType t) noexcept;
+unsigned dot_flags(const graph_dot_options& o) noexcept;
+cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
+                                const graph_instantiate_options& options);
+void dot_print(const driver_api& api, const graph_state& s, const std::filesystem::path& path,
+               const graph_dot_options& options);
+graph_condition create_condition(const driver_api& api, const graph_state& s,
+                                 std::optional<unsigned> default_value);
+// The conditional node parameters for `kind` (bodies are filled in by the driver).
+CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
+                                     conditional_kind kind, unsigned count, CUgraph* bodies_out);
+
+// Friend of the public classes: builds them from states.
+struct graph_access {
+  static graph_definition definition(std::shared_ptr<graph_state> s) {
+    return graph_definition(std::move(s));
+  }
+  static graph_node node(std::shared_ptr<node_record> r) { return graph_node(std::move(r)); }
+  static const std::shared_ptr<node_record>& record(const graph_node& n) { return n.record_; }
+  static const std::shared_ptr<graph_state>& state(const graph_definition& d) { return d.state_; }
+  static graph_condition condition(unsigned long long h, CUgraph g) {
+    return graph_condition(h, g);
+  }
+  static cucore::graph executable(CUgraphExec exec, int device);
+  static const std::shared_ptr<graph_state>& builder_state(const graph_builder& b);
+};
+
+}  // namespace cucore::detail
