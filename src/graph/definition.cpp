@@ -50,6 +50,9 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   // Fallible work first: the record, room in both maps, and the attachment.
   auto record = std::make_shared<node_record>();
   record->graph = s;
+  std::unordered_map<CUgraphNode, std::weak_ptr<node_record>> record_staging;
+  record_staging.emplace(nullptr, record);
+  auto record_entry = record_staging.extract(record_staging.begin());
   s->records.reserve(s->records.size() + 1);
   std::unordered_map<CUgraphNode, node_meta> staging;
   staging.emplace(nullptr, std::move(meta));
@@ -69,7 +72,8 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
     s->meta.insert(std::move(meta_entry));
   }
   record->node = node;
-  s->records.emplace(node, record);
+  record_entry.key() = node;
+  s->records.insert(std::move(record_entry));
   return graph_access::node(std::move(record));
 }
 
