@@ -110,7 +110,9 @@ prepared_attachment::~prepared_attachment() {
 }
 
 void prepared_attachment::commit(node_meta& meta) noexcept {
+  if (object_ == nullptr) return;
   meta.attachment = std::exchange(object_, nullptr);
+  meta.holder = graph_;
 }
 
 }  // namespace cucore::detail

@@ -56,6 +56,7 @@ capture_info query_capture(const detail::driver_api& api, CUstream s) {
 }  // namespace
 
 graph_builder::graph_builder(std::unique_ptr<impl> i) noexcept : impl_(std::move(i)) {}
+graph_builder::graph_builder() noexcept = default;
 graph_builder::graph_builder(graph_builder&&) noexcept = default;
 graph_builder& graph_builder::operator=(graph_builder&& o) noexcept {
   if (this != &o) {
@@ -305,7 +306,7 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
     detail::check_driver(r, "cuStreamUpdateCaptureDependencies");
   }
   for (unsigned n = 0; n < count; ++n) {
-    entry.mapped().bodies[n]->graph = bodies[n];
+    entry.mapped().bodies[n]->graph = p.conditional.phGraph_out[n];
     entry.mapped().bodies[n]->owner_node = node;
   }
   entry.key() = node;
@@ -406,7 +407,8 @@ void graph_builder::callback_erased(host_function fn, void* data,
   std::unordered_map<CUgraphNode, detail::node_meta> staging;
   staging.emplace(nullptr, detail::node_meta{});
   auto entry = staging.extract(staging.begin());
-  detail::prepared_attachment prepared(api, s->graph, {std::move(fn_owner), std::move(data_owner)});
+  detail::prepared_attachment prepared(api, detail::attachment_holder(*s),
+                                       {std::move(fn_owner), std::move(data_owner)});
   detail::check_driver(api.cuLaunchHostFunc(i.stream, fn, data), "cuLaunchHostFunc");
   // The host node is the capture's only dependency now. If it cannot be identified the owners
   // stay with the graph, unattached to a node, until the graph is destroyed; never released early.

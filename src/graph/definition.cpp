@@ -58,7 +58,7 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   staging.emplace(nullptr, std::move(meta));
   auto meta_entry = staging.extract(staging.begin());
   s->meta.reserve(s->meta.size() + 1);
-  prepared_attachment prepared(api, s->graph, std::move(owners));
+  prepared_attachment prepared(api, attachment_holder(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
   check_driver(add(api, s->graph, d.empty() ? nullptr : d.data(), d.size(), &node), call);
@@ -128,9 +128,15 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   owners.push_back(k.owner());
   owners.insert(owners.end(), args.owners().begin(), args.owners().end());
   std::vector<void*> pointers = args.pointers();
+  // The kernel's function in the graph device's context (a CUkernel in `kern` is refused inside
+  // conditional bodies).
+  CUfunction function = nullptr;
+  {
+    scoped_context scope(api, s->device);
+    check_driver(api.cuKernelGetFunction(&function, handle), "cuKernelGetFunction");
+  }
   CUDA_KERNEL_NODE_PARAMS p{};
-  p.kern = handle;
-  p.ctx = primary_context(s->device);
+  p.func = function;
   p.gridDimX = config.grid.x;
   p.gridDimY = config.grid.y;
   p.gridDimZ = config.grid.z;
@@ -393,7 +399,7 @@ graph_node node_factory<D>::conditional(const graph_condition& c, conditional_ki
       },
       [&](CUgraphNode node, node_meta& m) noexcept {
         for (std::size_t i = 0; i < m.bodies.size(); ++i) {
-          m.bodies[i]->graph = bodies[i];
+          m.bodies[i]->graph = p.conditional.phGraph_out[i];
           m.bodies[i]->owner_node = node;
         }
       });
@@ -732,21 +738,23 @@ void graph_node::destroy() {
   const auto& api = detail::graph_driver();
   std::shared_ptr<detail::graph_state> s = r.graph;
   CUgraphNode node = r.node;
+  // Everything that can fail before the node goes: the list of references to release.
+  const auto releases = detail::releases_for(*s, node);
   detail::check_driver(api.cuGraphDestroyNode(node), "cuGraphDestroyNode");
-  // Metadata first, then the graph's reference (clones and executables keep theirs).
-  CUuserObject attachment = nullptr;
-  if (auto it = s->meta.find(node); it != s->meta.end()) attachment = it->second.attachment;
+  // Metadata first, then this graph's references (clones and executables keep theirs).
   detail::invalidate_node(*s, node);
   record_->destroyed = true;
-  if (attachment != nullptr) {
-    detail::check_driver(api.cuGraphReleaseUserObject(s->graph, attachment, 1),
-                         "cuGraphReleaseUserObject");
+  CUresult first_failure = CUDA_SUCCESS;
+  for (const auto& [holder, object] : releases) {
+    const CUresult r = api.cuGraphReleaseUserObject(holder, object, 1);
+    if (r != CUDA_SUCCESS && first_failure == CUDA_SUCCESS) first_failure = r;
   }
+  // The node is gone either way; a reference that could not be released stays with its graph
+  // (released when that graph is destroyed), never released early.
+  detail::check_driver(first_failure, "cuGraphReleaseUserObject");
 }
 
 // ---- graph_definition --------------------------------------------------------------------------
-
-graph_definition::graph_definition() : graph_definition(cucore::device::current()) {}
 
 graph_definition::graph_definition(const cucore::device& dev) {
   const auto& api = detail::graph_driver();

@@ -60,14 +60,32 @@ void check_usable(const graph_state& s) {
   }
 }
 
-void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source) {
+CUgraph attachment_holder(const graph_state& s) noexcept {
+  const graph_state* top = &s;
+  while (top->parent != nullptr) top = top->parent;
+  return top->graph;
+}
+
+namespace {
+
+// `top_source`/`top_clone`: the graphs the whole import started from, where CUDA copied the
+// references of attachments held by the source's top graph.
+void import_into(const driver_api& api, graph_state& clone, const graph_state& source,
+                 CUgraph top_source, CUgraph top_clone) {
   for (const auto& [node, m] : source.meta) {
     CUgraphNode cloned = nullptr;
     if (api.cuGraphNodeFindInClone(&cloned, node, clone.graph) != CUDA_SUCCESS || !cloned) {
       continue;  // not in this clone: its references stay with the clone until it is destroyed
     }
     node_meta& copy = clone.meta[cloned];
-    copy.attachment = m.attachment;  // the same user object: the clone holds its own reference
+    if (m.attachment != nullptr) {
+      // The same user object; the clone's graph holds its own reference to it.
+      copy.attachment = m.attachment;
+      copy.holder = m.holder == source.graph ? clone.graph
+                    : m.holder == top_source ? top_clone
+                                             : nullptr;
+      if (copy.holder == nullptr) copy.attachment = nullptr;  // held where we cannot name it
+    }
     copy.conditional = m.conditional;
     copy.condition = m.condition;
     if (!m.conditional && m.bodies.size() == 1 && m.bodies[0] && !m.bodies[0]->invalid) {
@@ -79,10 +97,47 @@ void import_clone_metadata(const driver_api& api, graph_state& clone, const grap
       body->device = clone.device;
       body->parent = &clone;
       body->owner_node = cloned;
-      import_clone_metadata(api, *body, *m.bodies[0]);
+      import_into(api, *body, *m.bodies[0], top_source, top_clone);
       copy.bodies.push_back(std::move(body));
     }
   }
+}
+
+void collect_inside(const graph_state& body, std::vector<const graph_state*>& inside) {
+  inside.push_back(&body);
+  for (const auto& [node, m] : body.meta) {
+    for (const auto& b : m.bodies) {
+      if (b) collect_inside(*b, inside);
+    }
+  }
+}
+
+}  // namespace
+
+void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source) {
+  import_into(api, clone, source, attachment_holder(source), clone.graph);
+}
+
+std::vector<std::pair<CUgraph, CUuserObject>> releases_for(const graph_state& s, CUgraphNode node) {
+  std::vector<std::pair<CUgraph, CUuserObject>> out;
+  auto it = s.meta.find(node);
+  if (it == s.meta.end()) return out;
+  if (it->second.attachment != nullptr) out.emplace_back(it->second.holder, it->second.attachment);
+  // References held by graphs inside the destroyed node die with them (CUDA drops them); the
+  // others are held by a graph that survives and must be released there.
+  std::vector<const graph_state*> inside;
+  for (const auto& b : it->second.bodies) {
+    if (b) collect_inside(*b, inside);
+  }
+  for (const graph_state* g : inside) {
+    for (const auto& [n, m] : g->meta) {
+      if (m.attachment == nullptr) continue;
+      bool held_inside = false;
+      for (const graph_state* other : inside) held_inside = held_inside || other->graph == m.holder;
+      if (!held_inside) out.emplace_back(m.holder, m.attachment);
+    }
+  }
+  return out;
 }
 
 namespace {

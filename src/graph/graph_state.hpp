@@ -27,7 +27,8 @@ struct graph_state;
 
 // What cucore knows about one node beyond what the driver stores.
 struct node_meta {
-  CUuserObject attachment = nullptr;  // the graph's reference to the node's owners, if any
+  CUuserObject attachment = nullptr;  // a reference to the node's owners, if any ...
+  CUgraph holder = nullptr;           // ... held by this graph (see attachment_holder)
   std::optional<conditional_kind> conditional;
   graph_condition condition;
   // Child graph (one) or conditional bodies (in branch order); empty when not known (a
@@ -69,10 +70,20 @@ std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state
 // Throws for a destroyed child or branch graph.
 void check_usable(const graph_state& s);
 
-// Copies the metadata of `source` into `clone` (cuGraphClone or an embed of it), found through
-// cuGraphNodeFindInClone; recurses into child graphs. CUDA already copied the user-object
-// references; this only lets destroy() on the clone release the clone's own.
+// The graph that holds the attachments of nodes added to `s`: the top of its hierarchy. CUDA
+// refuses user-object references on conditional body graphs, and the top graph's references are
+// the ones CUDA copies into clones, embeds and executable graphs, so every attachment of a
+// hierarchy lives there.
+CUgraph attachment_holder(const graph_state& s) noexcept;
+
+// Copies the metadata of `source` into `clone` (cuGraphClone of it, or an embed of it), found
+// through cuGraphNodeFindInClone; recurses into child graphs. CUDA already copied the user-object
+// references (into `clone`'s graph); this lets destroy() on the clone release the clone's own.
 void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source);
+
+// The attachment references to release when `node` of `s` is destroyed: its own and those of every
+// node in its child or body graphs that are held by a graph outside them (the top graph).
+std::vector<std::pair<CUgraph, CUuserObject>> releases_for(const graph_state& s, CUgraphNode node);
 
 // Marks `node`'s bodies (recursively) and records destroyed and moves the bodies to the graveyard.
 void invalidate_node(graph_state& s, CUgraphNode node) noexcept;
@@ -107,7 +118,7 @@ class prepared_attachment {
   prepared_attachment& operator=(prepared_attachment&&) = delete;
   prepared_attachment(const prepared_attachment&) = delete;
   ~prepared_attachment();
-  // Records the reference on `node`'s metadata in `s` (which must not throw: the entry exists).
+  // Records the reference (and the graph holding it) on a node's metadata.
   void commit(node_meta& meta) noexcept;
   // Leaves the reference with the graph, attached to no node (released with the graph).
   void commit_anonymous() noexcept { object_ = nullptr; }
@@ -132,7 +143,8 @@ void dot_print(const driver_api& api, const graph_state& s, const std::filesyste
                const graph_dot_options& options);
 graph_condition create_condition(const driver_api& api, const graph_state& s,
                                  std::optional<unsigned> default_value);
-// The conditional node parameters for `kind` (bodies are filled in by the driver).
+// The conditional node parameters for `kind`. After the add, the driver has pointed
+// conditional.phGraph_out at its own array of the bodies (read them from there).
 CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
                                      conditional_kind kind, unsigned count, CUgraph* bodies_out);
 

@@ -128,6 +128,7 @@ scoped_context::~scoped_context() {
 }
 
 void log_driver_failure(CUresult result, const char* call) noexcept {
+  if (result == CUDA_SUCCESS) return;
   try {
     const char* name = nullptr;
     if (const auto& table = driver_table(); table.api) table.api->cuGetErrorName(result, &name);

@@ -31,7 +31,7 @@ class graph_builder {
   enum class kind { primary, forked, conditional_body };
   enum class state { not_started, capturing, ended, closed };
 
-  graph_builder() noexcept = default;
+  graph_builder() noexcept;
   // Captures on a new non-blocking stream of `dev`.
   explicit graph_builder(const cucore::device& dev);
   // Captures on `s` (kept alive by the builder).

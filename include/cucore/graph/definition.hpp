@@ -302,8 +302,9 @@ class graph_node : public detail::node_factory<graph_node> {
 // clone() makes an independent copy.
 class graph_definition : public detail::node_factory<graph_definition> {
  public:
-  // A new, empty graph whose nodes run on `dev` (the current device by default).
-  graph_definition();
+  // An empty handle (no graph), like a default-constructed buffer or stream.
+  graph_definition() noexcept = default;
+  // A new graph without nodes, whose nodes run on `dev` (for example device::current()).
   explicit graph_definition(const cucore::device& dev);
 
   bool valid() const noexcept;
