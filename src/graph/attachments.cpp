@@ -19,8 +19,16 @@ namespace {
 class release_queue {
  public:
   // Starts the thread on first use; throws std::system_error when it cannot.
-  void ensure_started() {
-    std::call_once(started_, [this] { std::thread([this] { run(); }).detach(); });
+  void ensure_started(const driver_api& api) {
+    std::call_once(started_, [this, &api] {
+      std::thread([this, api = &api] {
+        // Dropping owners makes CUDA calls (cuMemFreeAsync, cuLibraryUnload) at any time; in the
+        // relaxed mode they never invalidate a global-mode capture running on another thread.
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        api->cuThreadExchangeStreamCaptureMode(&mode);
+        run();
+      }).detach();
+    });
   }
 
   // Lock-free and wait-free apart from the CAS loop; the wake-up is a futex wake.
@@ -85,7 +93,7 @@ prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g,
     : api_(&api), graph_(g) {
   std::erase(owners, nullptr);
   if (owners.empty()) return;
-  queue().ensure_started();
+  queue().ensure_started(api);
   auto item = std::make_unique<attachment>();
   item->owners = std::move(owners);
   CUuserObject object = nullptr;

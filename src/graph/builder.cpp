@@ -427,8 +427,7 @@ void graph_builder::callback_erased(host_function fn, void* data,
 
 void graph_builder::callback(host_function fn, std::span<const std::byte> user_data) {
   if (user_data.empty()) return callback_erased(fn, nullptr, nullptr, nullptr);
-  auto copy = std::make_shared<std::byte[]>(user_data.size());
-  std::memcpy(copy.get(), user_data.data(), user_data.size());
+  std::shared_ptr<void> copy = detail::copy_user_data(user_data);
   void* data = copy.get();
   callback_erased(fn, data, nullptr, std::move(copy));
 }

@@ -162,7 +162,10 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
           v.cooperative = 1;
           r = a.cuGraphKernelNodeSetAttribute(*out, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v);
         }
-        if (r != CUDA_SUCCESS) a.cuGraphDestroyNode(*out);
+        if (r != CUDA_SUCCESS) {
+          a.cuGraphDestroyNode(*out);
+          check_driver(r, "cuGraphKernelNodeSetAttribute");
+        }
         return r;
       });
 }
@@ -272,8 +275,7 @@ graph_node node_factory<D>::callback_erased(host_function fn, void* data,
 template <class D>
 graph_node node_factory<D>::callback(host_function fn, std::span<const std::byte> user_data) const {
   if (user_data.empty()) return callback_erased(fn, nullptr, nullptr, nullptr);
-  auto copy = std::make_shared<std::byte[]>(user_data.size());
-  std::memcpy(copy.get(), user_data.data(), user_data.size());
+  std::shared_ptr<void> copy = detail::copy_user_data(user_data);
   void* data = copy.get();
   return callback_erased(fn, data, nullptr, std::move(copy));
 }

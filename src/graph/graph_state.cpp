@@ -1,5 +1,7 @@
 #include "graph/graph_state.hpp"
 
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -335,6 +337,13 @@ CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition
       break;
   }
   return p;
+}
+
+std::shared_ptr<void> copy_user_data(std::span<const std::byte> data) {
+  const std::size_t words = (data.size() + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+  std::shared_ptr<std::max_align_t[]> copy = std::make_shared<std::max_align_t[]>(words);
+  std::memcpy(copy.get(), data.data(), data.size());
+  return std::shared_ptr<void>(copy, copy.get());
 }
 
 void invoke_host_callable_guarded(void* callable, void (*call)(void*)) noexcept {

@@ -148,6 +148,9 @@ graph_condition create_condition(const driver_api& api, const graph_state& s,
 CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
                                      conditional_kind kind, unsigned count, CUgraph* bodies_out);
 
+// A copy of a host callback's user data, aligned for any type (callbacks cast it to a struct).
+std::shared_ptr<void> copy_user_data(std::span<const std::byte> data);
+
 // Friend of the public classes: builds them from states.
 struct graph_access {
   static graph_definition definition(std::shared_ptr<graph_state> s) {

@@ -179,7 +179,8 @@ namespace cucore::detail {
   X(cuStreamBeginCaptureToGraph)       \
   X(cuStreamEndCapture)                \
   X(cuStreamGetCaptureInfo)            \
-  X(cuStreamUpdateCaptureDependencies)
+  X(cuStreamUpdateCaptureDependencies) \
+  X(cuThreadExchangeStreamCaptureMode)
 // clang-format on
 
 #define CUCORE_DECLARE_POINTER(name) decltype(&::name) name = nullptr;

@@ -208,7 +208,8 @@ class node_factory {
   template <class F>
   requires std::invocable < std::decay_t<F>
   & > &&(!std::is_convertible_v<F, host_function>)graph_node callback(F&& fn) const;
-  // A C function with a copy of `user_data` that the graph keeps (empty → a null pointer).
+  // A C function with a copy of `user_data` that the graph keeps, aligned for any type (empty →
+  // a null pointer).
   graph_node callback(host_function fn, std::span<const std::byte> user_data) const;
   // A C function with a pointer the caller keeps valid.
   graph_node callback(host_function fn, void* user_data) const;
@@ -255,7 +256,7 @@ class graph_node : public detail::node_factory<graph_node> {
   // The graph the node belongs to (a view that shares ownership of it).
   graph_definition graph() const;
 
-  // Edges. Adding an edge that would connect two graphs, or a node to itself, is a cuda_error.
+  // Edges. An edge between two graphs is an invalid_argument; a node to itself, a cuda_error.
   std::vector<graph_node> predecessors() const;
   std::vector<graph_node> successors() const;
   void add_predecessor(const graph_node& n) const;

@@ -1,0 +1,115 @@
+// Shared helpers of the graph tests: the graph kernels (including ones that set a conditional
+// node's condition), and waiting on weak references to owners, which the release thread drops
+// asynchronously after CUDA destroys the last graph that holds them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cucore/graph/builder.hpp"
+#include "cucore/graph/definition.hpp"
+#include "cucore/graph/graph.hpp"
+#include "cucore/runtime/event.hpp"
+#include "cucore/runtime/launch.hpp"
+#include "cucore/runtime/memory.hpp"
+#include "cucore/runtime/stream.hpp"
+#include "gpu_test_support.hpp"
+
+namespace cucore::gpu_testing {
+
+inline constexpr const char* kGraphKernels = R"(
+// NVRTC knows the condition type; the setter is a device-runtime builtin (no cudadevrt needed).
+extern "C" __device__ __cudart_builtin__ void CUDARTAPI
+cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value);
+
+// y = a * x + y
+extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+// y = y + 1
+extern "C" __global__ void add_one(float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] + 1.0f;
+}
+
+// out = 2 * in
+extern "C" __global__ void twice(const float* in, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 2.0f * in[i];
+}
+
+// Sets the condition to *value (one thread).
+extern "C" __global__ void set_condition_from(cudaGraphConditionalHandle h, const unsigned* value) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) cudaGraphSetConditional(h, *value);
+}
+
+// Sets the condition to a constant (one thread).
+extern "C" __global__ void set_condition(cudaGraphConditionalHandle h, unsigned value) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) cudaGraphSetConditional(h, value);
+}
+
+// A loop body step: ++*counter, and keep looping while it is below `limit`.
+extern "C" __global__ void count_up(cudaGraphConditionalHandle h, int* counter, int limit) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    int c = ++*counter;
+    cudaGraphSetConditional(h, c < limit ? 1u : 0u);
+  }
+}
+
+// *counter += 1 (one thread): counts how often a body ran.
+extern "C" __global__ void bump(int* counter) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *counter += 1;
+}
+)";
+
+// The graph kernels as a cubin for this GPU, compiled once per process (through the cache).
+inline const object_code& graph_kernels() {
+  static scratch_cache* cache = new scratch_cache;  // leaked: outlives every test
+  static const object_code code = [] {
+    program_options o = kernel_options();
+    o.name = "graph_test_kernels.cu";
+    program p(kGraphKernels, source_type::cxx, o);
+    return p.compile(code_type::cubin, {}, &cache->cache());
+  }();
+  return code;
+}
+
+inline kernel graph_kernel(const std::string& name) {
+  return graph_kernels().get_kernel(name);
+}
+
+// A 1-D launch covering n elements.
+inline launch_config cover(int n, unsigned block = 128) {
+  return launch_config{dim3((static_cast<unsigned>(n) + block - 1) / block), dim3(block)};
+}
+
+// True once `w` expired, polling up to `timeout`: owners are dropped by the release thread after
+// CUDA runs the user object's destructor, which it may do asynchronously.
+template <class T>
+bool expires_within(const std::weak_ptr<T>& w,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!w.expired()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// True if `w` is still alive after `settle` (the release thread had time to drop it if it was
+// going to): the check for "not released before its time".
+template <class T>
+bool still_alive_after(const std::weak_ptr<T>& w,
+                       std::chrono::milliseconds settle = std::chrono::milliseconds(200)) {
+  std::this_thread::sleep_for(settle);
+  return !w.expired();
+}
+
+}  // namespace cucore::gpu_testing
