@@ -31,15 +31,18 @@ class release_queue {
     });
   }
 
-  // Lock-free and wait-free apart from the CAS loop; the wake-up is a futex wake.
+  // Lock-free. The release thread is woken (a futex wake, never a lock) only when it sleeps, so a
+  // graph destroyed with thousands of attachments costs one wake-up, not one per attachment.
   void push(release_item* item) noexcept {
     release_item* head = head_.load(std::memory_order_relaxed);
     do {
       item->next = head;
-    } while (!head_.compare_exchange_weak(head, item, std::memory_order_release,
+    } while (!head_.compare_exchange_weak(head, item, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
-    signal_.fetch_add(1, std::memory_order_release);
-    signal_.notify_one();
+    if (sleeping_.load(std::memory_order_seq_cst)) {
+      signal_.fetch_add(1, std::memory_order_seq_cst);
+      signal_.notify_one();
+    }
   }
 
   unsigned long long released() const noexcept { return released_.load(std::memory_order_acquire); }
@@ -47,10 +50,16 @@ class release_queue {
  private:
   [[noreturn]] void run() noexcept {
     for (;;) {
-      const std::uint32_t seen = signal_.load(std::memory_order_acquire);
       release_item* list = head_.exchange(nullptr, std::memory_order_acquire);
       if (list == nullptr) {
-        signal_.wait(seen, std::memory_order_acquire);
+        // Announce the sleep, then look once more: a push either sees the announcement (and
+        // changes signal_, so the wait returns) or happened before the look (and is found).
+        const std::uint32_t seen = signal_.load(std::memory_order_seq_cst);
+        sleeping_.store(true, std::memory_order_seq_cst);
+        if (head_.load(std::memory_order_seq_cst) == nullptr) {
+          signal_.wait(seen, std::memory_order_seq_cst);
+        }
+        sleeping_.store(false, std::memory_order_seq_cst);
         continue;
       }
       while (list != nullptr) {
@@ -68,6 +77,7 @@ class release_queue {
   std::once_flag started_;
   std::atomic<release_item*> head_{nullptr};
   std::atomic<std::uint32_t> signal_{0};
+  std::atomic<bool> sleeping_{false};
   std::atomic<unsigned long long> released_{0};
 };
 
@@ -88,10 +98,8 @@ unsigned long long released_attachment_count() noexcept {
   return queue().released();
 }
 
-prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g,
-                                         std::vector<std::shared_ptr<const void>> owners)
+prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner_list owners)
     : api_(&api), graph_(g) {
-  std::erase(owners, nullptr);
   if (owners.empty()) return;
   queue().ensure_started(api);
   auto item = std::make_unique<attachment>();

@@ -293,7 +293,7 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
   std::unordered_map<CUgraphNode, detail::node_meta> staging;
   staging.emplace(nullptr, std::move(meta));
   auto entry = staging.extract(staging.begin());
-  s->meta.reserve(s->meta.size() + 1);
+  detail::make_room_for_one(s->meta);
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -350,7 +350,7 @@ void embed_into_capture(graph_builder::impl& i,
   std::unordered_map<CUgraphNode, detail::node_meta> staging;
   staging.emplace(nullptr, std::move(meta));
   auto entry = staging.extract(staging.begin());
-  s->meta.reserve(s->meta.size() + 1);
+  detail::make_room_for_one(s->meta);
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -403,12 +403,14 @@ void graph_builder::callback_erased(host_function fn, void* data,
   const auto& s = i.graph;
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
-  s->meta.reserve(s->meta.size() + 1);
+  detail::make_room_for_one(s->meta);
   std::unordered_map<CUgraphNode, detail::node_meta> staging;
   staging.emplace(nullptr, detail::node_meta{});
   auto entry = staging.extract(staging.begin());
-  detail::prepared_attachment prepared(api, detail::attachment_holder(*s),
-                                       {std::move(fn_owner), std::move(data_owner)});
+  detail::owner_list owners;
+  owners.push(std::move(fn_owner));
+  owners.push(std::move(data_owner));
+  detail::prepared_attachment prepared(api, detail::attachment_holder(*s), std::move(owners));
   detail::check_driver(api.cuLaunchHostFunc(i.stream, fn, data), "cuLaunchHostFunc");
   // The host node is the capture's only dependency now. If it cannot be identified the owners
   // stay with the graph, unattached to a node, until the graph is destroyed; never released early.

@@ -4,6 +4,7 @@
 // fail. A failed mutation releases the prepared reference, so the owners are dropped and nothing
 // leaks.
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "cucore/error.hpp"
@@ -14,26 +15,41 @@ namespace cucore {
 namespace detail {
 namespace {
 
-using owner_list = std::vector<std::shared_ptr<const void>>;
-
-std::vector<CUgraphNode> dependency_handles(const graph_state& s,
-                                            std::span<const graph_node> deps) {
-  std::vector<CUgraphNode> out;
-  out.reserve(deps.size());
-  for (const graph_node& n : deps) {
-    const auto& r = graph_access::record(n);
-    if (!r || r->destroyed) {
-      throw invalid_argument("a dependency is an empty or destroyed graph_node");
+// The dependencies' handles, deduplicated; stored inline for the common few.
+class dependency_list {
+ public:
+  dependency_list(const graph_state& s, std::span<const graph_node> deps) {
+    if (deps.size() > inline_.size()) heap_.reserve(deps.size());
+    for (const graph_node& n : deps) {
+      const auto& r = graph_access::record(n);
+      if (!r || r->destroyed) {
+        throw invalid_argument("a dependency is an empty or destroyed graph_node");
+      }
+      if (r->graph.get() != &s) {
+        throw invalid_argument(
+            "a dependency belongs to another graph: nodes can only depend on nodes of the same "
+            "graph (embed the other graph as a child instead)");
+      }
+      if (std::find(data(), data() + size_, r->node) != data() + size_) continue;
+      if (deps.size() > inline_.size()) {
+        heap_.push_back(r->node);
+      } else {
+        inline_[size_] = r->node;
+      }
+      ++size_;
     }
-    if (r->graph.get() != &s) {
-      throw invalid_argument(
-          "a dependency belongs to another graph: nodes can only depend on nodes of the same "
-          "graph (embed the other graph as a child instead)");
-    }
-    if (std::find(out.begin(), out.end(), r->node) == out.end()) out.push_back(r->node);
   }
-  return out;
-}
+  const CUgraphNode* data() const noexcept {
+    return size_ == 0 ? nullptr : heap_.empty() ? inline_.data() : heap_.data();
+  }
+  CUgraphNode* data() noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  std::array<CUgraphNode, 4> inline_{};
+  std::vector<CUgraphNode> heap_;
+  std::size_t size_ = 0;
+};
 
 // Runs `add(api, graph, deps, count, &node)` between prepare and commit. `meta`, when it carries
 // anything (bodies, a conditional) or an attachment is prepared, is published for the node;
@@ -45,35 +61,27 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   check_usable(*s);
   const driver_api& api = graph_driver();
   scoped_context scope(api, s->device);
-  const std::vector<CUgraphNode> d = dependency_handles(*s, deps);
+  const dependency_list d(*s, deps);
 
-  // Fallible work first: the record, room in both maps, and the attachment.
+  // Fallible work first: the record, the map entry (extracted from the state's staging map, so
+  // only the entry itself is allocated), room in the map, and the attachment.
   auto record = std::make_shared<node_record>();
   record->graph = s;
-  std::unordered_map<CUgraphNode, std::weak_ptr<node_record>> record_staging;
-  record_staging.emplace(nullptr, record);
-  auto record_entry = record_staging.extract(record_staging.begin());
-  s->records.reserve(s->records.size() + 1);
-  std::unordered_map<CUgraphNode, node_meta> staging;
-  staging.emplace(nullptr, std::move(meta));
-  auto meta_entry = staging.extract(staging.begin());
-  s->meta.reserve(s->meta.size() + 1);
+  meta.record = record;
+  s->meta_staging.emplace(nullptr, std::move(meta));
+  auto entry = s->meta_staging.extract(s->meta_staging.begin());
+  make_room_for_one(s->meta);
   prepared_attachment prepared(api, attachment_holder(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
-  check_driver(add(api, s->graph, d.empty() ? nullptr : d.data(), d.size(), &node), call);
+  check_driver(add(api, s->graph, d.data(), d.size(), &node), call);
 
   // Commit: nothing below allocates or throws (room was reserved above).
-  finish(node, meta_entry.mapped());
-  prepared.commit(meta_entry.mapped());
-  const node_meta& m = meta_entry.mapped();
-  if (m.attachment != nullptr || m.conditional || !m.bodies.empty()) {
-    meta_entry.key() = node;
-    s->meta.insert(std::move(meta_entry));
-  }
+  finish(node, entry.mapped());
+  prepared.commit(entry.mapped());
   record->node = node;
-  record_entry.key() = node;
-  s->records.insert(std::move(record_entry));
+  entry.key() = node;
+  s->meta.insert(std::move(entry));
   return graph_access::node(std::move(record));
 }
 
@@ -107,6 +115,27 @@ void check_operand(const memory_operand& op, std::size_t bytes, const char* side
   }
 }
 
+// The CUfunction of a kernel in the primary context of `device` (current). Graphs add many nodes
+// of one kernel, so the last answer is kept per thread, tied to the kernel's loaded state: a weak
+// reference to it, so a library unloaded (and its handle reused) never matches.
+CUfunction function_of(const driver_api& api, CUkernel handle,
+                       const std::shared_ptr<const void>& kernel_owner, int device) {
+  struct last_function {
+    std::weak_ptr<const void> owner;
+    CUkernel handle = nullptr;
+    int device = -1;
+    CUfunction function = nullptr;
+  };
+  thread_local last_function last;
+  const bool same_owner = !last.owner.expired() && !last.owner.owner_before(kernel_owner) &&
+                          !kernel_owner.owner_before(last.owner);
+  if (same_owner && last.handle == handle && last.device == device) return last.function;
+  CUfunction function = nullptr;
+  check_driver(api.cuKernelGetFunction(&function, handle), "cuKernelGetFunction");
+  last = {kernel_owner, handle, device, function};
+  return function;
+}
+
 }  // namespace
 
 // ---- node_factory ------------------------------------------------------------------------------
@@ -119,22 +148,24 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   CUkernel handle = k.handle();  // throws for an empty kernel
   check_launch_config(config);
   const driver_api& api = graph_driver();
-  {
-    scoped_context scope(api, s->device);
-    check_launch_arguments(k, args);
-  }
+  scoped_context scope(api, s->device);
+  check_launch_arguments(k, args);
   owner_list owners;
-  owners.reserve(1 + args.owners().size());
-  owners.push_back(k.owner());
-  owners.insert(owners.end(), args.owners().begin(), args.owners().end());
-  std::vector<void*> pointers = args.pointers();
+  std::shared_ptr<const void> kernel_owner = k.owner();
   // The kernel's function in the graph device's context (a CUkernel in `kern` is refused inside
   // conditional bodies).
-  CUfunction function = nullptr;
-  {
-    scoped_context scope(api, s->device);
-    check_driver(api.cuKernelGetFunction(&function, handle), "cuKernelGetFunction");
+  CUfunction function = function_of(api, handle, kernel_owner, s->device);
+  owners.push(std::move(kernel_owner));
+  for (const auto& o : args.owners()) owners.push(o);
+  // The argument pointers, on the stack for the usual few.
+  std::array<void*, 16> few{};
+  std::vector<void*> many;
+  void** pointers = few.data();
+  if (args.count() > few.size()) {
+    many.resize(args.count());
+    pointers = many.data();
   }
+  args.pointers(pointers);
   CUDA_KERNEL_NODE_PARAMS p{};
   p.func = function;
   p.gridDimX = config.grid.x;
@@ -144,7 +175,7 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   p.blockDimY = config.block.y;
   p.blockDimZ = config.block.z;
   p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
-  p.kernelParams = pointers.empty() ? nullptr : pointers.data();
+  p.kernelParams = args.count() == 0 ? nullptr : pointers;
   return add_node(
       s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {

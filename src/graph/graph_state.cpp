@@ -45,7 +45,7 @@ std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_vie
 
 std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state,
                                        CUgraphNode node) {
-  auto& slot = state->records[node];
+  auto& slot = state->meta[node].record;
   if (auto existing = slot.lock()) return existing;
   auto r = std::make_shared<node_record>();
   r->graph = state;
@@ -146,11 +146,8 @@ namespace {
 
 void mark_destroyed(graph_state& s) noexcept {
   s.invalid = true;
-  for (auto& [node, weak] : s.records) {
-    if (auto r = weak.lock()) r->destroyed = true;
-  }
-  s.records.clear();
   for (auto& [node, m] : s.meta) {
+    if (auto r = m.record.lock()) r->destroyed = true;
     for (auto& body : m.bodies) {
       if (body) mark_destroyed(*body);
     }
@@ -160,12 +157,9 @@ void mark_destroyed(graph_state& s) noexcept {
 }  // namespace
 
 void invalidate_node(graph_state& s, CUgraphNode node) noexcept {
-  if (auto it = s.records.find(node); it != s.records.end()) {
-    if (auto r = it->second.lock()) r->destroyed = true;
-    s.records.erase(it);
-  }
   auto it = s.meta.find(node);
   if (it == s.meta.end()) return;
+  if (auto r = it->second.record.lock()) r->destroyed = true;
   for (auto& body : it->second.bodies) {
     if (!body) continue;
     mark_destroyed(*body);

@@ -1,5 +1,5 @@
 // What cucore keeps per CUDA graph: the graph, its position in a hierarchy of child and branch
-// graphs, the canonical records of its nodes, and per node the user object that holds the node's
+// graphs, and per node its canonical record and the user object that holds the node's
 // owners (its attachment). Include only from cucore's sources.
 //
 // Ownership: a root graph_state owns its CUgraph and, through node_meta, the states of the child
@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include <array>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -27,6 +29,7 @@ struct graph_state;
 
 // What cucore knows about one node beyond what the driver stores.
 struct node_meta {
+  std::weak_ptr<node_record> record;  // the canonical record, while some graph_node names it
   CUuserObject attachment = nullptr;  // a reference to the node's owners, if any ...
   CUgraph holder = nullptr;           // ... held by this graph (see attachment_holder)
   std::optional<conditional_kind> conditional;
@@ -49,10 +52,13 @@ struct graph_state {
   graph_state* parent = nullptr;
   CUgraphNode owner_node = nullptr;  // the node of `parent` this graph belongs to
   bool invalid = false;              // that node was destroyed
+  // Per node known to cucore (added through it, or named by a graph_node since).
   std::unordered_map<CUgraphNode, node_meta> meta;
-  std::unordered_map<CUgraphNode, std::weak_ptr<node_record>> records;
-  std::vector<std::unique_ptr<graph_state>>
-      graveyard;  // bodies of destroyed nodes: stable addresses
+  // Bodies of destroyed nodes, kept at stable addresses for the views that still point at them.
+  std::vector<std::unique_ptr<graph_state>> graveyard;
+  // Always empty: a node's entry is made here and extracted before the CUDA call that adds the
+  // node (keeping the bucket array, so an add allocates only its entry).
+  std::unordered_map<CUgraphNode, node_meta> meta_staging;
 
   graph_state() = default;
   graph_state(const graph_state&) = delete;
@@ -99,9 +105,35 @@ struct release_item {
   virtual ~release_item() = default;
 };
 
+// Owners of a node, up to three inline (a kernel with two buffer arguments, a memcpy, a callback
+// and its data), so making one allocates nothing in the common case. Null owners are skipped.
+class owner_list {
+ public:
+  owner_list() noexcept = default;
+  owner_list(std::initializer_list<std::shared_ptr<const void>> owners) {
+    for (const auto& o : owners) push(o);
+  }
+  void push(std::shared_ptr<const void> o) {
+    if (!o) return;
+    if (count_ < inline_.size()) {
+      inline_[count_] = std::move(o);
+    } else {
+      more_.push_back(std::move(o));
+    }
+    ++count_;
+  }
+  bool empty() const noexcept { return count_ == 0; }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  std::array<std::shared_ptr<const void>, 3> inline_;
+  std::vector<std::shared_ptr<const void>> more_;
+  std::size_t count_ = 0;
+};
+
 // The owners of one version of one node's parameters. Immutable once the user object exists.
 struct attachment final : release_item {
-  std::vector<std::shared_ptr<const void>> owners;
+  owner_list owners;
 };
 
 // A user object holding `owners`, already retained by a graph (MOVE), before the node exists.
@@ -110,9 +142,8 @@ struct attachment final : release_item {
 class prepared_attachment {
  public:
   prepared_attachment() noexcept = default;
-  // Empty owners (every pointer null) prepare nothing.
-  prepared_attachment(const driver_api& api, CUgraph g,
-                      std::vector<std::shared_ptr<const void>> owners);
+  // No owners prepares nothing.
+  prepared_attachment(const driver_api& api, CUgraph g, owner_list owners);
   prepared_attachment(prepared_attachment&& o) noexcept
       : api_(o.api_), graph_(o.graph_), object_(std::exchange(o.object_, nullptr)) {}
   prepared_attachment& operator=(prepared_attachment&&) = delete;
@@ -147,6 +178,16 @@ graph_condition create_condition(const driver_api& api, const graph_state& s,
 // conditional.phGraph_out at its own array of the bodies (read them from there).
 CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
                                      conditional_kind kind, unsigned count, CUgraph* bodies_out);
+
+// Makes room for one more entry, so the next insert cannot rehash (and so cannot throw).
+// Grows geometrically: reserve(size() + 1) on every add would shrink and regrow the buckets.
+template <class Map>
+void make_room_for_one(Map& m) {
+  if (static_cast<float>(m.size() + 1) >
+      m.max_load_factor() * static_cast<float>(m.bucket_count())) {
+    m.reserve(2 * (m.size() + 1));
+  }
+}
 
 // A copy of a host callback's user data, aligned for any type (callbacks cast it to a struct).
 std::shared_ptr<void> copy_user_data(std::span<const std::byte> data);

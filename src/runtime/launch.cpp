@@ -76,16 +76,18 @@ void kernel_arguments::push_bytes(const void* data, std::size_t size, std::size_
   std::size_t offset = (storage_.size() + alignment - 1) / alignment * alignment;
   storage_.resize(offset + size);
   if (size != 0) std::memcpy(storage_.data() + offset, data, size);
-  offsets_.push_back(offset);
-  sizes_.push_back(size);
+  slots_.push_back({offset, size});
 }
 
 std::vector<void*> kernel_arguments::pointers() const {
-  std::vector<void*> out;
-  out.reserve(offsets_.size());
-  auto* base = const_cast<std::byte*>(storage_.data());
-  for (std::size_t offset : offsets_) out.push_back(base + offset);
+  std::vector<void*> out(slots_.size());
+  pointers(out.data());
   return out;
+}
+
+void kernel_arguments::pointers(void** out) const noexcept {
+  auto* base = const_cast<std::byte*>(storage_.data());
+  for (std::size_t i = 0; i < slots_.size(); ++i) out[i] = base + slots_[i].offset;
 }
 
 void launch(stream_ref s, const launch_config& config, const kernel& k,

@@ -46,8 +46,9 @@ class kernel_arguments {
   // (The copy and move constructors win over this one for a single kernel_arguments.)
   template <class... Args>
   explicit kernel_arguments(const Args&... args) {
-    sizes_.reserve(sizeof...(Args));
-    offsets_.reserve(sizeof...(Args));
+    slots_.reserve(sizeof...(Args));
+    // Room for every argument at its alignment, so pushing never reallocates.
+    storage_.reserve(((sizeof(Args) + alignof(std::max_align_t)) + ...));
     (push(args), ...);
   }
 
@@ -68,19 +69,24 @@ class kernel_arguments {
   // A conditional node's condition, seen by the kernel as a cudaGraphConditionalHandle.
   void push(const graph_condition& c);
 
-  std::size_t count() const noexcept { return sizes_.size(); }
-  std::size_t size_of(std::size_t index) const { return sizes_.at(index); }
+  std::size_t count() const noexcept { return slots_.size(); }
+  std::size_t size_of(std::size_t index) const { return slots_.at(index).size; }
   // Pointers to each argument's bytes, as cuLaunchKernel's kernelParams takes them; valid until
   // the next push or until this object is moved or destroyed.
   std::vector<void*> pointers() const;
+  // The same into `out`, which has room for count() pointers (no allocation).
+  void pointers(void** out) const noexcept;
   // The owners of the buffers passed.
   const std::vector<std::shared_ptr<const void>>& owners() const noexcept { return owners_; }
 
  private:
   void push_bytes(const void* data, std::size_t size, std::size_t alignment);
   std::vector<std::byte> storage_;
-  std::vector<std::size_t> offsets_;
-  std::vector<std::size_t> sizes_;
+  struct slot {
+    std::size_t offset = 0;
+    std::size_t size = 0;
+  };
+  std::vector<slot> slots_;
   std::vector<std::shared_ptr<const void>> owners_;
 };
 
