@@ -1,6 +1,8 @@
 #include "cucore/runtime/launch.hpp"
 
+#include <array>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "cucore/error.hpp"
@@ -67,27 +69,58 @@ void detail::check_launch_arguments(const kernel& k, const kernel_arguments& arg
 
 void kernel_arguments::push(const buffer& b) {
   device_address address = b.address();
-  owners_.push_back(b.owner());
+  std::shared_ptr<const void> owner = b.owner();
+  if (owner_count_ < inline_owners_.size()) {
+    inline_owners_[owner_count_] = std::move(owner);
+  } else {
+    if (owner_count_ == inline_owners_.size()) {
+      heap_owners_.assign(inline_owners_.begin(), inline_owners_.end());
+    }
+    heap_owners_.push_back(std::move(owner));
+  }
+  ++owner_count_;
   push_bytes(&address, sizeof(address), alignof(device_address));
+}
+
+std::size_t kernel_arguments::size_of(std::size_t index) const {
+  if (index >= slot_count_) {
+    throw std::out_of_range("kernel_arguments::size_of: argument " + std::to_string(index) +
+                            " of " + std::to_string(slot_count_));
+  }
+  return slots()[index].size;
 }
 
 void kernel_arguments::push_bytes(const void* data, std::size_t size, std::size_t alignment) {
   if (alignment > kMaxAlignment) alignment = kMaxAlignment;
-  std::size_t offset = (storage_.size() + alignment - 1) / alignment * alignment;
-  storage_.resize(offset + size);
-  if (size != 0) std::memcpy(storage_.data() + offset, data, size);
-  slots_.push_back({offset, size});
+  const std::size_t offset = (used_bytes_ + alignment - 1) / alignment * alignment;
+  const std::size_t end = offset + size;
+  if (heap_bytes_.empty() && end > sizeof(inline_bytes_)) {
+    heap_bytes_.assign(inline_bytes_, inline_bytes_ + used_bytes_);
+  }
+  if (!heap_bytes_.empty() || end > sizeof(inline_bytes_)) heap_bytes_.resize(end);
+  if (size != 0) std::memcpy(bytes() + offset, data, size);
+  used_bytes_ = end;
+  if (heap_slots_.empty() && slot_count_ == inline_slots_.size()) {
+    heap_slots_.assign(inline_slots_.begin(), inline_slots_.end());
+  }
+  if (heap_slots_.empty()) {
+    inline_slots_[slot_count_] = {offset, size};
+  } else {
+    heap_slots_.push_back({offset, size});
+  }
+  ++slot_count_;
 }
 
 std::vector<void*> kernel_arguments::pointers() const {
-  std::vector<void*> out(slots_.size());
+  std::vector<void*> out(slot_count_);
   pointers(out.data());
   return out;
 }
 
 void kernel_arguments::pointers(void** out) const noexcept {
-  auto* base = const_cast<std::byte*>(storage_.data());
-  for (std::size_t i = 0; i < slots_.size(); ++i) out[i] = base + slots_[i].offset;
+  auto* base = const_cast<std::byte*>(bytes());
+  const slot* all = slots();
+  for (std::size_t i = 0; i < slot_count_; ++i) out[i] = base + all[i].offset;
 }
 
 void launch(stream_ref s, const launch_config& config, const kernel& k,
@@ -123,10 +156,17 @@ void launch(stream_ref s, const launch_config& config, const kernel& k,
   c.hStream = s.handle();
   c.attrs = count != 0 ? attributes : nullptr;
   c.numAttrs = count;
-  std::vector<void*> pointers = args.pointers();
+  std::array<void*, 16> few{};
+  std::vector<void*> many;
+  void** pointers = few.data();
+  if (args.count() > few.size()) {
+    many.resize(args.count());
+    pointers = many.data();
+  }
+  args.pointers(pointers);
   // A CUkernel launches as a CUfunction: the driver picks its function in the current context.
   detail::check_driver(api.cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(handle),
-                                            pointers.empty() ? nullptr : pointers.data(), nullptr),
+                                            args.count() == 0 ? nullptr : pointers, nullptr),
                        "cuLaunchKernelEx");
 }
 

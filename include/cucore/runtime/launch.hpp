@@ -1,6 +1,7 @@
 // Kernel launches: launch(stream, config, kernel, args...).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -46,9 +47,6 @@ class kernel_arguments {
   // (The copy and move constructors win over this one for a single kernel_arguments.)
   template <class... Args>
   explicit kernel_arguments(const Args&... args) {
-    slots_.reserve(sizeof...(Args));
-    // Room for every argument at its alignment, so pushing never reallocates.
-    storage_.reserve(((sizeof(Args) + alignof(std::max_align_t)) + ...));
     (push(args), ...);
   }
 
@@ -69,25 +67,45 @@ class kernel_arguments {
   // A conditional node's condition, seen by the kernel as a cudaGraphConditionalHandle.
   void push(const graph_condition& c);
 
-  std::size_t count() const noexcept { return slots_.size(); }
-  std::size_t size_of(std::size_t index) const { return slots_.at(index).size; }
+  std::size_t count() const noexcept { return slot_count_; }
+  std::size_t size_of(std::size_t index) const;
   // Pointers to each argument's bytes, as cuLaunchKernel's kernelParams takes them; valid until
   // the next push or until this object is moved or destroyed.
   std::vector<void*> pointers() const;
   // The same into `out`, which has room for count() pointers (no allocation).
   void pointers(void** out) const noexcept;
   // The owners of the buffers passed.
-  const std::vector<std::shared_ptr<const void>>& owners() const noexcept { return owners_; }
+  std::span<const std::shared_ptr<const void>> owners() const noexcept {
+    return owner_count_ <= inline_owners_.size()
+               ? std::span<const std::shared_ptr<const void>>(inline_owners_.data(), owner_count_)
+               : std::span<const std::shared_ptr<const void>>(heap_owners_);
+  }
 
  private:
-  void push_bytes(const void* data, std::size_t size, std::size_t alignment);
-  std::vector<std::byte> storage_;
+  // The usual launch (a few arguments, a buffer or two) lives inline: building one allocates
+  // nothing. Past the inline room everything moves to the heap.
   struct slot {
     std::size_t offset = 0;
     std::size_t size = 0;
   };
-  std::vector<slot> slots_;
-  std::vector<std::shared_ptr<const void>> owners_;
+  void push_bytes(const void* data, std::size_t size, std::size_t alignment);
+  std::byte* bytes() noexcept { return heap_bytes_.empty() ? inline_bytes_ : heap_bytes_.data(); }
+  const std::byte* bytes() const noexcept {
+    return heap_bytes_.empty() ? inline_bytes_ : heap_bytes_.data();
+  }
+  const slot* slots() const noexcept {
+    return heap_slots_.empty() ? inline_slots_.data() : heap_slots_.data();
+  }
+
+  alignas(std::max_align_t) std::byte inline_bytes_[128] = {};
+  std::vector<std::byte> heap_bytes_;
+  std::size_t used_bytes_ = 0;
+  std::array<slot, 12> inline_slots_{};
+  std::vector<slot> heap_slots_;
+  std::size_t slot_count_ = 0;
+  std::array<std::shared_ptr<const void>, 2> inline_owners_;
+  std::vector<std::shared_ptr<const void>> heap_owners_;
+  std::size_t owner_count_ = 0;
 };
 
 // Enqueues `k` on `s` (cuLaunchKernelEx) in the primary context of `s`'s device.
