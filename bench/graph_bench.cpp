@@ -11,6 +11,7 @@
 //   BM_launch_cucore/N                  launch a 10-node graph, synchronize every N launches
 //     vs BM_launch_raw/N                cuGraphLaunch, cuStreamSynchronize
 //     vs BM_launch_raw_of_cucore_graph/N  the raw calls on cucore's executable graph
+//     vs BM_launch_raw_with_user_objects/N/U  a raw graph holding U user objects
 // Times are wall-clock (UseRealTime); per_node / per_launch counters divide them per item.
 // The raw calls go through dlopen("libcuda.so.1") + cuGetProcAddress (the project never links
 // libcuda), with the primary context current on both sides.
@@ -376,6 +377,46 @@ void BM_launch_raw_of_cucore_graph(benchmark::State& state) {
 BENCHMARK(BM_launch_raw_of_cucore_graph)
     ->Arg(1)
     ->Arg(100)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Raw: a raw graph that holds one user object per node (as cucore's does), launched raw. Shows
+// whether a launch's extra cost comes from the user objects themselves.
+void BM_launch_raw_with_user_objects(benchmark::State& state) {
+  static int payload = 0;
+  const int sync_every = static_cast<int>(state.range(0));
+  const int objects = static_cast<int>(state.range(1));
+  CUstream s = f->stream.handle();
+  CUgraph g = f->raw_chain(kLaunchNodes);
+  for (int i = 0; i < objects; ++i) {
+    CUuserObject object = nullptr;
+    check(
+        f->api.cuUserObjectCreate(&object, &payload, &ignore, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+        "cuUserObjectCreate");
+    check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
+          "cuGraphRetainUserObject");
+  }
+  CUgraphExec exec = f->raw_instantiate(g);
+  check(f->api.cuGraphUpload(exec, s), "cuGraphUpload");
+  check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");  // warm-up
+  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+  int pending = 0;
+  for (auto _ : state) {
+    check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");
+    if (++pending == sync_every) {
+      check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+      pending = 0;
+    }
+  }
+  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+  check(f->api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
+  per_item(state, "per_launch", 1);
+}
+BENCHMARK(BM_launch_raw_with_user_objects)
+    ->Args({1, kLaunchNodes})
+    ->Args({100, kLaunchNodes})
+    ->Args({100, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
