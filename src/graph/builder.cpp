@@ -290,10 +290,7 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
     meta.bodies.push_back(std::move(body));
     out.push_back(graph_builder(std::move(b)));
   }
-  std::unordered_map<CUgraphNode, detail::node_meta> staging;
-  staging.emplace(nullptr, std::move(meta));
-  auto entry = staging.extract(staging.begin());
-  detail::make_room_for_one(s->meta);
+  detail::meta_entry entry = detail::stage_meta(*s, std::move(meta));
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -347,10 +344,7 @@ void embed_into_capture(graph_builder::impl& i,
   body->parent = s.get();
   detail::graph_state* body_ptr = body.get();
   meta.bodies.push_back(std::move(body));
-  std::unordered_map<CUgraphNode, detail::node_meta> staging;
-  staging.emplace(nullptr, std::move(meta));
-  auto entry = staging.extract(staging.begin());
-  detail::make_room_for_one(s->meta);
+  detail::meta_entry entry = detail::stage_meta(*s, std::move(meta));
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -404,9 +398,7 @@ void graph_builder::callback_erased(host_function fn, void* data,
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
   detail::make_room_for_one(s->meta);
-  std::unordered_map<CUgraphNode, detail::node_meta> staging;
-  staging.emplace(nullptr, detail::node_meta{});
-  auto entry = staging.extract(staging.begin());
+  detail::meta_entry entry = detail::stage_meta(*s, detail::node_meta{});
   detail::owner_list owners;
   owners.push(std::move(fn_owner));
   owners.push(std::move(data_owner));

@@ -68,9 +68,7 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   auto record = std::make_shared<node_record>();
   record->graph = s;
   meta.record = record;
-  s->meta_staging.emplace(nullptr, std::move(meta));
-  auto entry = s->meta_staging.extract(s->meta_staging.begin());
-  make_room_for_one(s->meta);
+  meta_entry entry = stage_meta(*s, std::move(meta));
   prepared_attachment prepared(api, attachment_holder(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
@@ -157,15 +155,7 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   CUfunction function = function_of(api, handle, kernel_owner, s->device);
   owners.push(std::move(kernel_owner));
   for (const auto& o : args.owners()) owners.push(o);
-  // The argument pointers, on the stack for the usual few.
-  std::array<void*, 16> few{};
-  std::vector<void*> many;
-  void** pointers = few.data();
-  if (args.count() > few.size()) {
-    many.resize(args.count());
-    pointers = many.data();
-  }
-  args.pointers(pointers);
+  argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};
   p.func = function;
   p.gridDimX = config.grid.x;
@@ -175,7 +165,7 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   p.blockDimY = config.block.y;
   p.blockDimZ = config.block.z;
   p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
-  p.kernelParams = args.count() == 0 ? nullptr : pointers;
+  p.kernelParams = pointers.data();
   return add_node(
       s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {

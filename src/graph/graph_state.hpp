@@ -189,6 +189,16 @@ void make_room_for_one(Map& m) {
   }
 }
 
+// A map entry for a node about to be added to `s`, with room made for it in `s->meta`: after the
+// CUDA call succeeds, set its key and insert it (neither allocates nor throws).
+using meta_entry = std::unordered_map<CUgraphNode, node_meta>::node_type;
+inline meta_entry stage_meta(graph_state& s, node_meta meta) {
+  s.meta_staging.emplace(nullptr, std::move(meta));
+  meta_entry entry = s.meta_staging.extract(s.meta_staging.begin());
+  make_room_for_one(s.meta);
+  return entry;
+}
+
 // A copy of a host callback's user data, aligned for any type (callbacks cast it to a struct).
 std::shared_ptr<void> copy_user_data(std::span<const std::byte> data);
 

@@ -156,18 +156,11 @@ void launch(stream_ref s, const launch_config& config, const kernel& k,
   c.hStream = s.handle();
   c.attrs = count != 0 ? attributes : nullptr;
   c.numAttrs = count;
-  std::array<void*, 16> few{};
-  std::vector<void*> many;
-  void** pointers = few.data();
-  if (args.count() > few.size()) {
-    many.resize(args.count());
-    pointers = many.data();
-  }
-  args.pointers(pointers);
+  detail::argument_pointers pointers(args);
   // A CUkernel launches as a CUfunction: the driver picks its function in the current context.
-  detail::check_driver(api.cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(handle),
-                                            args.count() == 0 ? nullptr : pointers, nullptr),
-                       "cuLaunchKernelEx");
+  detail::check_driver(
+      api.cuLaunchKernelEx(&c, reinterpret_cast<CUfunction>(handle), pointers.data(), nullptr),
+      "cuLaunchKernelEx");
 }
 
 }  // namespace cucore

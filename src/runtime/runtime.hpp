@@ -5,10 +5,12 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "cucore/runtime/device.hpp"
 #include "cucore/runtime/launch.hpp"
@@ -69,6 +71,29 @@ void log_driver_failure(CUresult result, const char* call) noexcept;
 // extents, cluster divisibility, and the arguments against the kernel's parameters when known.
 void check_launch_config(const launch_config& c);
 void check_launch_arguments(const kernel& k, const kernel_arguments& args);
+
+// The kernelParams array of a launch: on the stack for the usual few arguments.
+class argument_pointers {
+ public:
+  explicit argument_pointers(const kernel_arguments& args) {
+    if (args.count() > few_.size()) {
+      many_.resize(args.count());
+      pointers_ = many_.data();
+    }
+    args.pointers(pointers_);
+    count_ = args.count();
+  }
+  argument_pointers(const argument_pointers&) = delete;
+  argument_pointers& operator=(const argument_pointers&) = delete;
+  // Null when there are no arguments, as the driver wants it.
+  void** data() noexcept { return count_ == 0 ? nullptr : pointers_; }
+
+ private:
+  std::array<void*, 16> few_{};
+  std::vector<void*> many_;
+  void** pointers_ = few_.data();
+  std::size_t count_ = 0;
+};
 
 // cuda_error-style checks for the invalid_argument cases of empty handles.
 [[noreturn]] void throw_empty(const char* what);
