@@ -45,8 +45,6 @@ class release_queue {
     }
   }
 
-  unsigned long long released() const noexcept { return released_.load(std::memory_order_acquire); }
-
  private:
   [[noreturn]] void run() noexcept {
     for (;;) {
@@ -65,10 +63,7 @@ class release_queue {
       while (list != nullptr) {
         release_item* next = list->next;
         // Once the process is exiting the owners may need a driver that is gone: leak them.
-        if (driver_alive()) {
-          delete list;
-          released_.fetch_add(1, std::memory_order_release);
-        }
+        if (driver_alive()) delete list;
         list = next;
       }
     }
@@ -78,7 +73,6 @@ class release_queue {
   std::atomic<release_item*> head_{nullptr};
   std::atomic<std::uint32_t> signal_{0};
   std::atomic<bool> sleeping_{false};
-  std::atomic<unsigned long long> released_{0};
 };
 
 // Never destroyed: the release thread and late CUDA callbacks may use it during exit.
@@ -93,10 +87,6 @@ void CUDA_CB enqueue_release(void* item) {
 }
 
 }  // namespace
-
-unsigned long long released_attachment_count() noexcept {
-  return queue().released();
-}
 
 prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner_list owners)
     : api_(&api), graph_(g) {

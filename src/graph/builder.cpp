@@ -397,7 +397,6 @@ void graph_builder::callback_erased(host_function fn, void* data,
   const auto& s = i.graph;
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
-  detail::make_room_for_one(s->meta);
   detail::meta_entry entry = detail::stage_meta(*s, detail::node_meta{});
   detail::owner_list owners;
   owners.push(std::move(fn_owner));

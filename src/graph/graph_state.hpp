@@ -160,9 +160,6 @@ class prepared_attachment {
   CUuserObject object_ = nullptr;
 };
 
-// Number of attachments the release thread has dropped (for tests and diagnostics).
-unsigned long long released_attachment_count() noexcept;
-
 // ---- shared helpers ----------------------------------------------------------------------------
 
 const driver_api& graph_driver();
