@@ -330,11 +330,9 @@ void BM_launch_cucore(benchmark::State& state) {
 }
 BENCHMARK(BM_launch_cucore)->Arg(1)->Arg(100)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-void BM_launch_raw(benchmark::State& state) {
-  const int sync_every = static_cast<int>(state.range(0));
-  CUstream s = f->stream.handle();
-  CUgraph g = f->raw_chain(kLaunchNodes);
-  CUgraphExec exec = f->raw_instantiate(g);
+// The raw launch benchmarks' loop: upload, warm up, then launch, synchronizing every
+// `sync_every` launches (and once at the end).
+void raw_launch_loop(benchmark::State& state, CUgraphExec exec, CUstream s, int sync_every) {
   check(f->api.cuGraphUpload(exec, s), "cuGraphUpload");
   check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");  // warm-up
   check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
@@ -347,6 +345,14 @@ void BM_launch_raw(benchmark::State& state) {
     }
   }
   check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+}
+
+void BM_launch_raw(benchmark::State& state) {
+  const int sync_every = static_cast<int>(state.range(0));
+  CUstream s = f->stream.handle();
+  CUgraph g = f->raw_chain(kLaunchNodes);
+  CUgraphExec exec = f->raw_instantiate(g);
+  raw_launch_loop(state, exec, s, sync_every);
   check(f->api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
   check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
   per_item(state, "per_launch", 1);
@@ -360,18 +366,7 @@ void BM_launch_raw_of_cucore_graph(benchmark::State& state) {
   CUstream s = f->stream.handle();
   const cucore::graph graph = f->cucore_chain(kLaunchNodes).instantiate();
   CUgraphExec exec = graph.handle();
-  check(f->api.cuGraphUpload(exec, s), "cuGraphUpload");
-  check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");  // warm-up
-  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
-  int pending = 0;
-  for (auto _ : state) {
-    check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");
-    if (++pending == sync_every) {
-      check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
-      pending = 0;
-    }
-  }
-  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+  raw_launch_loop(state, exec, s, sync_every);
   per_item(state, "per_launch", 1);
 }
 BENCHMARK(BM_launch_raw_of_cucore_graph)
@@ -397,18 +392,7 @@ void BM_launch_raw_with_user_objects(benchmark::State& state) {
           "cuGraphRetainUserObject");
   }
   CUgraphExec exec = f->raw_instantiate(g);
-  check(f->api.cuGraphUpload(exec, s), "cuGraphUpload");
-  check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");  // warm-up
-  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
-  int pending = 0;
-  for (auto _ : state) {
-    check(f->api.cuGraphLaunch(exec, s), "cuGraphLaunch");
-    if (++pending == sync_every) {
-      check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
-      pending = 0;
-    }
-  }
-  check(f->api.cuStreamSynchronize(s), "cuStreamSynchronize");
+  raw_launch_loop(state, exec, s, sync_every);
   check(f->api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
   check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
   per_item(state, "per_launch", 1);

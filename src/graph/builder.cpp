@@ -278,9 +278,7 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
   meta.condition = c;
   std::vector<graph_builder> out;
   for (unsigned n = 0; n < count; ++n) {
-    auto body = std::make_unique<detail::graph_state>();
-    body->device = s->device;
-    body->parent = s.get();
+    auto body = detail::make_body(*s);
     auto b = std::make_unique<impl>();
     b->k = kind::conditional_body;
     b->own_stream = cucore::stream(i.dev);
@@ -339,9 +337,7 @@ void embed_into_capture(graph_builder::impl& i,
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
   detail::node_meta meta;
-  auto body = std::make_unique<detail::graph_state>();
-  body->device = s->device;
-  body->parent = s.get();
+  auto body = detail::make_body(*s);
   detail::graph_state* body_ptr = body.get();
   meta.bodies.push_back(std::move(body));
   detail::meta_entry entry = detail::stage_meta(*s, std::move(meta));

@@ -336,9 +336,7 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
   check_usable(*source);
   if (source->graph == s->graph) throw invalid_argument("embed: a graph cannot embed itself");
   node_meta meta;
-  auto body = std::make_unique<graph_state>();
-  body->device = s->device;
-  body->parent = s.get();
+  auto body = make_body(*s);
   graph_state* body_ptr = body.get();
   meta.bodies.push_back(std::move(body));
   return add_node(
@@ -410,10 +408,7 @@ graph_node node_factory<D>::conditional(const graph_condition& c, conditional_ki
   meta.conditional = kind;
   meta.condition = c;
   for (std::size_t i = 0; i < bodies.size(); ++i) {
-    auto body = std::make_unique<graph_state>();
-    body->device = s->device;
-    body->parent = s.get();
-    meta.bodies.push_back(std::move(body));
+    meta.bodies.push_back(make_body(*s));
   }
   return add_node(
       s, self.factory_dependencies(), {}, "cuGraphAddNode", std::move(meta),
@@ -704,12 +699,7 @@ graph_definition graph_node::child_graph() const {
     CUgraph child = nullptr;
     detail::check_driver(detail::graph_driver().cuGraphChildGraphNodeGetGraph(r.node, &child),
                          "cuGraphChildGraphNodeGetGraph");
-    auto body = std::make_unique<detail::graph_state>();
-    body->graph = child;
-    body->device = r.graph->device;
-    body->parent = r.graph.get();
-    body->owner_node = r.node;
-    m.bodies.push_back(std::move(body));
+    m.bodies.push_back(detail::make_body(*r.graph, child, r.node));
   }
   return graph_definition(detail::view_of(r.graph, m.bodies[0].get()));
 }

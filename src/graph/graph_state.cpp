@@ -38,6 +38,15 @@ std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device) {
   return s;
 }
 
+std::unique_ptr<graph_state> make_body(graph_state& parent, CUgraph g, CUgraphNode owner_node) {
+  auto body = std::make_unique<graph_state>();
+  body->graph = g;
+  body->device = parent.device;
+  body->parent = &parent;
+  body->owner_node = owner_node;
+  return body;
+}
+
 std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_view,
                                      graph_state* child) {
   return std::shared_ptr<graph_state>(any_view, child);
@@ -94,11 +103,7 @@ void import_into(const driver_api& api, graph_state& clone, const graph_state& s
       CUgraph child = nullptr;
       check_driver(api.cuGraphChildGraphNodeGetGraph(cloned, &child),
                    "cuGraphChildGraphNodeGetGraph");
-      auto body = std::make_unique<graph_state>();
-      body->graph = child;
-      body->device = clone.device;
-      body->parent = &clone;
-      body->owner_node = cloned;
+      auto body = make_body(clone, child, cloned);
       import_into(api, *body, *m.bodies[0], top_source, top_clone);
       copy.bodies.push_back(std::move(body));
     }

@@ -66,6 +66,11 @@ struct graph_state {
   ~graph_state();
 };
 
+// The state of a child or body graph of a node of `parent` (graph and node may be filled in
+// after the CUDA call that makes them).
+std::unique_ptr<graph_state> make_body(graph_state& parent, CUgraph g = nullptr,
+                                       CUgraphNode owner_node = nullptr);
+
 // A new root state owning `g` (destroys `g` if making the state fails).
 std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device);
 // A view of `child` (a state inside the hierarchy `any_view` belongs to).
