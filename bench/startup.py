@@ -3,7 +3,7 @@
 
 Usage: bench/startup.py [path/to/cucore] [runs]
 Both are run alternately, `runs` times each, after one priming compile; prints the medians and the
-ratio. The hit must load no compiler library (see docs/cache.md), so it should cost little more
+ratio. The hit must load no compiler library (see docs/cache-keys.md, the compiler version memo), so it should cost little more
 than process start-up.
 """
 import os

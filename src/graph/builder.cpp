@@ -333,7 +333,7 @@ void embed_into_capture(graph_builder::impl& i,
                         const std::shared_ptr<detail::graph_state>& source) {
   require_capturing(i, "embed");
   const auto& s = i.graph;
-  detail::check_usable(*source);
+  detail::check_whole_graph(*source, "embed");
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
   detail::node_meta meta;

@@ -333,7 +333,7 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
   const auto& s = self.factory_state();
   const auto& source = graph_access::state(child);
   if (!source) throw invalid_argument("embed: the child graph_definition is empty");
-  check_usable(*source);
+  check_whole_graph(*source, "embed");
   if (source->graph == s->graph) throw invalid_argument("embed: a graph cannot embed itself");
   node_meta meta;
   auto body = make_body(*s);
@@ -837,6 +837,7 @@ std::vector<std::pair<graph_node, graph_node>> graph_definition::edges() const {
 
 graph_definition graph_definition::clone() const {
   const auto& s = factory_state();
+  detail::check_whole_graph(*s, "clone");
   const auto& api = detail::graph_driver();
   CUgraph c = nullptr;
   detail::check_driver(api.cuGraphClone(&c, s->graph), "cuGraphClone");

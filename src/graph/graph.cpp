@@ -92,6 +92,7 @@ void graph::upload(stream_ref s) const {
 void graph::update(const graph_definition& source) {
   CUgraphExec exec = handle();
   CUgraph g = source.handle();  // throws for an empty or destroyed definition
+  detail::check_whole_graph(*detail::graph_access::state(source), "graph::update");
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, state_->device);
   CUgraphExecUpdateResultInfo info{};

@@ -71,6 +71,17 @@ void check_usable(const graph_state& s) {
   }
 }
 
+void check_whole_graph(const graph_state& s, const char* operation) {
+  check_usable(s);
+  if (s.parent == nullptr) return;
+  throw invalid_argument(
+      std::string(operation) +
+      ": the graph_definition is a view of a child or conditional-body graph inside another "
+      "graph, whose nodes' owners are held by the top graph, not by this view; a copy of it "
+      "would not keep them alive. Use the top graph_definition, or build this part as a graph "
+      "of its own and embed that");
+}
+
 CUgraph attachment_holder(const graph_state& s) noexcept {
   const graph_state* top = &s;
   while (top->parent != nullptr) top = top->parent;
@@ -250,7 +261,7 @@ const char* instantiate_result_text(CUgraphInstantiateResult r) noexcept {
 
 cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
                                 const graph_instantiate_options& o) {
-  check_usable(s);
+  check_whole_graph(s, "instantiate");
   scoped_context scope(api, s.device);
   CUDA_GRAPH_INSTANTIATE_PARAMS p{};
   if (o.auto_free_on_launch) p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;

@@ -80,6 +80,11 @@ std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_vie
 std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state, CUgraphNode node);
 // Throws for a destroyed child or branch graph.
 void check_usable(const graph_state& s);
+// Throws unless `s` is a whole graph (not a view of a child or conditional body graph inside
+// another). Clones, embeds, executables and updates copy only the user-object references of the
+// graph they are given, and the owners of nodes added through a view are held by the top graph
+// (attachment_holder), so a copy of a view would run nodes whose owners it does not hold.
+void check_whole_graph(const graph_state& s, const char* operation);
 
 // The graph that holds the attachments of nodes added to `s`: the top of its hierarchy. CUDA
 // refuses user-object references on conditional body graphs, and the top graph's references are

@@ -40,10 +40,12 @@
 namespace cucore {
 namespace {
 
+using gpu_testing::contains;
 using gpu_testing::cover;
 using gpu_testing::expires_within;
 using gpu_testing::fresh_seed;
 using gpu_testing::graph_kernel;
+using gpu_testing::invalid_argument_message;
 using gpu_testing::kPoison;
 using gpu_testing::random_values;
 using gpu_testing::still_alive_after;
@@ -78,21 +80,6 @@ class BuilderEmbed : public builder_test {};
 class BuilderCallback : public builder_test {};
 class BuilderGuard : public builder_test {};
 class BuilderUpdate : public builder_test {};
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// The message of the invalid_argument `f` throws (or a text saying it threw none).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const invalid_argument& e) {
-    return e.what();
-  }
-  return "<no invalid_argument was thrown>";
-}
 
 template <class T>
 buffer on_device(const std::vector<T>& host, const stream& s) {

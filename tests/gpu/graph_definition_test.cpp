@@ -37,9 +37,11 @@
 namespace cucore {
 namespace {
 
+using gpu_testing::contains;
 using gpu_testing::cover;
 using gpu_testing::fresh_seed;
 using gpu_testing::graph_kernel;
+using gpu_testing::invalid_argument_message;
 using gpu_testing::kPoison;
 using gpu_testing::random_values;
 
@@ -1284,6 +1286,29 @@ TEST_F(GraphDefinition, DestroyingAConditionalNodeInvalidatesItsBranches) {
   EXPECT_TRUE(def.valid());
   def.empty();
   EXPECT_EQ(def.node_count(), 1u);
+}
+
+// The owners of nodes in child and body graphs are held by the top graph, which a copy of a view
+// would not hold: clone, embed, instantiate and update refuse views.
+TEST_F(GraphDefinition, CopiesOfChildAndBodyViewsAreRefused) {
+  device dev(0);
+  graph_definition child(dev);
+  child.empty();
+  graph_definition def(dev);
+  graph_definition child_view = def.embed(child).child_graph();
+  graph_definition body_view = def.if_then(def.create_condition(0u)).branch(0);
+  body_view.empty();
+  graph exec = def.instantiate();
+  graph_definition other(dev);
+  for (const graph_definition& view : {child_view, body_view}) {
+    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.clone(); }), "top graph"));
+    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.instantiate(); }), "view"));
+    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)other.embed(view); }), "view"));
+    EXPECT_TRUE(contains(invalid_argument_message([&] { exec.update(view); }), "view"));
+  }
+  EXPECT_EQ(other.node_count(), 0u) << "a refused embed adds nothing";
+  EXPECT_NO_THROW(other.embed(child));
+  EXPECT_NO_THROW(def.instantiate());
 }
 
 TEST_F(GraphDefinition, DestroyingAChildNodeInvalidatesItsView) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "cucore/error.hpp"
 #include "cucore/graph/builder.hpp"
 #include "cucore/graph/definition.hpp"
 #include "cucore/graph/graph.hpp"
@@ -110,6 +111,21 @@ bool still_alive_after(const std::weak_ptr<T>& w,
                        std::chrono::milliseconds settle = std::chrono::milliseconds(200)) {
   std::this_thread::sleep_for(settle);
   return !w.expired();
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// The message of the invalid_argument `f` throws (or a text saying it threw none).
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  return "<no invalid_argument was thrown>";
 }
 
 }  // namespace cucore::gpu_testing
