@@ -101,6 +101,15 @@ constexpr std::int64_t kJournalSizeLimit = 4 << 20;
 constexpr std::int64_t kBlobReadThreshold = 128 << 10;
 // Access times recorded but not yet written back; beyond this many, they are dropped.
 constexpr std::size_t kMaxPendingTouches = 1 << 16;
+// A row read again within this long of its last recorded read keeps that access time: eviction
+// order is exact up to a minute, and a hot entry costs no write per read (nor per process).
+constexpr std::chrono::microseconds kTouchGranularity = std::chrono::minutes(1);
+// Microseconds since the epoch: the unit of entries.atime.
+std::int64_t now_stamp() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 // The longest a read waits to write access times back (the write itself waits for busy_timeout).
 constexpr milliseconds kTouchFlushBusyTimeout{20};
 constexpr milliseconds kJournalSwitchBusyTimeout{200};
@@ -328,7 +337,7 @@ struct statements {
         // the caller's buffer, within this statement's read transaction (one copy, no
         // SQLite-side buffer of the whole value).
         select_hit(db,
-                   "SELECT e.written, e.id, CASE WHEN e.size <= ?2 THEN b.value END "
+                   "SELECT e.written, e.id, CASE WHEN e.size <= ?2 THEN b.value END, e.atime "
                    "FROM entries AS e CROSS JOIN blobs AS b ON b.id = e.id WHERE e.key = ?1"),
         select_entry(db, "SELECT id, size FROM entries WHERE key = ?1"),
         select_meta(db, "SELECT total_bytes, entry_count FROM meta"),
@@ -421,7 +430,9 @@ struct sqlite_program_cache::impl {
   void write_failed_locked(std::string_view operation, const std::string& why);
   void write_unavailable_locked(std::string_view operation);
 
-  std::int64_t next_stamp_locked();
+  // Microseconds since the epoch, increasing per object. Odd for reads, even for writes: a row
+  // whose atime is odd has been read since it was written (see get).
+  std::int64_t next_stamp_locked(bool read);
   void flush_touches_locked();
   void maybe_flush_touches_locked();
   std::size_t evict_locked(std::optional<std::span<const std::byte>> keep, std::uint64_t excess);
@@ -895,11 +906,10 @@ void sqlite_program_cache::impl::write_unavailable_locked(std::string_view opera
 // ---------------------------------------------------------------------------------------------
 // Recency, eviction, space
 
-std::int64_t sqlite_program_cache::impl::next_stamp_locked() {
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-  last_stamp = std::max(now, last_stamp + 1);
+std::int64_t sqlite_program_cache::impl::next_stamp_locked(bool read) {
+  std::int64_t stamp = std::max(now_stamp(), last_stamp + 1);
+  if ((stamp & 1) != (read ? 1 : 0)) ++stamp;
+  last_stamp = stamp;
   return last_stamp;
 }
 
@@ -1075,6 +1085,7 @@ std::optional<object_code> sqlite_program_cache::get(cache_key_ref key) {
   impl& c = *impl_;
   std::vector<std::byte> data;
   std::int64_t written = 0;
+  std::int64_t atime = 0;
   {
     std::lock_guard lock(c.mutex);
     c.check_not_closed();
@@ -1092,6 +1103,7 @@ std::optional<object_code> sqlite_program_cache::get(cache_key_ref key) {
         return std::nullopt;
       }
       written = s->column_int64(0);
+      atime = s->column_int64(3);
       if (!s->column_is_null(2)) {
         const auto blob = s->column_blob(2);
         data.assign(blob.begin(), blob.end());
@@ -1106,12 +1118,15 @@ std::optional<object_code> sqlite_program_cache::get(cache_key_ref key) {
       c.misses.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
     }
+    // Recency: a row read since it was written (odd atime) within kTouchGranularity needs no new
+    // access time, so a hot entry costs no write, even to processes that read it once and exit.
     const std::string_view k = key.as_string_view();
-    const std::int64_t stamp = c.next_stamp_locked();
-    if (auto it = c.touches.find(k); it != c.touches.end()) {
-      it->second = stamp;
-    } else {
-      c.touches.emplace(std::string(k), stamp);
+    auto pending = c.touches.find(k);
+    const bool recently_read = (atime & 1) != 0 && now_stamp() - atime < kTouchGranularity.count();
+    if (pending != c.touches.end()) {
+      pending->second = c.next_stamp_locked(true);
+    } else if (!recently_read) {
+      c.touches.emplace(std::string(k), c.next_stamp_locked(true));
     }
     c.maybe_flush_touches_locked();
   }
@@ -1198,7 +1213,7 @@ void sqlite_program_cache::put(cache_key_ref key, const object_code& code) {
         const std::uint64_t after = total - std::min(total, old ? old->second : 0) + size;
         if (after > *cap) evicted = c.evict_locked(key.bytes(), after - *cap);
       }
-      const std::int64_t stamp = c.next_stamp_locked();
+      const std::int64_t stamp = c.next_stamp_locked(false);
       const auto write_id = static_cast<std::int64_t>(c.write_ids());
       if (old) {
         {

@@ -372,6 +372,47 @@ TEST_F(SqliteCache, ReadsDoNotWriteUntilTheFlush) {
   EXPECT_GT(atime(), before) << "close must write the access times back";
 }
 
+// A process that reads a hot entry once and exits (a CLI hit, a pytest-xdist worker, an MPI rank)
+// writes nothing: the entry was read within the last minute, so its access time stands.
+TEST_F(SqliteCache, ReadingARecentlyReadEntryWritesNothing) {
+  {
+    sqlite_program_cache cache(file);
+    cache.put("k", code_of_size(100));
+  }
+  testing::raw_db raw(file);
+  const auto version = [&] { return raw.integer("PRAGMA data_version"); };
+  const auto atime = [&] {
+    return raw.integer("SELECT atime FROM entries WHERE key = CAST('k' AS BLOB)");
+  };
+  const long long written = atime();
+  {
+    sqlite_program_cache first_reader(file);  // the first read since the write is recorded
+    ASSERT_TRUE(first_reader.get("k"));
+  }
+  const long long read = atime();
+  EXPECT_GT(read, written);
+  const long long v0 = version();
+  for (int process = 0; process < 3; ++process) {
+    testing::child_process reader([&]() -> std::string {
+      sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 0ms});
+      return cache.get("k") ? "" : "k missing in the child";
+    });
+    ASSERT_EQ(reader.wait(), "");
+  }
+  EXPECT_EQ(version(), v0) << "a read of a recently read entry wrote to the database";
+  EXPECT_EQ(atime(), read);
+
+  // Two minutes later (the last read moved back, still a read: an odd stamp) the next read is
+  // recorded again.
+  raw.exec("UPDATE entries SET atime = atime - 120000000 WHERE key = CAST('k' AS BLOB)");
+  ASSERT_EQ(atime() % 2, 1);
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 0ms});
+    ASSERT_TRUE(cache.get("k"));
+  }
+  EXPECT_GT(atime(), read);
+}
+
 TEST_F(SqliteCache, ZeroFlushIntervalWritesAccessTimesOnEveryRead) {
   sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 0ms});
   cache.put("k", code_of_size(10));
