@@ -1042,6 +1042,31 @@ TEST_F(Key, IsTheKeyCompileUses) {
   EXPECT_EQ(same.out, r.out);
 }
 
+// Like compile, key takes the compiler's version from the cache's memo: once the cache has seen
+// the compiler, deriving a key loads no compiler library, and the key is the same either way.
+TEST_F(Key, UsesTheCachesCompilerVersionsAndLoadsNoCompiler) {
+  file("k.cu", kTemplate);
+  const std::vector<std::string> key_args = {"key", "k.cu", "--arch", kArch};
+  const std::string db = "sqlite:" + (cache_.path() / "cache.db").string();
+  for (const std::string& spec : {std::string(), db}) {
+    SCOPED_TRACE(spec.empty() ? "the default cache" : spec);
+    std::vector<std::string> with_cache = key_args;
+    if (!spec.empty()) with_cache.insert(with_cache.end(), {"--cache", spec});
+    const auto first = cucore(with_cache);  // asks NVRTC and remembers its version
+    ASSERT_EQ(first.status, 0) << describe(first);
+    const auto again = cucore(with_cache, {{"LD_DEBUG", "files"}});
+    ASSERT_EQ(again.status, 0) << describe(again);
+    EXPECT_EQ(again.out, first.out);
+    EXPECT_FALSE(contains(again.err, "libnvrtc")) << "key loaded NVRTC with a warm memo";
+    std::vector<std::string> uncached = key_args;
+    uncached.insert(uncached.end(), {"--cache", "none"});
+    const auto installed = cucore(uncached, {{"LD_DEBUG", "files"}});
+    ASSERT_EQ(installed.status, 0) << describe(installed);
+    EXPECT_EQ(installed.out, first.out) << "the memo and the installed NVRTC disagree";
+    EXPECT_TRUE(contains(installed.err, "libnvrtc")) << "--cache none asks the installed NVRTC";
+  }
+}
+
 TEST_F(Key, ExplainListsTheFields) {
   file("k.cu", kTemplate);
   auto r = cucore({"key", "k.cu", "--arch", kArch, "--explain", "--name-expression", "k<int>"});
@@ -1422,10 +1447,11 @@ TEST_F(Usage, KeyHelp) {
   for (const char* option :
        {"--explain", "--json", "--code-type", "--target", "--arch", "--name NAME",
         "--name-expression", "-I, --include-path", "-D, --define-macro", "--ptxas-options",
-        "--extra-module", "--extra-digest HEX"}) {
+        "--extra-module", "--extra-digest HEX", "--cache SPEC"}) {
     EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;
   }
-  EXPECT_FALSE(contains(r.out, "--cache")) << "the key does not depend on the cache";
+  // --cache is only where the compiler's version is remembered: the key does not depend on it.
+  EXPECT_TRUE(contains(r.out, "the installed compilers are asked")) << r.out;
 }
 
 TEST_F(Usage, CacheHelpListsSubcommandsAndOptions) {

@@ -1,14 +1,18 @@
 // cucore key: the program cache key `cucore compile` uses for the same command line, and what it
 // was built from.
 #include <algorithm>
+#include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "arguments.hpp"
+#include "cache_spec.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
+#include "cucore/log.hpp"
 #include "json_writer.hpp"
 
 namespace cucore::cli {
@@ -23,6 +27,7 @@ constexpr auto options =
                  std::to_array<option_spec>({
                      {"", "", "", "Cache key"},
                      extra_digest_option,
+                     cache_option,
                  }));
 
 constexpr std::string_view description =
@@ -36,6 +41,13 @@ constexpr std::string_view description =
     "Inputs the key cannot see (-I, --pre-include, a quoted #include, a --name with a directory,\n"
     "--libdevice) are refused unless --extra-digest HEX is given: bytes that change when those\n"
     "files do (for example the SHA-256 of the headers).\n"
+    "\n"
+    "The compiler's version comes from what the cache remembers, as compile's does, so a key for\n"
+    "a compiler the cache has seen loads no compiler library; with memory or none, or a cache\n"
+    "that cannot be opened, the installed compilers are asked. Nothing is written to the cache\n"
+    "but that memory of compiler versions.\n"
+    "\n" CUCORE_CLI_CACHE_SPEC_HELP
+    "\n"
     "\n"
     "Exit status: 0 printed; 1 FILE cannot be read, or no --arch and no GPU; 2 bad command line,\n"
     "or inputs the key cannot cover.";
@@ -76,8 +88,21 @@ int run(const arguments& args) {
     throw usage_error("no cache key: " + refusal->reason +
                       (refusal->extra_digest_helps ? "; pass --extra-digest HEX" : ""));
   }
-  // The installed compilers' identities: the same answers compile's remembered ones give.
-  const program_cache_key key = make_program_cache_key(key_inputs(in, extra_digest));
+  // The compiler identities compile uses with this cache: remembered beside a persistent cache
+  // (no compiler library loaded), else the installed libraries' (the same answers).
+  const std::string spec = cache_spec_from(args);
+  std::unique_ptr<program_cache> cache;
+  if (!is_no_cache(spec) && !is_memory_cache(spec)) {
+    try {
+      cache = open_cache(spec);
+    } catch (const std::exception& e) {
+      cucore::log(log_level::debug, std::string("key: the cache cannot be opened (") + e.what() +
+                                        "); asking the installed compilers");
+    }
+  }
+  const program_cache_key key =
+      cache ? make_program_cache_key(key_inputs(in, extra_digest), probes_for(*cache))
+            : make_program_cache_key(key_inputs(in, extra_digest));
   if (args.has("--json")) {
     print_json(key, args.has("--explain"));
   } else {
