@@ -44,8 +44,8 @@ constexpr std::string_view description =
     "\n"
     "The compiler's version comes from what the cache remembers, as compile's does, so a key for\n"
     "a compiler the cache has seen loads no compiler library; with memory or none, or a cache\n"
-    "that cannot be opened, the installed compilers are asked. Nothing is written to the cache\n"
-    "but that memory of compiler versions.\n"
+    "that cannot be opened, the installed compilers are asked. The key is the same either way.\n"
+    "It stores no entry (it may create the cache, and record the compiler's version there).\n"
     "\n" CUCORE_CLI_CACHE_SPEC_HELP
     "\n"
     "\n"
