@@ -31,6 +31,8 @@ def human(t):
 rows = [
     ("key derivation, 1 KiB source", "BM_KeyDerivation/1024", "SHA-256 of the source", "BM_Sha256Floor/1024", "ratio"),
     ("key derivation, 64 KiB source", "BM_KeyDerivation/65536", "SHA-256 of the source", "BM_Sha256Floor/65536", "ratio"),
+    ("key derivation, 1 KiB code with an #include", "BM_KeyDerivationIncluding/1024", "SHA-256 of the source", "BM_Sha256Floor/1024", "ratio"),
+    ("key derivation, 64 KiB code with an #include", "BM_KeyDerivationIncluding/65536", "SHA-256 of the source", "BM_Sha256Floor/65536", "ratio"),
     ("in-memory hit", "BM_InMemoryHit", "unordered_map + mutex", "BM_UnorderedMapFloor", "ratio"),
     ("directory hit, 4 KiB", "BM_DirectoryHit/4096", "open/read/close", "BM_OpenReadCloseFloor/4096", "ratio"),
     ("directory hit, 256 KiB", "BM_DirectoryHit/262144", "open/read/close", "BM_OpenReadCloseFloor/262144", "ratio"),

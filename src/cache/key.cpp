@@ -185,28 +185,35 @@ class include_scanner {
   }
   static bool space(char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r'; }
 
-  // Translation phase 2: removes backslash-newline, remembering where each physical line starts.
+  // Translation phase 2: removes backslash-newline, remembering where each splice was (copying
+  // the text between backslashes in bulk: this runs over every source that includes anything).
   void splice(std::string_view code) {
     text_.reserve(code.size());
-    line_starts_.push_back(0);
-    for (std::size_t i = 0; i < code.size(); ++i) {
-      if (code[i] == '\\') {
-        std::size_t j = i + 1;
-        if (j < code.size() && code[j] == '\r') ++j;
-        if (j < code.size() && code[j] == '\n') {
-          i = j;
-          line_starts_.push_back(text_.size());
-          continue;
-        }
+    std::size_t from = 0;
+    for (;;) {
+      const std::size_t backslash = code.find('\\', from);
+      if (backslash == std::string_view::npos) break;
+      std::size_t j = backslash + 1;
+      if (j < code.size() && code[j] == '\r') ++j;
+      if (j < code.size() && code[j] == '\n') {
+        text_.append(code, from, backslash - from);
+        splices_.push_back(text_.size());
+        from = j + 1;
+      } else {
+        text_.append(code, from, backslash + 1 - from);
+        from = backslash + 1;
       }
-      text_ += code[i];
-      if (code[i] == '\n') line_starts_.push_back(text_.size());
     }
+    text_.append(code, from);
   }
 
+  // The physical line (from 1) of `offset` in the spliced text: the newlines before it, plus the
+  // ones splices removed at or before it. Only for messages, so counted when asked.
   std::size_t line_of(std::size_t offset) const {
-    auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
-    return static_cast<std::size_t>(it - line_starts_.begin());
+    const auto newlines = std::count(text_.begin(), text_.begin() + offset, '\n');
+    const auto spliced =
+        std::upper_bound(splices_.begin(), splices_.end(), offset) - splices_.begin();
+    return 1 + static_cast<std::size_t>(newlines) + static_cast<std::size_t>(spliced);
   }
 
   // A copy of the text, same length, where each comment (newlines included: phase 3 makes a comment
@@ -295,11 +302,12 @@ class include_scanner {
 
   std::string check_directive(std::size_t begin, std::size_t end) const {
     std::size_t i = skip_space(begin, end);
-    if (i < end && clean_[i] == '#') {
+    if (i >= end) return {};
+    if (clean_[i] == '#') {
       ++i;
-    } else if (clean_.compare(i, 2, "%:") == 0) {
+    } else if (clean_[i] == '%' && i + 1 < end && clean_[i + 1] == ':') {
       i += 2;
-    } else if (clean_.compare(i, 3, "?\?=") == 0) {
+    } else if (clean_[i] == '?' && i + 2 < end && clean_[i + 1] == '?' && clean_[i + 2] == '=') {
       i += 3;
     } else {
       return {};
@@ -315,40 +323,42 @@ class include_scanner {
     return report(begin, end);
   }
 
+  // __has_include, __has_include_next and __has_embed, in one pass over the text: the first whose
+  // argument is not a harmless <relative/name>.
   std::string check_has_include() const {
-    for (std::string_view name : {"__has_include", "__has_include_next", "__has_embed"}) {
-      std::size_t pos = 0;
-      while ((pos = clean_.find(name, pos)) != std::string::npos) {
-        const std::size_t after = pos + name.size();
-        const bool whole = (pos == 0 || !ident_char(clean_[pos - 1])) &&
-                           (after >= clean_.size() || !ident_char(clean_[after]));
-        if (whole) {
-          std::size_t i = after;
+    std::size_t pos = 0;
+    while ((pos = clean_.find("__has_", pos)) != std::string::npos) {
+      std::size_t after = pos + 6;
+      while (after < clean_.size() && ident_char(clean_[after])) ++after;
+      const std::string_view name(clean_.data() + pos, after - pos);
+      const bool whole = pos == 0 || !ident_char(clean_[pos - 1]);
+      if (whole &&
+          (name == "__has_include" || name == "__has_include_next" || name == "__has_embed")) {
+        std::size_t i = after;
+        while (i < clean_.size() && (space(clean_[i]) || clean_[i] == '\n')) ++i;
+        bool harmless = false;
+        if (name != "__has_embed" && i < clean_.size() && clean_[i] == '(') {
+          ++i;
           while (i < clean_.size() && (space(clean_[i]) || clean_[i] == '\n')) ++i;
-          bool harmless = false;
-          if (name != "__has_embed" && i < clean_.size() && clean_[i] == '(') {
-            ++i;
-            while (i < clean_.size() && (space(clean_[i]) || clean_[i] == '\n')) ++i;
-            harmless = harmless_header_name(i, clean_.size());
-          }
-          if (!harmless) {
-            std::size_t from = clean_.rfind('\n', pos);
-            from = (from == std::string::npos) ? 0 : from + 1;
-            std::size_t to = clean_.find('\n', pos);
-            if (to == std::string::npos) to = clean_.size();
-            return report(from, to);
-          }
+          harmless = harmless_header_name(i, clean_.size());
         }
-        pos = after;
+        if (!harmless) {
+          std::size_t from = clean_.rfind('\n', pos);
+          from = (from == std::string::npos) ? 0 : from + 1;
+          std::size_t to = clean_.find('\n', pos);
+          if (to == std::string::npos) to = clean_.size();
+          return report(from, to);
+        }
       }
+      pos = after;
     }
     return {};
   }
 
   std::string_view code_;
-  std::string text_;   // spliced
-  std::string clean_;  // spliced, comments and literal contents blanked
-  std::vector<std::size_t> line_starts_;
+  std::string text_;                  // spliced
+  std::string clean_;                 // spliced, comments and literal contents blanked
+  std::vector<std::size_t> splices_;  // offsets in text_ where a backslash-newline was removed
 };
 
 void check_nvrtc_gates(const program_cache_key_inputs& in) {

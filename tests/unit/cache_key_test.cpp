@@ -1099,6 +1099,20 @@ TEST(MakeProgramCacheKey, CodeThatIncludesFilesNeedsExtraDigest) {
   auto msg = refusal(in);
   EXPECT_TRUE(contains(msg, "line 3")) << msg;
   EXPECT_TRUE(contains(msg, "mine.h")) << msg;
+
+  // Physical lines: a backslash-newline still counts as a line break in the message.
+  const std::string spliced =
+      "int a = \\\n  1;\r\n#define X \\\r\n 2\n#include \"mine.h\"\n" + std::string(kCxx);
+  in.code = spliced;
+  msg = refusal(in);
+  EXPECT_TRUE(contains(msg, "line 5")) << msg;
+  const std::string has =
+      "#if 1\n#endif\n#if __has_embed(\"e.bin\") || __has_include(\"h.h\")\n#endif\n" +
+      std::string(kCxx);
+  in.code = has;
+  msg = refusal(in);
+  EXPECT_TRUE(contains(msg, "line 3")) << msg;
+  EXPECT_TRUE(contains(msg, "__has_embed")) << msg;
 }
 
 TEST(MakeProgramCacheKey, NvvmUseLibdeviceNeedsExtraDigest) {
