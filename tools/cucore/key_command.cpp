@@ -89,16 +89,15 @@ int run(const arguments& args) {
                       (refusal->extra_digest_helps ? "; pass --extra-digest HEX" : ""));
   }
   // The compiler identities compile uses with this cache: remembered beside a persistent cache
-  // (no compiler library loaded), else the installed libraries' (the same answers).
-  const std::string spec = cache_spec_from(args);
+  // (no compiler library loaded), else the installed libraries' (the same answers). "none" opens
+  // nothing; probes_for() of an in-memory cache asks the installed libraries.
+  const std::string spec = cache_spec_from(args);  // a malformed spec is a usage error
   std::unique_ptr<program_cache> cache;
-  if (!is_no_cache(spec) && !is_memory_cache(spec)) {
-    try {
-      cache = open_cache(spec);
-    } catch (const std::exception& e) {
-      cucore::log(log_level::debug, std::string("key: the cache cannot be opened (") + e.what() +
-                                        "); asking the installed compilers");
-    }
+  try {
+    cache = open_cache(spec);
+  } catch (const std::exception& e) {
+    cucore::log(log_level::debug, std::string("key: the cache cannot be opened (") + e.what() +
+                                      "); asking the installed compilers");
   }
   const program_cache_key key =
       cache ? make_program_cache_key(key_inputs(in, extra_digest), probes_for(*cache))
