@@ -34,7 +34,7 @@ enum class code_type { ptx, cubin, ltoir, fatbin, object, library };
 
 std::string_view to_string(code_type type) noexcept;
 // Parses "ptx", "cubin", "ltoir", "fatbin", "object", "library"; throws invalid_argument otherwise.
-code_type parse_code_type(std::string_view text);
+code_type parse_code_type(std::string_view text);  // case-insensitive; throws invalid_argument
 
 // Name expression (as given to compile) → lowered (mangled) name.
 using symbol_map = std::map<std::string, std::string, std::less<>>;

@@ -35,6 +35,14 @@ struct macro {
   friend bool operator==(const macro&, const macro&) = default;
 };
 
+// A header given in memory (NVRTC's nvrtcCreateProgram headers): an #include that writes `name`
+// exactly ("name" or <name>) reads `contents`, and nothing on disk is consulted for it.
+struct include_header {
+  std::string name;      // as the #include writes it: "tuning.cuh", "detail/config.h"
+  std::string contents;  // text (no NUL byte)
+  friend bool operator==(const include_header&, const include_header&) = default;
+};
+
 // An extra NVVM IR module (text or bitcode) compiled together with the main one.
 struct nvvm_module {
   std::string name;
@@ -65,6 +73,12 @@ struct program_options {
   std::vector<std::string> include_path;
   std::vector<std::string> pre_include;
   std::optional<bool> no_source_include;
+  // c++ only. Unset or true: the toolkit's own include directories (toolkit::include_directories():
+  // include/cccl and include of the toolkit whose NVRTC compiles) are searched after include_path,
+  // so CCCL, CUB and <cuda/...> headers compile with no flags. false: they are not.
+  std::optional<bool> toolkit_include_path;
+  // c++ only: headers in memory, looked up by the name an #include writes before any directory.
+  std::vector<include_header> headers;
   std::optional<std::string> std;  // "c++17", "c++20", ...
   std::optional<bool> builtin_move_forward;
   std::optional<bool> builtin_initializer_list;
@@ -125,7 +139,8 @@ struct linker_options {
 };
 
 // The flags `options` gives the compiler for `source` and `target`, in one fixed order: for c++ the
-// NVRTC flags, for nvvm the libNVVM flags, for ptx the nvJitLink flags of the translated linker
+// NVRTC flags (the toolkit's include directories appended to include_path unless
+// toolkit_include_path is false; in-memory headers are no flag), for nvvm the libNVVM flags, for ptx the nvJitLink flags of the translated linker
 // options. Resolves nothing: `arch` must be set (see resolve_arch). Throws invalid_argument for a
 // field the backend does not support, naming it, and for malformed values.
 std::vector<std::string> compiler_flags(const program_options& options, source_type source,

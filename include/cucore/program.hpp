@@ -35,11 +35,14 @@ class program {
   // its mangled name in the result's symbol_mapping(). Throws compile_error with the log when the
   // compiler rejects the code; invalid_argument for an unsupported target or option.
   //
-  // With a cache: derives the key (make_program_cache_key with the cache's compiler version memo),
-  // returns the cached object_code on a hit (symbol mapping included, so name expressions work),
-  // and on a miss compiles and stores the result. A failure to store is logged and never fails the
-  // compile. Inputs whose key needs an extra_digest (include_path, pre_include, PCH options, a
-  // quoted #include, a program name with a directory, use_libdevice) and options with side effects
+  // With a cache: derives the key (make_program_cache_key with the cache's compiler version memo
+  // and header digest memo), returns the cached object_code on a hit (symbol mapping included, so
+  // name expressions work), and on a miss compiles and stores the result. Headers the code can
+  // read (#include beside options.name, include_path, the toolkit's directories, pre_include,
+  // in-memory headers) are tracked by the key; after a miss the headers are checked again and the
+  // result is not stored if one changed during the compile. A failure to store is logged and
+  // never fails the compile. Inputs whose key needs an extra_digest (PCH options, use_libdevice,
+  // an #include through a macro whose value cannot be worked out) and options with side effects
   // (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive the key with
   // make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
   object_code compile(code_type target, std::span<const std::string> name_expressions = {},

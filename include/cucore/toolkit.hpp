@@ -52,8 +52,17 @@ struct report {
   library_status nvvm;
   library_status driver;
   std::optional<std::string> libdevice;  // path of libdevice.10.bc, if found
+  std::vector<std::string> include_directories;  // include_directories()
   std::vector<device_summary> devices;   // empty without a driver or without a GPU
 };
+
+// The include directories of the toolkit whose NVRTC compiles, in search order: its include/cccl
+// (CCCL: cub/, cuda/, nv/, thrust/) then include/, whichever exist. The toolkit is the CUDA root
+// (see above) under which NVRTC is found, found with stat() alone (no library is loaded); for a
+// targets/<arch>-linux/lib layout its targets/<arch>-linux/include. Empty when NVRTC is not under a
+// CUDA root (taken from the loader path: which toolkit it belongs to is unknown). Found once per
+// process; never throws. program_options::toolkit_include_path appends them to NVRTC's -I list.
+const std::vector<std::string>& include_directories();
 
 // Probes every library; never throws.
 report query();

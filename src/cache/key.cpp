@@ -3,6 +3,7 @@
 // kSchema.
 #include "cucore/cache/key.hpp"
 
+#include "cache/include_tracking.hpp"
 #include "common/sha256.hpp"
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 namespace cucore {
 namespace {
 
-constexpr std::string_view kSchema = "cucore-key-1";
+constexpr std::string_view kSchema = "cucore-key-2";
 constexpr std::string_view kHexDigits = "0123456789abcdef";
 
 using digest = std::array<std::byte, program_cache_key::size>;
@@ -60,11 +61,11 @@ std::string render(std::string_view payload) {
 // Feeds labelled fields to one SHA-256 and records them for explain().
 class field_hasher {
  public:
-  field_hasher() : fields_(std::make_shared<std::vector<key_field>>()) {}
+  field_hasher() = default;
 
   void add(std::string_view label, std::string_view payload) {
     add_raw(label, payload);
-    fields_->push_back({std::string(label), render(payload)});
+    fields_.push_back({std::string(label), render(payload)});
   }
   void add(std::string_view label, std::size_t count) { add(label, std::to_string(count)); }
 
@@ -75,14 +76,20 @@ class field_hasher {
     const digest d = sha256(content);
     const std::string_view payload(reinterpret_cast<const char*>(d.data()), d.size());
     add_raw(label, payload);
-    fields_->push_back({std::string(label), shown_as_is(content)
+    fields_.push_back({std::string(label), shown_as_is(content)
                                                 ? std::string(content)
                                                 : "<" + std::to_string(content.size()) +
                                                       " bytes, sha256 " + to_hex(d) + ">"});
   }
 
+  // A field whose payload people read as `shown`.
+  void add_shown(std::string_view label, std::string_view payload, std::string shown) {
+    add_raw(label, payload);
+    fields_.push_back({std::string(label), std::move(shown)});
+  }
+
   digest finish() { return hasher_.finish(); }
-  std::shared_ptr<const std::vector<key_field>> fields() const { return fields_; }
+  std::vector<key_field> take_fields() { return std::move(fields_); }
 
  private:
   // The framing: label ASCII bytes, payload length as 8 big-endian bytes, payload bytes.
@@ -104,7 +111,7 @@ class field_hasher {
   // The framed fields are short (source code enters as its digest): the local SHA-256, which
   // needs no libcrypto initialisation (common/sha256.hpp).
   detail::sha256_hasher hasher_;
-  std::shared_ptr<std::vector<key_field>> fields_;
+  std::vector<key_field> fields_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -120,7 +127,7 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 // Text fit for a message: at most `limit` characters, non-printable bytes escaped.
-std::string quoted(std::string_view text, std::size_t limit = 80) {
+std::string in_quotes(std::string_view text, std::size_t limit = 80) {
   std::string out = "\"";
   for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
@@ -143,223 +150,71 @@ constexpr std::string_view kUseExtraDigest =
     "pass a fingerprint of those files' contents as program_cache_key_inputs::extra_digest (see "
     "cucore::make_program_cache_key), or compile without the cache";
 
-// Where NVRTC can read a file through the code itself: #include (and __has_include) of a quoted or
-// macro-expanded name resolves against the directory of options.name or the current directory, and
-// an absolute path anywhere. An angle-bracket relative name only searches the include_path (gated
-// on its own) and NVRTC's built-in headers.
-//
-// This is a conservative scan, not a preprocessor: it splices lines, blanks comments and literals,
-// then looks at directives and __has_include. Anything it cannot prove harmless (a directive inside
-// a block that #if would skip, an unusual form) counts as reaching a file.
-class include_scanner {
- public:
-  explicit include_scanner(std::string_view code) : code_(code) {}
+std::string hex_of(const std::array<std::byte, 32>& d) {
+  return to_hex(d);
+}
 
-  // The first external reference: "line N: <directive text>", or empty.
-  std::string find_external() {
-    // Fast path: every form that reaches a file spells "include", "import" or "embed", unless a
-    // line splice cuts the word.
-    const bool splices = code_.find("\\\n") != std::string_view::npos ||
-                         code_.find("\\\r\n") != std::string_view::npos;
-    if (!splices && code_.find("include") == std::string_view::npos &&
-        code_.find("import") == std::string_view::npos &&
-        code_.find("embed") == std::string_view::npos) {
-      return {};
-    }
-    splice(code_);
-    blank_comments_and_literals();
-    std::size_t pos = 0;
-    while (pos <= clean_.size()) {
-      std::size_t end = clean_.find('\n', pos);
-      if (end == std::string::npos) end = clean_.size();
-      if (auto hit = check_directive(pos, end); !hit.empty()) return hit;
-      pos = end + 1;
-    }
-    return check_has_include();
-  }
-
- private:
-  static bool ident_char(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
-           static_cast<unsigned char>(c) >= 0x80;
-  }
-  static bool space(char c) { return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r'; }
-
-  // Translation phase 2: removes backslash-newline, remembering where each splice was (copying
-  // the text between backslashes in bulk: this runs over every source that includes anything).
-  void splice(std::string_view code) {
-    text_.reserve(code.size());
-    std::size_t from = 0;
-    for (;;) {
-      const std::size_t backslash = code.find('\\', from);
-      if (backslash == std::string_view::npos) break;
-      std::size_t j = backslash + 1;
-      if (j < code.size() && code[j] == '\r') ++j;
-      if (j < code.size() && code[j] == '\n') {
-        text_.append(code, from, backslash - from);
-        splices_.push_back(text_.size());
-        from = j + 1;
-      } else {
-        text_.append(code, from, backslash + 1 - from);
-        from = backslash + 1;
-      }
-    }
-    text_.append(code, from);
-  }
-
-  // The physical line (from 1) of `offset` in the spliced text: the newlines before it, plus the
-  // ones splices removed at or before it. Only for messages, so counted when asked.
-  std::size_t line_of(std::size_t offset) const {
-    const auto newlines = std::count(text_.begin(), text_.begin() + offset, '\n');
-    const auto spliced =
-        std::upper_bound(splices_.begin(), splices_.end(), offset) - splices_.begin();
-    return 1 + static_cast<std::size_t>(newlines) + static_cast<std::size_t>(spliced);
-  }
-
-  // A copy of the text, same length, where each comment (newlines included: phase 3 makes a comment
-  // one space) and the contents of each string and character literal are spaces.
-  void blank_comments_and_literals() {
-    clean_ = text_;
-    const std::size_t n = text_.size();
-    auto blank = [&](std::size_t from, std::size_t to) {
-      for (std::size_t k = from; k < to && k < n; ++k) clean_[k] = ' ';
-    };
-    std::size_t i = 0;
-    while (i < n) {
-      const char c = text_[i];
-      if (c == '/' && i + 1 < n && text_[i + 1] == '/') {
-        std::size_t end = text_.find('\n', i);
-        if (end == std::string::npos) end = n;
-        blank(i, end);
-        i = end;
-      } else if (c == '/' && i + 1 < n && text_[i + 1] == '*') {
-        std::size_t end = text_.find("*/", i + 2);
-        end = (end == std::string::npos) ? n : end + 2;
-        blank(i, end);
-        i = end;
-      } else if (c == '"' && raw_prefix(i)) {
-        i = skip_raw_string(i, blank);
-      } else if (c == '"' || c == '\'') {
-        // Ends at the closing quote or, unterminated (or a digit separator), at the line's end:
-        // a literal never hides a line from the directive scan.
-        std::size_t k = i + 1;
-        while (k < n && text_[k] != c && text_[k] != '\n')
-          k += (text_[k] == '\\' && k + 1 < n && text_[k + 1] != '\n') ? 2 : 1;
-        blank(i + 1, std::min(k, n));
-        i = (k < n && text_[k] == c) ? k + 1 : k;
-      } else {
-        ++i;
-      }
+// The headers the compile can read (include_tracking.hpp), folded into the key after the program
+// name: each in-memory header (all of them: NVRTC gets them all), then the closure in walk order.
+void add_headers(field_hasher& h, const program_cache_key_inputs& in, const program_options& o,
+                 const std::vector<std::string>& flags, const compiler_probes& probes,
+                 include_report& report) {
+  const detail::include_search search = detail::search_of(o, flags);
+  if (!o.headers.empty()) {
+    h.add("memory_headers_count", o.headers.size());
+    for (const auto& header : o.headers) {
+      const auto d = sha256(header.contents);
+      h.add_shown("memory_header", header.name + '\0' + std::string(reinterpret_cast<const char*>(d.data()), d.size()),
+                  header.name + " (" + std::to_string(header.contents.size()) + " bytes, sha256 " +
+                      hex_of(d) + ")");
     }
   }
-
-  // Whether the '"' at `quote` opens a raw string: preceded by R, itself alone or after u8/u/U/L.
-  bool raw_prefix(std::size_t quote) const {
-    if (quote == 0 || text_[quote - 1] != 'R') return false;
-    std::size_t start = quote - 1;
-    while (start > 0 && ident_char(text_[start - 1])) --start;
-    const std::string_view prefix(text_.data() + start, quote - 1 - start);
-    return prefix.empty() || prefix == "u8" || prefix == "u" || prefix == "U" || prefix == "L";
-  }
-
-  template <class Blank>
-  std::size_t skip_raw_string(std::size_t quote, Blank& blank) const {
-    const std::size_t n = text_.size();
-    std::size_t open = quote + 1;
-    while (open < n && open - quote <= 17 && text_[open] != '(' && !space(text_[open]) &&
-           text_[open] != '\n' && text_[open] != ')' && text_[open] != '\\' && text_[open] != '"') {
-      ++open;
+  if (!detail::may_read_headers(in.code, search)) return;
+  const auto memo_file = probes.header_digest_memo();
+  detail::include_closure closure = detail::track_includes(
+      in.code, search, &detail::header_memo_for(memo_file));
+  if (!closure.unresolved.empty() && !in.extra_digest) {
+    std::string list;
+    for (std::size_t i = 0; i < closure.unresolved.size() && i < 3; ++i) {
+      list += (i ? "; " : "") + in_quotes(std::string_view(closure.unresolved[i]), 160);
     }
-    if (open >= n || text_[open] != '(') return quote + 1;  // not a valid raw string: go on
-    const std::string terminator = ")" + text_.substr(quote + 1, open - quote - 1) + "\"";
-    std::size_t end = text_.find(terminator, open + 1);
-    end = (end == std::string::npos) ? n : end + terminator.size() - 1;
-    blank(quote + 1, end);
-    return end + 1;
-  }
-
-  std::string report(std::size_t from, std::size_t to) const {
-    std::string line(text_.substr(from, to - from));
-    std::replace(line.begin(), line.end(), '\n', ' ');
-    auto first = line.find_first_not_of(" \t\r\v\f");
-    line = first == std::string::npos ? std::string() : line.substr(first);
-    while (!line.empty() && space(line.back())) line.pop_back();
-    return "line " + std::to_string(line_of(from)) + ": " + quoted(line);
-  }
-
-  std::size_t skip_space(std::size_t i, std::size_t end) const {
-    while (i < end && space(clean_[i])) ++i;
-    return i;
-  }
-
-  // An argument that only searches the include path: <relative/name>.
-  bool harmless_header_name(std::size_t i, std::size_t end) const {
-    if (i >= end || clean_[i] != '<') return false;
-    const std::size_t close = clean_.find('>', i + 1);
-    if (close == std::string::npos || close >= end || close == i + 1) return false;
-    return clean_[i + 1] != '/';
-  }
-
-  std::string check_directive(std::size_t begin, std::size_t end) const {
-    std::size_t i = skip_space(begin, end);
-    if (i >= end) return {};
-    if (clean_[i] == '#') {
-      ++i;
-    } else if (clean_[i] == '%' && i + 1 < end && clean_[i + 1] == ':') {
-      i += 2;
-    } else if (clean_[i] == '?' && i + 2 < end && clean_[i + 1] == '?' && clean_[i + 2] == '=') {
-      i += 3;
-    } else {
-      return {};
+    if (closure.unresolved.size() > 3) {
+      list += " and " + std::to_string(closure.unresolved.size() - 3) + " more";
     }
-    i = skip_space(i, end);
-    std::size_t word_end = i;
-    while (word_end < end && ident_char(clean_[word_end])) ++word_end;
-    const std::string_view word(clean_.data() + i, word_end - i);
-    if (word != "include" && word != "include_next" && word != "import" && word != "embed") {
-      return {};
-    }
-    if (word != "embed" && harmless_header_name(skip_space(word_end, end), end)) return {};
-    return report(begin, end);
+    throw extra_digest_required(
+        "the c++ code includes a header through a macro whose value cucore cannot work out (" +
+        list +
+        "): the key would not know which file the compiler reads. Write the header name in the "
+        "#include, define the macro as a plain \"name\" or <name> (in the code, a header or "
+        "define_macro), or " +
+        std::string(kUseExtraDigest) + ".");
   }
-
-  // __has_include, __has_include_next and __has_embed, in one pass over the text: the first whose
-  // argument is not a harmless <relative/name>.
-  std::string check_has_include() const {
-    std::size_t pos = 0;
-    while ((pos = clean_.find("__has_", pos)) != std::string::npos) {
-      std::size_t after = pos + 6;
-      while (after < clean_.size() && ident_char(clean_[after])) ++after;
-      const std::string_view name(clean_.data() + pos, after - pos);
-      const bool whole = pos == 0 || !ident_char(clean_[pos - 1]);
-      if (whole &&
-          (name == "__has_include" || name == "__has_include_next" || name == "__has_embed")) {
-        std::size_t i = after;
-        while (i < clean_.size() && (space(clean_[i]) || clean_[i] == '\n')) ++i;
-        bool harmless = false;
-        if (name != "__has_embed" && i < clean_.size() && clean_[i] == '(') {
-          ++i;
-          while (i < clean_.size() && (space(clean_[i]) || clean_[i] == '\n')) ++i;
-          harmless = harmless_header_name(i, clean_.size());
-        }
-        if (!harmless) {
-          std::size_t from = clean_.rfind('\n', pos);
-          from = (from == std::string::npos) ? 0 : from + 1;
-          std::size_t to = clean_.find('\n', pos);
-          if (to == std::string::npos) to = clean_.size();
-          return report(from, to);
-        }
-      }
-      pos = after;
+  report.tracked = true;
+  report.files = closure.files;
+  report.absent = closure.absent;
+  report.in_memory = closure.in_memory;
+  report.hashed = closure.hashed;
+  report.vouched = closure.unresolved;
+  h.add("headers_count", closure.entries.size());
+  for (const auto& e : closure.entries) {
+    switch (e.what) {
+      case detail::closure_entry::kind::file:
+        h.add_shown("header", e.path + '\0' + std::string(reinterpret_cast<const char*>(e.digest.data()), e.digest.size()),
+                    e.path + " (" + std::to_string(e.size) + " bytes, sha256 " + hex_of(e.digest) +
+                        ")");
+        break;
+      case detail::closure_entry::kind::absent:
+        h.add_shown("header_absent", e.path, e.path + " (absent)");
+        break;
+      case detail::closure_entry::kind::in_memory:
+        h.add_shown("header_in_memory", e.path, e.path + " (in memory)");
+        break;
     }
-    return {};
   }
-
-  std::string_view code_;
-  std::string text_;                  // spliced
-  std::string clean_;                 // spliced, comments and literal contents blanked
-  std::vector<std::size_t> splices_;  // offsets in text_ where a backslash-newline was removed
-};
+  for (const auto& v : closure.unresolved) {
+    h.add_shown("untracked_include", v, v + " (covered by extra_digest)");
+  }
+}
 
 void check_nvrtc_gates(const program_cache_key_inputs& in) {
   const program_options& o = in.options;
@@ -377,34 +232,18 @@ void check_nvrtc_gates(const program_cache_key_inputs& in) {
         (side_effects.size() == 1 ? "it" : "them") + " unset.");
   }
 
+  // Headers, -I, -include and the program name's directory are tracked (include_tracking.hpp);
+  // precompiled headers are not: NVRTC reads and writes them in ways no scan can see.
   if (in.extra_digest) return;
   std::vector<std::string> external;
-  if (!o.include_path.empty()) external.emplace_back("include_path");
-  if (!o.pre_include.empty()) external.emplace_back("pre_include");
   if (o.pch.value_or(false)) external.emplace_back("pch");
   if (o.use_pch) external.emplace_back("use_pch");
   if (o.pch_dir) external.emplace_back("pch_dir");
   if (!external.empty()) {
-    throw extra_digest_required(
-        "program_options " + join(external) +
-        " make NVRTC read files (headers, precompiled headers) whose contents "
-        "a cache key cannot see: " +
-        std::string(kUseExtraDigest) + ".");
-  }
-  if (o.name.find_first_of("/\\") != std::string::npos) {
-    throw extra_digest_required(
-        "program_options::name " + quoted(o.name) +
-        " has a directory component, which NVRTC searches for quoted #includes: files a cache key "
-        "cannot see. Use a name without '/' or '\\', or " +
-        std::string(kUseExtraDigest) + ".");
-  }
-  if (auto where = include_scanner(in.code).find_external(); !where.empty()) {
-    throw extra_digest_required(
-        "the c++ code can read a file a cache key cannot see (" + where +
-        "): NVRTC resolves a quoted or macro #include, and __has_include, against the directory of "
-        "options.name or the current directory, and an absolute path anywhere. Include only "
-        "<headers> from include_path, or " +
-        std::string(kUseExtraDigest) + ".");
+    throw extra_digest_required("program_options " + join(external) +
+                                " make NVRTC read precompiled headers whose contents a cache key "
+                                "cannot see: " +
+                                std::string(kUseExtraDigest) + ".");
   }
 }
 
@@ -445,7 +284,7 @@ void check_name_expressions(const std::vector<std::string>& names) {
                              "] is empty: give a kernel or variable name expression");
     }
     if (names[i].find('\0') != std::string::npos) {
-      throw invalid_argument("name_expressions[" + std::to_string(i) + "] " + quoted(names[i]) +
+      throw invalid_argument("name_expressions[" + std::to_string(i) + "] " + in_quotes(names[i]) +
                              " contains a NUL byte");
     }
   }
@@ -459,12 +298,12 @@ void check_name_expressions(const std::vector<std::string>& names) {
 program_cache_key::program_cache_key(const std::array<std::byte, size>& digest) : digest_(digest) {}
 
 program_cache_key::program_cache_key(const std::array<std::byte, size>& digest,
-                                     std::shared_ptr<const std::vector<key_field>> fields) noexcept
-    : digest_(digest), fields_(std::move(fields)) {}
+                                     std::shared_ptr<const details> details) noexcept
+    : digest_(digest), details_(std::move(details)) {}
 
 program_cache_key program_cache_key::from_hex(std::string_view hex) {
   if (hex.size() != 2 * size) {
-    throw invalid_argument("program cache key " + quoted(hex) + " is not " +
+    throw invalid_argument("program cache key " + in_quotes(hex) + " is not " +
                            std::to_string(2 * size) + " hexadecimal digits (it has " +
                            std::to_string(hex.size()) + " characters)");
   }
@@ -473,8 +312,8 @@ program_cache_key program_cache_key::from_hex(std::string_view hex) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    throw invalid_argument("program cache key " + quoted(hex) + " has " +
-                           quoted(std::string_view(&hex[i], 1)) + " at position " +
+    throw invalid_argument("program cache key " + in_quotes(hex) + " has " +
+                           in_quotes(std::string_view(&hex[i], 1)) + " at position " +
                            std::to_string(i) + ", which is not a hexadecimal digit");
   };
   std::array<std::byte, size> digest{};
@@ -490,7 +329,12 @@ std::string program_cache_key::hex() const {
 
 const std::vector<key_field>& program_cache_key::explain() const noexcept {
   static const std::vector<key_field> none;
-  return fields_ ? *fields_ : none;
+  return details_ ? details_->fields : none;
+}
+
+const include_report& program_cache_key::includes() const noexcept {
+  static const include_report none;
+  return details_ ? details_->includes : none;
 }
 
 std::strong_ordering operator<=>(const program_cache_key& a, const program_cache_key& b) noexcept {
@@ -602,9 +446,15 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
     if (options.use_libdevice.value_or(false)) h.add("use_libdevice", "1");
   }
   h.add("options_name", options.name);
+  include_report includes;
+  if (type == source_type::cxx) add_headers(h, in, options, flags, probes, includes);
   if (in.extra_digest) h.add("extra_digest", *in.extra_digest);
 
-  return program_cache_key(h.finish(), h.fields());
+  const digest d = h.finish();
+  auto details = std::make_shared<program_cache_key::details>();
+  details->fields = h.take_fields();
+  details->includes = std::move(includes);
+  return program_cache_key(d, std::move(details));
 }
 
 }  // namespace cucore

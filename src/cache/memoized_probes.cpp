@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cache/include_tracking.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "loader/libraries.hpp"
 
@@ -28,7 +29,7 @@ bool loaded_from(const Table& table, const file_identity& file) {
 }  // namespace
 
 memoized_compiler_probes::memoized_compiler_probes(std::filesystem::path memo_file)
-    : memo_(std::move(memo_file)) {}
+    : memo_(memo_file), header_memo_(header_memo_file_beside(memo_file)) {}
 
 version_probe memoized_compiler_probes::nvrtc() const {
   const auto file = located(toolkit::library::nvrtc);

@@ -19,9 +19,12 @@ class memoized_compiler_probes final : public compiler_probes {
   version_probe nvrtc() const override;
   version_probe nvvm() const override;
   linker_probe linker() const override;
+  // The header digest memo beside the version memo (include_tracking.hpp).
+  std::optional<std::filesystem::path> header_digest_memo() const override { return header_memo_; }
 
  private:
   mutable compiler_version_memo memo_;
+  std::filesystem::path header_memo_;
 };
 
 // One memoized probe set per memo file, kept for the process's life (the memo is read once).

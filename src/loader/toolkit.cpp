@@ -37,7 +37,42 @@ std::vector<std::string> libdevice_candidates() {
   return candidates;
 }
 
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The include directories beside the NVRTC that find_in_roots would pick: the same root and
+// library subdirectory order, so that headers and compiler come from one toolkit.
+std::vector<std::string> find_include_directories() {
+  const auto& spec = detail::library_spec_of(library::nvrtc);
+  for (const auto& root : detail::cuda_roots()) {
+    for (auto subdir : spec.subdirs) {
+      for (auto soname : spec.sonames) {
+        const std::string lib_dir = root + "/" + std::string(subdir);
+        if (!is_file(lib_dir + "/" + std::string(soname))) continue;
+        // targets/<arch>-linux/lib keeps its headers in targets/<arch>-linux/include.
+        std::string base = root;
+        if (subdir.starts_with("targets/") && subdir.ends_with("/lib")) {
+          base = root + "/" + std::string(subdir.substr(0, subdir.size() - 4));
+        }
+        std::vector<std::string> dirs;
+        for (const char* leaf : {"/include/cccl", "/include"}) {
+          if (is_directory(base + leaf)) dirs.push_back(base + leaf);
+        }
+        return dirs;
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+const std::vector<std::string>& include_directories() {
+  static const std::vector<std::string> dirs = find_include_directories();
+  return dirs;
+}
 
 std::string_view library_name(library lib) noexcept {
   switch (lib) {
@@ -73,6 +108,7 @@ report query() {
   r.nvjitlink = status(library::nvjitlink);
   r.nvvm = status(library::nvvm);
   r.driver = status(library::driver);
+  r.include_directories = include_directories();
   for (const auto& candidate : libdevice_candidates()) {
     if (is_file(candidate)) {
       r.libdevice = std::filesystem::weakly_canonical(candidate).string();

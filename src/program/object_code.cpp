@@ -1,6 +1,7 @@
 #include "cucore/object_code.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -35,9 +36,12 @@ std::string_view to_string(code_type type) noexcept {
 }
 
 code_type parse_code_type(std::string_view text) {
+  // Case-insensitive, as parse_source_type: "CUBIN" and "cubin" are the same type.
+  std::string lowered(text);
+  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
                  code_type::object, code_type::library}) {
-    if (text == to_string(t)) return t;
+    if (lowered == to_string(t)) return t;
   }
   throw invalid_argument("unknown code type \"" + std::string(text) +
                          "\": use ptx, cubin, ltoir, fatbin, object or library");

@@ -144,6 +144,8 @@ std::vector<field_check> set_fields(const program_options& o) {
       {"include_path", l(o.include_path)},
       {"pre_include", l(o.pre_include)},
       {"no_source_include", b(o.no_source_include)},
+      {"toolkit_include_path", b(o.toolkit_include_path)},
+      {"headers", l(o.headers)},
       {"std", b(o.std)},
       {"builtin_move_forward", b(o.builtin_move_forward)},
       {"builtin_initializer_list", b(o.builtin_initializer_list)},
@@ -194,6 +196,31 @@ void refuse_unsupported(const program_options& o, std::initializer_list<std::str
   }
 }
 
+// In-memory headers go to nvrtcCreateProgram as C strings: names must be usable, contents text.
+void check_headers(const std::vector<include_header>& headers) {
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    const auto& h = headers[i];
+    const std::string which = "headers[" + std::to_string(i) + "]";
+    if (h.name.empty()) {
+      throw invalid_argument(which + " has an empty name: give the name its #include writes");
+    }
+    if (h.name.find_first_of(std::string_view("\0\n", 2)) != std::string::npos) {
+      throw invalid_argument(which + " name \"" + h.name.substr(0, h.name.find_first_of('\n')) +
+                             "\" contains a NUL byte or a newline: an #include cannot write it");
+    }
+    if (h.contents.find('\0') != std::string::npos) {
+      throw invalid_argument(which + " \"" + h.name +
+                             "\" contains a NUL byte: NVRTC takes header contents as text");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (headers[j].name == h.name) {
+        throw invalid_argument(which + " \"" + h.name + "\" repeats headers[" +
+                               std::to_string(j) + "]: give each name once");
+      }
+    }
+  }
+}
+
 std::vector<std::string> nvrtc_flags(const program_options& o, code_type target) {
   if (!o.extra_sources.empty()) {
     throw invalid_argument(
@@ -235,8 +262,13 @@ std::vector<std::string> nvrtc_flags(const program_options& o, code_type target)
   }
   f.each(o.undefine_macro, "undefine_macro", "--undefine-macro=");
   f.each(o.include_path, "include_path", "--include-path=");
+  // After the user's directories, as nvcc searches them: a user header can shadow the toolkit's.
+  if (o.toolkit_include_path.value_or(true)) {
+    for (const auto& dir : toolkit::include_directories()) f.add("--include-path=" + dir);
+  }
   f.each(o.pre_include, "pre_include", "--pre-include=");
   f.truthy(o.no_source_include, "--no-source-include");
+  check_headers(o.headers);
   f.text(o.std, "std", "--std=");
   f.boolean(o.builtin_move_forward, "--builtin-move-forward=");
   f.boolean(o.builtin_initializer_list, "--builtin-initializer-list=");

@@ -168,6 +168,15 @@ object_code program::compile(code_type target, std::span<const std::string> name
   }
   cache_outcome_ = cache_outcome::miss;
   object_code compiled = compile_uncached(target, name_expressions);
+  // NVRTC read the headers after the key was made: if one changed meanwhile, the result may come
+  // from contents the key does not name. Checked again (stats, with the digest memo) before storing.
+  if (cache_key_->includes().tracked &&
+      make_program_cache_key(inputs, compiler_probes_for(*cache)) != *cache_key_) {
+    cucore::log(log_level::warning,
+                "not storing the compiled program in the " + cache->description() +
+                    " cache: a header it includes changed during the compile");
+    return compiled;
+  }
   try {
     cache->put(*cache_key_, compiled);
   } catch (const std::exception& e) {
@@ -200,12 +209,23 @@ object_code program::compile_nvrtc(code_type target,
   auto argv = c_strings(flags);
   const bool wants_pch = options.pch.value_or(false) || options.create_pch.has_value();
 
+  // In-memory headers: NVRTC may keep the pointers, which point into options_ (owned here).
+  std::vector<const char*> header_contents;
+  std::vector<const char*> header_names;
+  for (const auto& h : options_.headers) {
+    header_contents.push_back(h.contents.c_str());
+    header_names.push_back(h.name.c_str());
+  }
+  const int header_count = static_cast<int>(header_names.size());
+
   // Two attempts at most: the second only when the PCH heap was too small for the header.
   for (int attempt = 0;; ++attempt) {
     nvrtcProgram raw = nullptr;
-    check_nvrtc(
-        api, api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), 0, nullptr, nullptr),
-        "nvrtcCreateProgram");
+    check_nvrtc(api,
+                api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), header_count,
+                                       header_count ? header_contents.data() : nullptr,
+                                       header_count ? header_names.data() : nullptr),
+                "nvrtcCreateProgram");
     detail::nvrtc_program prog(api, raw);
     for (const auto& expr : name_expressions) {
       if (expr.empty()) throw invalid_argument("a name expression is empty");

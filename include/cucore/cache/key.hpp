@@ -3,7 +3,7 @@
 // make_program_cache_key() hashes labelled, length-prefixed fields (the label's ASCII bytes, the
 // payload length as 8 big-endian bytes, the payload) in one fixed order:
 //
-//   schema            "cucore-key-1"
+//   schema            "cucore-key-2"
 //   compiler identity of the code type's backend only:
 //                     c++  → nvrtc                        (or nvrtc_probe_failed + failure kind)
 //                     nvvm → nvvm                         (or nvvm_probe_failed + failure kind)
@@ -18,6 +18,10 @@
 //   extra_sources_count, extra_source_name, extra_source_code (its SHA-256)..., use_libdevice
 //                     nvvm only
 //   options_name      program_options::name
+//   memory_headers_count, memory_header...   c++ with in-memory headers: name + SHA-256 each
+//   headers_count, header | header_absent | header_in_memory ...   c++ that can read headers:
+//                     the include closure (see make_program_cache_key)
+//   untracked_include...   macro includes not worked out, accepted because of extra_digest
 //   extra_digest      when given
 //
 // Compiler *output* is never hashed. A compiler whose identity cannot be probed gives a key that is
@@ -32,6 +36,7 @@
 
 #include <array>
 #include <compare>
+#include <filesystem>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -73,6 +78,10 @@ class compiler_probes {
   virtual version_probe nvvm() const = 0;   // "lib=2.0;ir=2.0.3.2", possibly followed by
                                             // ";release=...;build=..."
   virtual linker_probe linker() const = 0;  // nvJitLink + "13.0...", or driver + "13000..."
+  // Where digests of header files are remembered across processes (by path and file identity),
+  // so that the key of code with includes costs stats rather than hashing in a fresh process;
+  // nullopt: only within this process. compiler_probes_for(cache) gives the cache's own memo.
+  virtual std::optional<std::filesystem::path> header_digest_memo() const { return std::nullopt; }
 };
 
 // The probes of the libraries cucore loads (see cucore/toolkit.hpp). Each library is probed once
@@ -102,6 +111,18 @@ struct key_field {
 
 struct program_cache_key_inputs;
 
+// What include tracking did for a key (c++ only): how many headers entered it and how.
+struct include_report {
+  bool tracked = false;        // the code or options could read headers, and the closure was walked
+  std::size_t files = 0;       // header files hashed into the key
+  std::size_t absent = 0;      // search-path candidates checked and found absent
+  std::size_t in_memory = 0;   // in-memory headers the code reaches
+  std::size_t hashed = 0;      // files read and hashed; the others came from the digest memo
+  std::vector<std::string> vouched;  // macro includes not worked out, covered by extra_digest
+  // Whether every file was answered from the digest memo by its identity (stat only).
+  bool stat_fast_path() const noexcept { return tracked && hashed == 0; }
+};
+
 // A 32-byte SHA-256 digest naming one compilation. Compares and hashes by digest only.
 class program_cache_key {
  public:
@@ -115,8 +136,11 @@ class program_cache_key {
   std::string hex() const;  // 64 lowercase hex digits
 
   // The labelled fields the key was built from, in hashing order (schema first); empty for a key
-  // made from a digest or from_hex.
+  // made from a digest or from_hex. Headers show as "header" (path, size, digest),
+  // "header_absent" (a search-path candidate that did not exist), "memory_header".
   const std::vector<key_field>& explain() const noexcept;
+  // Include tracking's summary; empty (tracked = false) for keys without headers.
+  const include_report& includes() const noexcept;
 
   friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
     return a.digest_ == b.digest_;
@@ -127,11 +151,15 @@ class program_cache_key {
  private:
   friend program_cache_key make_program_cache_key(const program_cache_key_inputs&,
                                                   const compiler_probes&);
+  struct details {
+    std::vector<key_field> fields;
+    include_report includes;
+  };
   program_cache_key(const std::array<std::byte, size>& digest,
-                    std::shared_ptr<const std::vector<key_field>> fields) noexcept;
+                    std::shared_ptr<const details> details) noexcept;
 
   std::array<std::byte, size> digest_;
-  std::shared_ptr<const std::vector<key_field>> fields_;
+  std::shared_ptr<const details> details_;
 };
 
 // Everything that decides the compiler's output.
@@ -150,16 +178,27 @@ struct program_cache_key_inputs {
 
 // The key of `inputs`, with compiler identities from `probes`.
 //
+// c++ code that can read headers (an #include or __has_include, pre_include, in-memory headers)
+// has its include closure tracked: every file the compile can read (a conservative superset:
+// every #include of every reachable file, conditionals ignored) enters the key as its spelled path
+// and SHA-256, every search-path candidate that was checked and absent as its path, and every
+// in-memory header as its name and SHA-256 — after options_name, before extra_digest. Searched as
+// NVRTC does: quoted names beside the including file (the program: the directory of options.name,
+// unless no_source_include), then include_path, then the toolkit's include directories (unless
+// toolkit_include_path is false); <names> in the directories only. Macro-named includes are
+// resolved with every object-like definition visible in the closure or define_macro. Digests are
+// memoised by file identity (probes.header_digest_memo(), else in this process). See
+// docs/cache-keys.md for what is trusted.
+//
 // Throws invalid_argument (naming the option and what to do instead) — its subclass
 // extra_digest_required where an extra_digest would make the inputs keyable — for:
 // - a target the code type does not compile to (check_target), an unknown code type, empty code,
 //   an empty options.name, a NUL byte in c++ or ptx code;
 // - c++: options with compile-time side effects (create_pch, time, fdevice_time_trace), even with
 //   an extra_digest: a cache hit would skip the side effect;
-// - c++ without extra_digest: options that read files (include_path, pre_include, pch, use_pch,
-//   pch_dir), an options.name with a directory component ('/' or '\'), and code whose #include or
-//   __has_include can reach a file outside the compiler (a quoted or macro name, or an absolute
-//   path: NVRTC resolves those against the current directory or the file system);
+// - c++ without extra_digest: pch, use_pch, pch_dir (precompiled headers), and an #include whose
+//   macro-named header cannot be worked out (with an extra_digest it is accepted and listed as
+//   untracked_include);
 // - nvvm without extra_digest: use_libdevice=true (libdevice.10.bc is a file);
 // - extra_sources outside nvvm; empty or NUL-containing name expressions;
 // - ptx under the driver linker: time, ptxas_options, split_compile (they need nvJitLink);

@@ -1,0 +1,1027 @@
+#include "cache/include_tracking.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "cache/checksum.hpp"
+#include "cache/include_scanner.hpp"
+#include "common/sha256.hpp"
+
+namespace cucore::detail {
+
+// -----------------------------------------------------------------------------------------------
+// File identities and the digest memo.
+
+namespace {
+
+// Files changed more recently than this are hashed on every walk and never memoised: two versions
+// written within one timestamp tick (coarse kernel clock, 1 s or 2 s on some file systems) would
+// have equal identities.
+constexpr std::int64_t kSettleNs = 2'000'000'000;
+
+struct header_identity {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  friend bool operator==(const header_identity&, const header_identity&) = default;
+};
+
+std::int64_t ns_of(const struct timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+header_identity identity_of(const struct stat& st) {
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::uint64_t>(st.st_size), ns_of(st.st_mtim), ns_of(st.st_ctim)};
+}
+
+std::int64_t now_ns() {
+  struct timespec t {};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return ns_of(t);
+}
+
+bool settled(const header_identity& id) {
+  return std::max(id.mtime_ns, id.ctime_ns) < now_ns() - kSettleNs;
+}
+
+}  // namespace
+
+// __has_include through function-like macros: CCCL writes
+//   #define _CCCL_HAS_INCLUDE(_X) __has_include(_X)      and then    _CCCL_HAS_INCLUDE(<cuda_fp16.h>)
+// The scanner sees __has_include(_X); the names are in the wrapper's calls, possibly in other
+// files and through other macros that forward to it. So: the parameters such wrappers pass to
+// __has_* are noted per file, and every call-shaped IDENT("name") / IDENT(<name>) in the closure
+// is taken as a possible __has_include once any wrapper exists (a superset, forwarders included).
+struct wrapper_info {
+  std::vector<std::string> wrapper_parameters;  // parameters a function-like macro passes to __has_*
+  std::vector<include_reference> header_calls;  // IDENT ( "name" ) and IDENT ( <name> ), as has_include
+};
+
+// What one file holds, as far as keys care.
+struct scanned_file {
+  sha256_digest digest{};
+  std::uint64_t size = 0;
+  include_scan scan;
+  wrapper_info wrappers;
+};
+
+namespace {
+
+bool ident_char_c(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// Only called on text read from a file (memoised) or on a program that has directives.
+wrapper_info find_wrappers(std::string_view text) {
+  wrapper_info out;
+  if (text.find("__has_include") == std::string_view::npos &&
+      text.find('(') == std::string_view::npos) {
+    return out;
+  }
+  // Function-like #defines whose body applies __has_include/__has_include_next to a parameter.
+  for (std::size_t pos = text.find("define"); pos != std::string_view::npos;
+       pos = text.find("define", pos + 6)) {
+    // A directive: only spaces and '#' between the line start and "define".
+    std::size_t b = pos;
+    while (b > 0 && (text[b - 1] == ' ' || text[b - 1] == '\t')) --b;
+    if (b == 0 || text[b - 1] != '#') continue;
+    std::size_t i = pos + 6;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    const std::size_t name_start = i;
+    while (i < text.size() && ident_char_c(text[i])) ++i;
+    if (i == name_start || i >= text.size() || text[i] != '(') continue;
+    const std::size_t close = text.find(')', i);
+    if (close == std::string_view::npos) break;
+    std::vector<std::string> params;
+    for (std::size_t k = i + 1; k < close;) {
+      while (k < close && !ident_char_c(text[k])) ++k;
+      const std::size_t p0 = k;
+      while (k < close && ident_char_c(text[k])) ++k;
+      if (k > p0) params.emplace_back(text.substr(p0, k - p0));
+    }
+    // The body: to the end of the logical line (splices continue it).
+    std::size_t end = close;
+    for (;;) {
+      end = text.find('\n', end + 1);
+      if (end == std::string_view::npos) {
+        end = text.size();
+        break;
+      }
+      std::size_t back = end;
+      if (back > 0 && text[back - 1] == '\r') --back;
+      if (back == 0 || text[back - 1] != '\\') break;
+    }
+    const std::string_view body = text.substr(close + 1, end - close - 1);
+    for (std::size_t h = body.find("__has_include"); h != std::string_view::npos;
+         h = body.find("__has_include", h + 13)) {
+      std::size_t k = h + 13;
+      if (body.substr(k, 5) == "_next") k += 5;
+      while (k < body.size() && (body[k] == ' ' || body[k] == '\t' || body[k] == '\\' ||
+                                 body[k] == '\n' || body[k] == '\r')) {
+        ++k;
+      }
+      if (k >= body.size() || body[k] != '(') continue;
+      ++k;
+      while (k < body.size() && (body[k] == ' ' || body[k] == '\t')) ++k;
+      const std::size_t a0 = k;
+      while (k < body.size() && ident_char_c(body[k])) ++k;
+      const std::string arg(body.substr(a0, k - a0));
+      if (std::find(params.begin(), params.end(), arg) != params.end()) {
+        out.wrapper_parameters.push_back(arg);
+      }
+    }
+  }
+  // Call-shaped header names anywhere: IDENT ( "name" ) or IDENT ( <name> ).
+  std::uint32_t line = 1;
+  std::size_t counted = 0;
+  for (std::size_t open = text.find('('); open != std::string_view::npos;
+       open = text.find('(', open + 1)) {
+    std::size_t b = open;
+    while (b > 0 && (text[b - 1] == ' ' || text[b - 1] == '\t')) --b;
+    if (b == 0 || !ident_char_c(text[b - 1])) continue;
+    std::size_t k = open + 1;
+    while (k < text.size() && (text[k] == ' ' || text[k] == '\t')) ++k;
+    if (k >= text.size() || (text[k] != '"' && text[k] != '<')) continue;
+    const char close_char = text[k] == '"' ? '"' : '>';
+    const std::size_t close = text.find(close_char, k + 1);
+    if (close == std::string_view::npos) continue;
+    const std::string_view name = text.substr(k + 1, close - k - 1);
+    if (name.empty() || name.size() > 255 || name.find_first_of("\n\"<>()") != std::string_view::npos) {
+      continue;
+    }
+    std::size_t after = close + 1;
+    while (after < text.size() && (text[after] == ' ' || text[after] == '\t')) ++after;
+    if (after >= text.size() || text[after] != ')') continue;
+    // A quoted argument is a header name only if it looks like one (printf("%d\n") is not).
+    if (close_char == '"' && (name.find_first_of(" %\\") != std::string_view::npos ||
+                              name.find_first_of("./") == std::string_view::npos)) {
+      continue;
+    }
+    line += static_cast<std::uint32_t>(std::count(text.begin() + static_cast<std::ptrdiff_t>(counted),
+                                                  text.begin() + static_cast<std::ptrdiff_t>(k), '\n'));
+    counted = k;
+    out.header_calls.push_back({include_kind::has_include,
+                                close_char == '"' ? include_form::quoted : include_form::angle,
+                                std::string(name), line});
+  }
+  return out;
+}
+
+}  // namespace
+
+class header_digest_memo {
+ public:
+  explicit header_digest_memo(std::optional<std::filesystem::path> file) : file_(std::move(file)) {}
+
+  std::shared_ptr<const scanned_file> lookup(const std::string& path, const header_identity& id) {
+    std::lock_guard lock(mutex_);
+    load_locked();
+    auto it = records_.find(path);
+    if (it == records_.end() || !(it->second.id == id)) return nullptr;
+    return it->second.data;
+  }
+
+  void remember(const std::string& path, const header_identity& id,
+                std::shared_ptr<const scanned_file> data) {
+    std::lock_guard lock(mutex_);
+    load_locked();
+    records_[path] = record{id, std::move(data)};
+    dirty_ = true;
+  }
+
+  // Writes the memo back when this process added records: merged with what other processes wrote
+  // meanwhile, then temp file + rename, so readers see an old or a new memo, never a torn one.
+  // Best effort: a memo that cannot be written only costs hashing later.
+  void save() noexcept;
+
+ private:
+  struct record {
+    header_identity id;
+    std::shared_ptr<const scanned_file> data;
+  };
+  void load_locked();
+
+  std::optional<std::filesystem::path> file_;
+  std::mutex mutex_;
+  bool loaded_ = false;
+  bool dirty_ = false;
+  std::unordered_map<std::string, record> records_;
+};
+
+namespace {
+
+// The memo file: magic, format version, records, then an XXH3 of everything before it. A file that
+// does not parse or check is ignored (and replaced on the next save).
+constexpr std::string_view kMemoMagic = "CUCOREHM";
+constexpr std::uint32_t kMemoVersion = 2;
+constexpr std::size_t kMemoMaxRecords = 200'000;
+
+class writer {
+ public:
+  void u8(std::uint8_t v) { out.push_back(static_cast<char>(v)); }
+  void u32(std::uint32_t v) { raw(&v, sizeof v); }
+  void u64(std::uint64_t v) { raw(&v, sizeof v); }
+  void str(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out.append(s);
+  }
+  void raw(const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+  std::string out;
+};
+
+class reader {
+ public:
+  explicit reader(std::string_view in) : in_(in) {}
+  bool ok() const { return ok_; }
+  std::uint8_t u8() {
+    std::uint8_t v = 0;
+    raw(&v, 1);
+    return v;
+  }
+  std::uint32_t u32() {
+    std::uint32_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const std::uint32_t n = u32();
+    if (!ok_ || n > in_.size() - pos_) {
+      ok_ = false;
+      return {};
+    }
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  void raw(void* p, std::size_t n) {
+    if (!ok_ || n > in_.size() - pos_) {
+      ok_ = false;
+      return;
+    }
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+  }
+  bool at_end() const { return pos_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  std::size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+std::optional<std::string> read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string data;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    data.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+
+std::uint64_t checksum_of(std::string_view bytes) {
+  return xxh3_64(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), {});
+}
+
+using memo_map = std::unordered_map<std::string, std::pair<header_identity, std::shared_ptr<const scanned_file>>>;
+
+void parse_memo(std::string_view data, memo_map& into) {
+  if (data.size() < kMemoMagic.size() + 8 + 8) return;
+  const std::string_view body = data.substr(0, data.size() - 8);
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, data.data() + body.size(), 8);
+  if (checksum_of(body) != stored) return;
+  reader r(body);
+  char magic[8];
+  r.raw(magic, sizeof magic);
+  if (!r.ok() || std::string_view(magic, 8) != kMemoMagic || r.u32() != kMemoVersion) return;
+  const std::uint64_t count = r.u64();
+  memo_map parsed;
+  for (std::uint64_t i = 0; i < count && r.ok(); ++i) {
+    std::string path = r.str();
+    header_identity id;
+    id.dev = r.u64();
+    id.ino = r.u64();
+    id.size = r.u64();
+    id.mtime_ns = static_cast<std::int64_t>(r.u64());
+    id.ctime_ns = static_cast<std::int64_t>(r.u64());
+    auto file = std::make_shared<scanned_file>();
+    r.raw(file->digest.data(), file->digest.size());
+    file->size = r.u64();
+    const std::uint32_t refs = r.u32();
+    for (std::uint32_t k = 0; k < refs && r.ok(); ++k) {
+      include_reference ref{};
+      ref.kind = static_cast<include_kind>(r.u8());
+      ref.form = static_cast<include_form>(r.u8());
+      ref.line = r.u32();
+      ref.name = r.str();
+      if (static_cast<unsigned>(ref.kind) > static_cast<unsigned>(include_kind::has_embed) ||
+          static_cast<unsigned>(ref.form) > static_cast<unsigned>(include_form::computed)) {
+        return;
+      }
+      file->scan.references.push_back(std::move(ref));
+    }
+    const std::uint32_t defs = r.u32();
+    for (std::uint32_t k = 0; k < defs && r.ok(); ++k) {
+      macro_definition def;
+      def.name = r.str();
+      def.body = r.str();
+      def.line = r.u32();
+      file->scan.definitions.push_back(std::move(def));
+    }
+    const std::uint32_t params = r.u32();
+    for (std::uint32_t k = 0; k < params && r.ok(); ++k) {
+      file->wrappers.wrapper_parameters.push_back(r.str());
+    }
+    const std::uint32_t calls = r.u32();
+    for (std::uint32_t k = 0; k < calls && r.ok(); ++k) {
+      include_reference c{};
+      c.kind = include_kind::has_include;
+      c.form = static_cast<include_form>(r.u8());
+      c.line = r.u32();
+      c.name = r.str();
+      if (c.form == include_form::computed) return;
+      file->wrappers.header_calls.push_back(std::move(c));
+    }
+    if (!r.ok()) return;
+    parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
+  }
+  if (!r.ok() || !r.at_end()) return;
+  for (auto& [path, rec] : parsed) into.emplace(path, std::move(rec));
+}
+
+std::string serialize_memo(const memo_map& records) {
+  writer w;
+  w.raw(kMemoMagic.data(), kMemoMagic.size());
+  w.u32(kMemoVersion);
+  w.u64(records.size());
+  for (const auto& [path, rec] : records) {
+    const auto& [id, file] = rec;
+    w.str(path);
+    w.u64(id.dev);
+    w.u64(id.ino);
+    w.u64(id.size);
+    w.u64(static_cast<std::uint64_t>(id.mtime_ns));
+    w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+    w.raw(file->digest.data(), file->digest.size());
+    w.u64(file->size);
+    w.u32(static_cast<std::uint32_t>(file->scan.references.size()));
+    for (const auto& ref : file->scan.references) {
+      w.u8(static_cast<std::uint8_t>(ref.kind));
+      w.u8(static_cast<std::uint8_t>(ref.form));
+      w.u32(ref.line);
+      w.str(ref.name);
+    }
+    w.u32(static_cast<std::uint32_t>(file->scan.definitions.size()));
+    for (const auto& def : file->scan.definitions) {
+      w.str(def.name);
+      w.str(def.body);
+      w.u32(def.line);
+    }
+    w.u32(static_cast<std::uint32_t>(file->wrappers.wrapper_parameters.size()));
+    for (const auto& p : file->wrappers.wrapper_parameters) w.str(p);
+    w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
+    for (const auto& c : file->wrappers.header_calls) {
+      w.u8(static_cast<std::uint8_t>(c.form));
+      w.u32(c.line);
+      w.str(c.name);
+    }
+  }
+  const std::uint64_t sum = checksum_of(w.out);
+  w.u64(sum);
+  return std::move(w.out);
+}
+
+}  // namespace
+
+void header_digest_memo::load_locked() {
+  if (loaded_) return;
+  loaded_ = true;
+  if (!file_) return;
+  auto data = read_whole(file_->string());
+  if (!data) return;
+  memo_map parsed;
+  parse_memo(*data, parsed);
+  for (auto& [path, rec] : parsed) {
+    records_.emplace(path, record{rec.first, std::move(rec.second)});
+  }
+}
+
+void header_digest_memo::save() noexcept {
+  try {
+    std::lock_guard lock(mutex_);
+    if (!dirty_ || !file_) return;
+    dirty_ = false;
+    memo_map merged;
+    for (const auto& [path, rec] : records_) merged.emplace(path, std::make_pair(rec.id, rec.data));
+    if (auto data = read_whole(file_->string())) parse_memo(*data, merged);  // ours win
+    // Bounded: past the cap, the other processes' records go first (this process's stay).
+    for (auto it = merged.begin(); merged.size() > kMemoMaxRecords && it != merged.end();) {
+      it = records_.count(it->first) ? std::next(it) : merged.erase(it);
+    }
+    const std::string bytes = serialize_memo(merged);
+    std::error_code ec;
+    std::filesystem::create_directories(file_->parent_path(), ec);
+    std::string temp = file_->string() + ".tmp-XXXXXX";
+    const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+    if (fd < 0) return;
+    bool ok = true;
+    for (std::size_t done = 0; ok && done < bytes.size();) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<std::size_t>(n);
+    }
+    ok = (::close(fd) == 0) && ok;
+    if (!ok || ::rename(temp.c_str(), file_->c_str()) != 0) ::unlink(temp.c_str());
+  } catch (...) {
+    // Best effort (see above).
+  }
+}
+
+header_digest_memo& header_memo_for(const std::optional<std::filesystem::path>& file) {
+  static std::mutex mutex;
+  static auto* memos =
+      new std::map<std::filesystem::path, std::unique_ptr<header_digest_memo>>();  // leaked
+  static auto* in_process = new header_digest_memo(std::nullopt);                // leaked
+  if (!file) return *in_process;
+  std::lock_guard lock(mutex);
+  auto& slot = (*memos)[*file];
+  if (!slot) slot = std::make_unique<header_digest_memo>(*file);
+  return *slot;
+}
+
+std::filesystem::path header_memo_file_beside(const std::filesystem::path& version_memo) {
+  std::string name = version_memo.filename().string();
+  const std::string_view suffix = "compiler-versions";
+  if (name.ends_with(suffix)) {
+    name.replace(name.size() - suffix.size(), suffix.size(), "header-digests");
+  } else {
+    name += ".header-digests";
+  }
+  return version_memo.parent_path() / name;
+}
+
+// -----------------------------------------------------------------------------------------------
+// The walk.
+
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return {};
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+// One stat of a candidate: a regular file with its identity, or not (absent, a directory, ...).
+struct candidate_state {
+  bool regular = false;
+  header_identity id;
+};
+
+// A file or in-memory header in the closure, with what it includes.
+struct node {
+  std::string path;  // spelled path, or the in-memory name
+  std::string dir;   // the directory quoted includes from it search first
+  std::string real_dir;  // a symlink's target directory, searched too (which one NVRTC takes is
+                         // not measured); empty for a regular file
+  int search_index = -1;  // the include_path index it was found in (for #include_next), or -1
+  bool in_memory = false;
+  std::shared_ptr<const scanned_file> data;
+};
+
+class walker {
+ public:
+  walker(const include_search& search, header_digest_memo& memo)
+      : search_(search), memo_(memo) {}
+
+  include_closure run(std::string_view code) {
+    // The program text: quoted includes search program_dir, when it is searched at all.
+    top_.path = "<program>";
+    auto top_data = std::make_shared<scanned_file>();
+    top_data->scan = scan_includes(code);
+    top_data->wrappers = find_wrappers(code);
+    top_.data = top_data;
+    top_.dir = search_.program_dir;
+
+    for (const auto& name : search_.pre_include) resolve_pre_include(name);
+    if (search_.headers != nullptr) {
+      for (const auto& h : *search_.headers) add_in_memory(h);
+    }
+    for (const auto& ref : top_.data->scan.references) handle(top_, SIZE_MAX, ref);
+    drain();
+    // Macro-named includes: resolved with every visible definition, until nothing new appears
+    // (a header found that way can define more alternatives).
+    for (int round = 0; round < 64; ++round) {
+      const std::size_t before = nodes_.size();
+      resolve_computed();
+      resolve_wrapper_calls();
+      drain();
+      if (nodes_.size() == before) break;
+    }
+    // NVRTC's built-in preamble includes host headers (<features.h>, <stdlib.h>, ...) from the
+    // search path when these are defined on the command line: the key cannot list them.
+    if (search_.defines != nullptr) {
+      for (const auto& m : *search_.defines) {
+        if (m.name == "__GNUC__" || m.name == "__QNX__") {
+          unresolved_.insert("define_macro " + m.name +
+                             ": NVRTC's built-in preamble then includes host headers from the "
+                             "search path");
+        }
+      }
+    }
+    if (search_.undefines != nullptr) {
+      for (const auto& name : *search_.undefines) {
+        if (name == "__CUDACC_RTC__") {
+          unresolved_.insert("undefine_macro __CUDACC_RTC__: NVRTC's built-in preamble then "
+                             "includes host headers from the search path");
+        }
+      }
+    }
+    finish_unresolved();
+    return std::move(out_);
+  }
+
+ private:
+  struct pending_computed {
+    std::size_t node_index;
+    include_reference ref;
+  };
+
+  void drain() {
+    while (next_ < nodes_.size()) {
+      const std::size_t i = next_++;
+      process_node(i);
+    }
+  }
+
+  void process_node(std::size_t i) {
+    const node n = nodes_[i];  // copy: nodes_ grows while references resolve
+    if (!n.data) return;
+    for (const auto& ref : n.data->scan.references) handle(n, i, ref);
+  }
+
+  void handle(const node& from, std::size_t from_index, const include_reference& ref) {
+    if (ref.form == include_form::computed) {
+      computed_.push_back({from_index, ref});
+      return;
+    }
+    resolve_name(from, ref, ref.name, ref.form);
+  }
+
+  const node& node_at(std::size_t index) const { return index == SIZE_MAX ? top_ : nodes_[index]; }
+
+  const include_header* in_memory_named(const std::string& name) const {
+    if (search_.headers == nullptr) return nullptr;
+    for (const auto& h : *search_.headers) {
+      if (h.name == name) return &h;
+    }
+    return nullptr;
+  }
+
+  // Resolves one header name from `from` as NVRTC 13 does (measured: docs/cache-keys.md):
+  // in-memory headers by the exact text first; then, for "quoted" names, the includer's directory
+  // (the program's: that of options.name; an in-memory header's: that of its name, from the
+  // current directory), unless no_source_include; then include_path in order. <angle> names skip
+  // the includer's directory. #include_next goes on after the directory its includer was found in.
+  // The search stops at the first regular file; each candidate before it is recorded absent.
+  void resolve_name(const node& from, const include_reference& ref, const std::string& name,
+                    include_form form) {
+    if (name.empty()) return;  // "#include <>": a compile error, reads nothing
+    const bool next =
+        ref.kind == include_kind::include_next || ref.kind == include_kind::has_include_next;
+    const bool from_program = &from == &top_;
+    if (const include_header* h = in_memory_named(name)) {
+      add_in_memory(*h);
+      // Whether #include_next consults in-memory headers is not known: the directories too.
+      if (!next || from_program) return;
+    }
+    if (name.front() == '/') {
+      (void)try_candidate(name, -1);
+      return;
+    }
+    bool includer_dir = form == include_form::quoted && search_.source_include;
+    std::size_t first_dir = 0;
+    if (next && !from_program) {
+      includer_dir = false;
+      if (from.search_index >= 0) first_dir = static_cast<std::size_t>(from.search_index) + 1;
+    }
+    if (includer_dir) {
+      bool found = try_candidate(join_path(from.dir, name), -1);
+      if (!from.real_dir.empty()) found = try_candidate(join_path(from.real_dir, name), -1) || found;
+      if (found) return;
+    }
+    for (std::size_t d = first_dir; d < search_.include_path.size(); ++d) {
+      if (try_candidate(join_path(search_.include_path[d], name), static_cast<int>(d))) return;
+    }
+  }
+
+  // -include NAME: in-memory headers, then the current directory, then include_path. Whether the
+  // current directory comes before include_path is not known, so every candidate counts.
+  void resolve_pre_include(const std::string& name) {
+    if (name.empty()) return;
+    if (const include_header* h = in_memory_named(name)) {
+      add_in_memory(*h);
+      return;
+    }
+    (void)try_candidate(name, -1);
+    if (name.front() == '/') return;
+    for (std::size_t d = 0; d < search_.include_path.size(); ++d) {
+      (void)try_candidate(join_path(search_.include_path[d], name), static_cast<int>(d));
+    }
+  }
+
+  // Stats `path`; a regular file joins the closure (once per spelling), anything else is
+  // recorded absent. Returns whether it was a regular file.
+  bool try_candidate(const std::string& path, int search_index) {
+    auto [it, inserted] = seen_.try_emplace(path);
+    if (!inserted) return it->second;
+    // lstat first: one call for the usual regular file; a symlink is followed, and its target's
+    // directory noted (only the last component matters: the kernel resolves directory symlinks
+    // and ".." the same way for NVRTC's spelling and ours).
+    struct stat st {};
+    bool regular = ::lstat(path.c_str(), &st) == 0;
+    bool link = regular && S_ISLNK(st.st_mode);
+    if (link) regular = ::stat(path.c_str(), &st) == 0;
+    regular = regular && S_ISREG(st.st_mode);
+    it->second = regular;
+    if (!regular) {
+      out_.entries.push_back({closure_entry::kind::absent, path, 0, {}});
+      ++out_.absent;
+      return false;
+    }
+    node n;
+    n.path = path;
+    n.dir = dir_of(path);
+    n.search_index = search_index;
+    if (link) {
+      if (char* real = ::realpath(path.c_str(), nullptr)) {
+        n.real_dir = dir_of(real);
+        std::free(real);
+        if (n.real_dir == n.dir) n.real_dir.clear();
+      }
+    }
+    n.data = load(path, identity_of(st));
+    if (!n.data) {
+      // Vanished or unreadable between stat and open: recorded as such (the compile will not read
+      // it either, or fail).
+      out_.entries.push_back({closure_entry::kind::absent, path + " (unreadable)", 0, {}});
+      ++out_.absent;
+      it->second = false;
+      return false;
+    }
+    out_.entries.push_back({closure_entry::kind::file, path, n.data->size, n.data->digest});
+    ++out_.files;
+    nodes_.push_back(std::move(n));
+    return true;
+  }
+
+  void add_in_memory(const include_header& h) {
+    auto [it, inserted] = seen_memory_.insert(h.name);
+    if (!inserted) return;
+    auto data = std::make_shared<scanned_file>();
+    data->size = h.contents.size();
+    data->digest = sha256(std::as_bytes(std::span<const char>(h.contents.data(), h.contents.size())));
+    data->scan = scan_includes(h.contents);
+    data->wrappers = find_wrappers(h.contents);
+    out_.entries.push_back({closure_entry::kind::in_memory, h.name, data->size, data->digest});
+    ++out_.in_memory;
+    node n;
+    n.path = h.name;
+    // Quoted includes in an in-memory header search beside its name (relative to the current
+    // directory) first.
+    n.dir = dir_of(h.name);
+    n.in_memory = true;
+    n.data = std::move(data);
+    nodes_.push_back(std::move(n));
+  }
+
+  std::string absolute(const std::string& path) {
+    if (!path.empty() && path.front() == '/') return path;
+    if (cwd_.empty()) {
+      char buffer[4096];
+      cwd_ = ::getcwd(buffer, sizeof buffer) ? buffer : "?";
+    }
+    return join_path(cwd_, path);
+  }
+
+  // The file's digest and references: from the memo when its identity matches, else read, hash
+  // and scan (memoised when the file has settled and did not change while it was read).
+  std::shared_ptr<const scanned_file> load(const std::string& path, const header_identity& id) {
+    const std::string key = absolute(path);
+    if (auto known = memo_.lookup(key, id)) return known;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    std::string text;
+    text.reserve(id.size);
+    char buffer[1 << 16];
+    bool ok = true;
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        ok = false;
+        break;
+      }
+      if (n == 0) break;
+      text.append(buffer, static_cast<std::size_t>(n));
+    }
+    struct stat after {};
+    const bool same = ::fstat(fd, &after) == 0 && identity_of(after) == id;
+    ::close(fd);
+    if (!ok) return nullptr;
+    auto data = std::make_shared<scanned_file>();
+    data->size = text.size();
+    data->digest = sha256(std::as_bytes(std::span<const char>(text.data(), text.size())));
+    data->scan = scan_includes(text);
+    data->wrappers = find_wrappers(text);
+    ++out_.hashed;
+    if (same && settled(id)) {
+      memo_.remember(key, id, data);
+      remembered_ = true;
+    }
+    return data;
+  }
+
+  // Every object-like definition of `name` visible anywhere in the closure, or from -D.
+  std::vector<std::string> definitions_of(const std::string& name) const {
+    std::vector<std::string> bodies;
+    if (search_.defines != nullptr) {
+      for (const auto& m : *search_.defines) {
+        if (m.name == name) bodies.push_back(m.value.value_or("1"));
+      }
+    }
+    auto collect = [&](const node& n) {
+      if (!n.data) return;
+      for (const auto& d : n.data->scan.definitions) {
+        if (d.name == name) bodies.push_back(d.body);
+      }
+    };
+    collect(top_);
+    for (const auto& n : nodes_) collect(n);
+    return bodies;
+  }
+
+  static bool ident_start(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  }
+  static bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
+  // Names the implementation may predefine (or a header we cannot see may define).
+  static bool reserved(std::string_view id) {
+    return id.size() >= 2 && id[0] == '_' && (id[1] == '_' || (id[1] >= 'A' && id[1] <= 'Z'));
+  }
+
+  // Expands the identifiers of `text` with every visible definition; false when an identifier that
+  // may be a macro has no visible definition we can use, or the expansion grows past its bounds.
+  bool expand(const std::string& text, int depth, std::vector<std::string>& results) const {
+    constexpr std::size_t kMaxAlternatives = 256;
+    if (depth > 16) return false;
+    std::vector<std::string> partial{std::string()};
+    std::size_t i = 0;
+    while (i < text.size()) {
+      if (!ident_start(text[i])) {
+        // Strings, numbers and punctuation are copied (a header name's characters).
+        std::size_t j = i + 1;
+        if (text[i] >= '0' && text[i] <= '9') {
+          while (j < text.size() && ident_char(text[j])) ++j;
+        }
+        for (auto& p : partial) p.append(text, i, j - i);
+        i = j;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < text.size() && ident_char(text[j])) ++j;
+      const std::string id = text.substr(i, j - i);
+      i = j;
+      const auto bodies = definitions_of(id);
+      if (bodies.empty()) {
+        if (reserved(id)) return false;  // perhaps predefined: its value is unknown here
+        for (auto& p : partial) p += id;
+        continue;
+      }
+      std::vector<std::string> alternatives;
+      for (const auto& body : bodies) {
+        if (!expand(body, depth + 1, alternatives)) return false;
+      }
+      std::vector<std::string> grown;
+      for (const auto& p : partial) {
+        for (const auto& a : alternatives) {
+          grown.push_back(p + a);
+          if (grown.size() > kMaxAlternatives) return false;
+        }
+      }
+      partial = std::move(grown);
+    }
+    for (auto& p : partial) {
+      results.push_back(std::move(p));
+      if (results.size() > kMaxAlternatives) return false;
+    }
+    return true;
+  }
+
+  // A header name from an expansion: "name" or <name> (spaces around trimmed); nullopt otherwise.
+  static std::optional<std::pair<include_form, std::string>> header_name(std::string text) {
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string::npos) return std::nullopt;
+    const auto last = text.find_last_not_of(" \t");
+    text = text.substr(first, last - first + 1);
+    if (text.size() >= 2 && text.front() == '"' && text.back() == '"' &&
+        text.find('"', 1) == text.size() - 1) {
+      return std::make_pair(include_form::quoted, text.substr(1, text.size() - 2));
+    }
+    if (text.size() >= 2 && text.front() == '<' && text.back() == '>' &&
+        text.find('>') == text.size() - 1) {
+      return std::make_pair(include_form::angle, text.substr(1, text.size() - 2));
+    }
+    return std::nullopt;
+  }
+
+  // Once any __has_include wrapper is in the closure, every call-shaped header name is a possible
+  // __has_include (see wrapper_info).
+  void resolve_wrapper_calls() {
+    auto has_wrapper = [](const node& n) {
+      return n.data && !n.data->wrappers.wrapper_parameters.empty();
+    };
+    bool any = bare_has_include_ || has_wrapper(top_);
+    for (std::size_t i = 0; !any && i < nodes_.size(); ++i) any = has_wrapper(nodes_[i]);
+    if (!any) return;
+    auto resolve_calls = [&](const node& n) {
+      if (!n.data) return;
+      for (const auto& call : n.data->wrappers.header_calls) resolve_name(n, call, call.name, call.form);
+    };
+    if (!calls_done_top_) {
+      calls_done_top_ = true;
+      resolve_calls(top_);
+    }
+    for (; calls_done_ < nodes_.size(); ++calls_done_) {
+      const node n = nodes_[calls_done_];
+      resolve_calls(n);
+    }
+  }
+
+  void resolve_computed() {
+    for (const auto& p : computed_) {
+      const node& wrapper_from = node_at(p.node_index);
+      // A bare __has_include (#ifdef __has_include, or an alias #define HI __has_include): an
+      // alias is called like a wrapper, so its calls are taken as wrapper calls too.
+      if ((p.ref.kind == include_kind::has_include ||
+           p.ref.kind == include_kind::has_include_next) &&
+          p.ref.name.empty()) {
+        bare_has_include_ = true;
+        continue;
+      }
+      // __has_include(PARAM) in a function-like macro: its names come from the calls.
+      if ((p.ref.kind == include_kind::has_include ||
+           p.ref.kind == include_kind::has_include_next) &&
+          wrapper_from.data &&
+          std::find(wrapper_from.data->wrappers.wrapper_parameters.begin(),
+                    wrapper_from.data->wrappers.wrapper_parameters.end(),
+                    p.ref.name) != wrapper_from.data->wrappers.wrapper_parameters.end()) {
+        continue;
+      }
+      std::vector<std::string> expansions;
+      const node& from = node_at(p.node_index);
+      bool ok = !p.ref.name.empty() && expand(p.ref.name, 0, expansions);
+      std::vector<std::pair<include_form, std::string>> names;
+      for (const auto& e : expansions) {
+        auto name = header_name(e);
+        if (!name) {
+          ok = false;
+          break;
+        }
+        names.push_back(std::move(*name));
+      }
+      const std::string where = (from.path == "<program>" ? std::string("the program")
+                                                           : from.path) +
+                                ":" + std::to_string(p.ref.line) + ": " + spelled(p.ref);
+      if (!ok) {
+        unresolved_.insert(where);
+        continue;
+      }
+      for (const auto& [form, name] : names) {
+        if (!resolved_computed_.insert(where + '\n' + name).second) continue;
+        resolve_name(from, p.ref, name, form);
+      }
+    }
+  }
+
+  static std::string spelled(const include_reference& ref) {
+    switch (ref.kind) {
+      case include_kind::include:
+        return "#include " + ref.name;
+      case include_kind::include_next:
+        return "#include_next " + ref.name;
+      case include_kind::import:
+        return "#import " + ref.name;
+      case include_kind::embed:
+        return "#embed " + ref.name;
+      case include_kind::has_include:
+        return "__has_include(" + ref.name + ")";
+      case include_kind::has_include_next:
+        return "__has_include_next(" + ref.name + ")";
+      case include_kind::has_embed:
+        return "__has_embed(" + ref.name + ")";
+    }
+    return ref.name;
+  }
+
+  void finish_unresolved() {
+    out_.unresolved.assign(unresolved_.begin(), unresolved_.end());
+    if (remembered_) memo_.save();
+  }
+
+  const include_search& search_;
+  header_digest_memo& memo_;
+  node top_;  // the program text: not a file, so not in nodes_; resolves like one
+  std::deque<node> nodes_;
+  std::size_t next_ = 0;
+  std::size_t calls_done_ = 0;
+  bool calls_done_top_ = false;
+  bool bare_has_include_ = false;
+  std::unordered_map<std::string, bool> seen_;
+  std::set<std::string> seen_memory_;
+  std::vector<pending_computed> computed_;
+  std::set<std::string> unresolved_;
+  std::set<std::string> resolved_computed_;
+  std::string cwd_;
+  bool remembered_ = false;
+  include_closure out_;
+};
+
+}  // namespace
+
+include_search search_of(const program_options& options, const std::vector<std::string>& flags) {
+  include_search s;
+  s.program_dir = dir_of(options.name);
+  s.source_include = !options.no_source_include.value_or(false);
+  constexpr std::string_view kInclude = "--include-path=";
+  for (const auto& flag : flags) {
+    if (flag.starts_with(kInclude)) s.include_path.push_back(flag.substr(kInclude.size()));
+  }
+  s.pre_include = options.pre_include;
+  s.headers = &options.headers;
+  s.defines = &options.define_macro;
+  s.undefines = &options.undefine_macro;
+  return s;
+}
+
+bool may_read_headers(std::string_view code, const include_search& search) {
+  if (!search.pre_include.empty() || (search.headers != nullptr && !search.headers->empty())) {
+    return true;
+  }
+  if (search.defines != nullptr) {
+    for (const auto& m : *search.defines) {
+      if (m.name == "__GNUC__" || m.name == "__QNX__") return true;
+    }
+  }
+  if (search.undefines != nullptr) {
+    for (const auto& name : *search.undefines) {
+      if (name == "__CUDACC_RTC__") return true;
+    }
+  }
+  return may_reference_files(code);
+}
+
+include_closure track_includes(std::string_view code, const include_search& search,
+                               header_digest_memo* memo) {
+  walker w(search, memo != nullptr ? *memo : header_memo_for(std::nullopt));
+  return w.run(code);
+}
+
+}  // namespace cucore::detail

@@ -1,0 +1,88 @@
+// Include tracking for program cache keys: which files a CUDA C++ compile can read, and what they
+// hold.
+//
+// NVRTC gives no dependency list, so the closure is a conservative superset worked out here: every
+// #include / __has_include of every reachable file, conditionals ignored, resolved the way NVRTC
+// searches (see docs/cache-keys.md). Each search-path candidate that was checked and did not exist
+// is recorded too, so that a header added earlier in the path changes the key. Includes named
+// through macros are resolved with every object-like definition of the macro that the closure (or
+// -D) holds; what cannot be resolved that way is reported, never guessed.
+//
+// Reading and hashing hundreds of toolkit headers costs milliseconds; a digest memo keyed by file
+// identity (path, device, inode, size, mtime, ctime) makes a repeated walk cost stats. Files changed
+// within the last seconds are never memoised (their timestamps may not yet tell two versions apart).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/options.hpp"
+
+namespace cucore::detail {
+
+class header_digest_memo;
+
+// One element of a closure as it enters the key.
+struct closure_entry {
+  enum class kind : std::uint8_t { file, absent, in_memory };
+  kind what = kind::file;
+  std::string path;  // file/absent: as NVRTC spells it (search directory + "/" + name); in_memory:
+                     // the header's name
+  std::uint64_t size = 0;
+  std::array<std::byte, 32> digest{};  // SHA-256 of the contents (file, in_memory)
+};
+
+// Where and how a c++ compile searches for headers.
+struct include_search {
+  // Directory for quoted includes of the program text itself: the directory part of
+  // options.name, or "" (the current directory) for a name without one.
+  std::string program_dir;
+  // Whether quoted includes search the includer's directory first (false: no_source_include,
+  // which NVRTC applies to every includer, headers too).
+  bool source_include = true;
+  std::vector<std::string> include_path;  // -I as NVRTC gets them, toolkit directories included
+  std::vector<std::string> pre_include;
+  const std::vector<include_header>* headers = nullptr;
+  const std::vector<macro>* defines = nullptr;
+  const std::vector<std::string>* undefines = nullptr;
+};
+
+// The search of `options` (include_path from compiler_flags(), so the toolkit directories count).
+include_search search_of(const program_options& options, const std::vector<std::string>& flags);
+
+struct include_closure {
+  std::vector<closure_entry> entries;  // in walk order (deterministic for one file system state)
+  // Includes whose names could not be worked out ("file:line: #include TEXT"): the closure may
+  // miss what they read.
+  std::vector<std::string> unresolved;
+  std::size_t files = 0;      // file entries
+  std::size_t absent = 0;     // absent entries
+  std::size_t in_memory = 0;  // in_memory entries
+  std::size_t hashed = 0;     // files read and hashed (the rest came from the digest memo)
+};
+
+// Whether `code` (or the search: pre_include, in-memory headers) can make the compiler read any
+// file or header at all: the fast path of keys of code with no directive.
+bool may_read_headers(std::string_view code, const include_search& search);
+
+// Works out the closure of `code` under `search`, reading files as needed. `memo` may be null
+// (then a process-wide memo is used). Never throws for what it finds on disk (an unreadable file
+// counts as absent-like: its path enters the key as unreadable); throws std::bad_alloc only.
+include_closure track_includes(std::string_view code, const include_search& search,
+                               header_digest_memo* memo);
+
+// The digest memo: process-wide per persistent file (loaded once, saved after walks that hashed
+// memoisable files), or one in-memory memo for keys made without a persistent cache.
+header_digest_memo& header_memo_for(const std::optional<std::filesystem::path>& file);
+
+// The persistent memo file beside a cache's compiler version memo.
+std::filesystem::path header_memo_file_beside(const std::filesystem::path& version_memo);
+
+}  // namespace cucore::detail
