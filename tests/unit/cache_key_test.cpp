@@ -278,18 +278,20 @@ TEST(MakeProgramCacheKey, GoldenKeyPinsTheSchema) {
   in.name_expressions = {"k"};
   in.options.std = "c++17";
   in.options.define_macro = {"N", macro{"M", "2"}};
-  EXPECT_EQ(key(in).hex(), "5aa1e23623acacd912089c7c68736672d8c461a20f5bdc4bc12f11ff6e3a7981");
+  in.options.toolkit_include_path = false;  // the toolkit's directories depend on the machine
+  EXPECT_EQ(key(in).hex(), "16e6a38d28d07c38c571f15135b468c62ca55181191485bab43104c98b35465a");
   EXPECT_EQ(key(base(source_type::ptx)).hex(),
-            "dffa16205c35a0a7ad1bd140efe43fe1a1705ab7dd4339d354e4f8515f648dfd");
+            "ae3d952a4b902d6d62a9029e41f43e5fecee4045056e043ee73aee38ad7f071b");
   EXPECT_EQ(key(base(source_type::nvvm)).hex(),
-            "dc1095997f94e53bedf35494589a7ce4f6c8b9db27f1b51305659d11f7ecb875");
-  EXPECT_EQ(payloads(key(in), "schema"), std::vector<std::string>{"cucore-key-1"});
+            "f33b1771952cbb8c96fd042ab1c372ee89a08f45fa8f4bf0d060328c6f92195c");
+  EXPECT_EQ(payloads(key(in), "schema"), std::vector<std::string>{"cucore-key-2"});
 }
 
 TEST(MakeProgramCacheKey, ExplainListsFieldsInOrderSchemaFirst) {
   auto in = base();
   in.name_expressions = {"k2", "k1"};
   in.extra_digest = std::string("\x01\x02\x00\xff", 4);
+  in.options.toolkit_include_path = false;  // only -arch in the option list
   auto k = key(in);
   std::vector<std::string> expected = {"schema",      "nvrtc", "code_type",
                                        "target_type", "code",  "option_count"};
@@ -300,7 +302,7 @@ TEST(MakeProgramCacheKey, ExplainListsFieldsInOrderSchemaFirst) {
   EXPECT_EQ(labels(k), expected);
 
   const auto& f = k.explain();
-  EXPECT_EQ(f[0].payload, "cucore-key-1");
+  EXPECT_EQ(f[0].payload, "cucore-key-2");
   EXPECT_EQ(f[1].payload, "13.0");
   EXPECT_EQ(f[2].payload, "c++");
   EXPECT_EQ(f[3].payload, "cubin");
@@ -319,6 +321,7 @@ TEST(MakeProgramCacheKey, ExplainListsFieldsInOrderSchemaFirst) {
   // Other long payloads by size and a digest prefix.
   auto long_macro = base();
   long_macro.options.define_macro = {macro{"M", std::string(300, 'x')}};
+  long_macro.options.toolkit_include_path = false;
   auto macro_options = payloads(key(long_macro), "option");
   ASSERT_EQ(macro_options.size(), 2u);
   const std::string flag = "--define-macro=M=" + std::string(300, 'x');
@@ -391,6 +394,7 @@ enum class effect {
   refused,  // invalid_argument naming the field
   changes,  // both values change the key, and differ from each other
   truthy,   // true changes the key; false is the same as unset (the flag is only emitted when true)
+  falsy,    // false changes the key; true is the same as unset (on by default)
   presence,     // both values change the key the same way (only presence matters)
   ignored,      // accepted, no effect on the output, no effect on the key
   side_effect,  // refused even with an extra_digest
@@ -489,15 +493,22 @@ std::vector<field_case> field_cases() {
        set_to(&po::undefine_macro, strs{"A"}, strs{"B"}),
        {{S::cxx, E::changes}},
        {}},
+      // Tracked by the key (the headers they reach enter it): no extra_digest.
       {"include_path",
        set_to(&po::include_path, strs{"/inc/a"}, strs{"/inc/b"}),
        {{S::cxx, E::changes}},
-       {S::cxx}},
+       {}},
       {"pre_include",
        set_to(&po::pre_include, strs{"a.h"}, strs{"b.h"}),
        {{S::cxx, E::changes}},
-       {S::cxx}},
+       {}},
       {"no_source_include", set_bool(&po::no_source_include), {{S::cxx, E::truthy}}, {}},
+      {"toolkit_include_path", set_bool(&po::toolkit_include_path), {{S::cxx, E::falsy}}, {}},
+      {"headers",
+       set_to(&po::headers, std::vector<include_header>{{"a.cuh", "#define A 1"}},
+              std::vector<include_header>{{"a.cuh", "#define A 2"}}),
+       {{S::cxx, E::changes}},
+       {}},
       {"std", set_to(&po::std, opt_str("c++17"), opt_str("c++20")), {{S::cxx, E::changes}}, {}},
       {"builtin_move_forward", set_bool(&po::builtin_move_forward), {{S::cxx, E::changes}}, {}},
       {"builtin_initializer_list",
@@ -625,6 +636,10 @@ TEST(MakeProgramCacheKey, EveryOptionChangesTheKeyWhereItMatters) {
         case effect::truthy:
           EXPECT_NE(key(a), key(unset));
           EXPECT_EQ(key(b), key(unset)) << "false must be the same as unset";
+          break;
+        case effect::falsy:
+          EXPECT_EQ(key(a), key(unset)) << "true must be the same as unset";
+          EXPECT_NE(key(b), key(unset));
           break;
         case effect::presence:
           EXPECT_NE(key(a), key(unset));
@@ -984,11 +999,9 @@ TEST(MakeProgramCacheKey, SideEffectOptionsRefusedForCxxEvenWithDigest) {
   }
 }
 
-TEST(MakeProgramCacheKey, ExternalContentNeedsExtraDigest) {
+TEST(MakeProgramCacheKey, PrecompiledHeadersNeedExtraDigest) {
   for (auto [name, set] :
        std::vector<std::pair<std::string, std::function<void(program_options&)>>>{
-           {"include_path", [](program_options& o) { o.include_path = {"/usr/include/mine"}; }},
-           {"pre_include", [](program_options& o) { o.pre_include = {"prelude.h"}; }},
            {"pch", [](program_options& o) { o.pch = true; }},
            {"use_pch", [](program_options& o) { o.use_pch = "x.pch"; }},
            {"pch_dir", [](program_options& o) { o.pch_dir = "/tmp/pch"; }},
@@ -996,10 +1009,14 @@ TEST(MakeProgramCacheKey, ExternalContentNeedsExtraDigest) {
     SCOPED_TRACE(name);
     auto in = base();
     set(in.options);
-    auto msg = refusal(in);
-    EXPECT_TRUE(contains(msg, name)) << msg;
-    EXPECT_TRUE(contains(msg, "extra_digest")) << msg;
-    EXPECT_TRUE(contains(msg, "without the cache")) << msg;
+    try {
+      (void)key(in);
+      ADD_FAILURE() << "accepted without extra_digest";
+    } catch (const extra_digest_required& e) {
+      EXPECT_TRUE(contains(e.what(), name)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "extra_digest")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "without the cache")) << e.what();
+    }
 
     in.extra_digest = "headers-v1";
     const auto k1 = key(in);
@@ -1008,28 +1025,66 @@ TEST(MakeProgramCacheKey, ExternalContentNeedsExtraDigest) {
   }
 }
 
+// include_path and pre_include used to need an extra_digest: the headers they reach are tracked.
+TEST(MakeProgramCacheKey, IncludePathAndPreIncludeAreTracked) {
+  temp_dir dir;
+  auto in = base();
+  in.options.include_path = {dir.path().string()};
+  const auto k = key(in);
+  EXPECT_NE(k, key(base()));
+  EXPECT_FALSE(k.includes().tracked) << "code that includes nothing reads no header";
+  EXPECT_EQ(payloads(k, "headers_count"), std::vector<std::string>{});
+
+  in.options.pre_include = {"prelude.h"};
+  const auto absent = key(in);
+  EXPECT_TRUE(absent.includes().tracked);
+  EXPECT_EQ(absent.includes().files, 0u);
+  const auto absent_fields = payloads(absent, "header_absent");
+  EXPECT_NE(std::find(absent_fields.begin(), absent_fields.end(),
+                      (dir.path() / "prelude.h").string() + " (absent)"),
+            absent_fields.end());
+
+  testing::write_text(dir / "prelude.h", "#define PRELUDE 1\n");
+  const auto present = key(in);
+  EXPECT_NE(present, absent);
+  EXPECT_EQ(present.includes().files, 1u);
+  ASSERT_EQ(payloads(present, "header").size(), 1u);
+  EXPECT_TRUE(payloads(present, "header")[0].starts_with((dir.path() / "prelude.h").string() +
+                                                         " (18 bytes, sha256 "))
+      << payloads(present, "header")[0];
+
+  // With an extra_digest too: still tracked, the digest added after the headers.
+  in.extra_digest = "more";
+  const auto both = key(in);
+  EXPECT_EQ(both.includes().files, 1u);
+  EXPECT_EQ(labels(both).back(), "extra_digest");
+  EXPECT_NE(both, present);
+}
+
 TEST(MakeProgramCacheKey, EmptyExternalContentNeedsNoDigest) {
   auto in = base();
   in.options.include_path = {};
   in.options.pre_include = {};
+  in.options.headers = {};
   in.options.pch = false;
   EXPECT_EQ(key(in), key(base()));
 }
 
-TEST(MakeProgramCacheKey, NameWithDirectoryNeedsExtraDigest) {
-  for (const char* name : {"kernels/foo.cu", "/abs/foo.cu", "../p/foo.cu", "a\\b.cu"}) {
+// A program name with a directory (as the CLI gives: the source file's path) used to need an
+// extra_digest: NVRTC searches that directory for quoted includes, which the key now tracks.
+TEST(MakeProgramCacheKey, NameWithDirectoryIsAccepted) {
+  std::set<program_cache_key> keys;
+  for (const char* name : {"kernels/foo.cu", "/abs/foo.cu", "../p/foo.cu", "a\\b.cu", "foo.cu"}) {
     SCOPED_TRACE(name);
     auto in = base();
     in.options.name = name;
-    auto msg = refusal(in);
-    EXPECT_TRUE(contains(msg, "directory")) << msg;
-    EXPECT_TRUE(contains(msg, "extra_digest")) << msg;
-    in.extra_digest = "fingerprint";
-    EXPECT_NO_THROW((void)key(in));
+    const auto plain = key(in);
+    EXPECT_FALSE(plain.includes().tracked) << "code that includes nothing reads no header";
+    in.options.no_source_include = true;
+    const auto no_source = key(in);
+    EXPECT_NE(plain, no_source);
+    EXPECT_TRUE(keys.insert(plain).second);
   }
-  auto in = base();
-  in.options.name = "foo.cu";
-  EXPECT_NO_THROW((void)key(in));
   // Module names of ptx and nvvm programs are only names.
   for (auto type : {source_type::ptx, source_type::nvvm}) {
     auto other = base(type);
@@ -1038,19 +1093,75 @@ TEST(MakeProgramCacheKey, NameWithDirectoryNeedsExtraDigest) {
   }
 }
 
-TEST(MakeProgramCacheKey, CodeThatIncludesFilesNeedsExtraDigest) {
+std::vector<key_field> header_fields(const program_cache_key& k) {
+  std::vector<key_field> out;
+  for (const auto& f : k.explain()) {
+    if (f.label == "headers_count" || f.label == "header" || f.label == "header_absent" ||
+        f.label == "header_in_memory" || f.label.starts_with("memory_header")) {
+      out.push_back(f);
+    }
+  }
+  return out;
+}
+
+TEST(MakeProgramCacheKey, NameDirectoryIsSearchedUnlessNoSourceInclude) {
+  temp_dir dir;
+  temp_dir inc;
+  testing::write_text(dir / "h.cuh", "#error \"not this one\"\n");
+  testing::write_text(inc / "h.cuh", "#define H 1\n");
+  const std::string code = "#include \"h.cuh\"\n" + std::string(kCxx);
+  auto in = base();
+  in.code = code;
+  in.options.name = (dir / "k.cu").string();
+  in.options.include_path = {inc.path().string()};
+  in.options.toolkit_include_path = false;
+  const std::string beside = (dir / "h.cuh").string();
+
+  // Searched: the header beside the name is the one found (the search stops there).
+  const auto searched = key(in);
+  auto fields = header_fields(searched);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[0], (key_field{"headers_count", "1"}));
+  EXPECT_EQ(fields[1].label, "header");
+  EXPECT_TRUE(fields[1].payload.starts_with(beside + " (")) << fields[1].payload;
+
+  // no_source_include: never looked at; the -I one is.
+  in.options.no_source_include = true;
+  const auto skipped = key(in);
+  fields = header_fields(skipped);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[0], (key_field{"headers_count", "1"}));
+  EXPECT_EQ(fields[1].label, "header");
+  EXPECT_TRUE(fields[1].payload.starts_with((inc / "h.cuh").string() + " (")) << fields[1].payload;
+  for (const auto& f : skipped.explain()) {
+    EXPECT_FALSE(contains(f.payload, beside)) << f.label << " " << f.payload;
+  }
+  // ...and editing it changes nothing.
+  testing::write_text(dir / "h.cuh", "#error \"still not this one\"\n");
+  EXPECT_EQ(key(in), skipped);
+  in.options.no_source_include.reset();
+  EXPECT_NE(key(in), searched) << "the header beside the name was edited";
+
+  // Without the -I directory and with no_source_include, nothing is found: no candidate at all.
+  in.options.include_path = {};
+  in.options.no_source_include = true;
+  const auto nothing = key(in);
+  EXPECT_TRUE(nothing.includes().tracked);
+  EXPECT_EQ(nothing.includes().files, 0u);
+  EXPECT_EQ(nothing.includes().absent, 0u);
+}
+
+TEST(MakeProgramCacheKey, CodeThatIncludesFilesIsTracked) {
   const std::vector<std::string> reaching = {
       "#include \"h.h\"\n",
       "  #  include \"h.h\"\n",
       "%:include \"h.h\"\n",
       "#include </abs/h.h>\n",
-      "#include HEADER\n",
       "#inc\\\nlude \"h.h\"\n",
       "/**/ # /**/ include \"h.h\"\n",
       "#include /* multi\nline */ \"h.h\"\n",
       "#if __has_include(\"h.h\")\n#endif\n",
       "#if __has_include(</abs/h.h>)\n#endif\n",
-      "#define HAS __has_include\n",
       "#include_next \"h.h\"\n",
       "#embed \"data.bin\"\n",
       "#import \"h.h\"\n",
@@ -1059,60 +1170,123 @@ TEST(MakeProgramCacheKey, CodeThatIncludesFilesNeedsExtraDigest) {
       "int big = 1'000'000;\n#include \"h.h\"\n",
       "int c = '\"';\n#include \"h.h\"\n",
       "__global__ void k() {}\r\n#include \"h.h\"\r\n",
+      "#define HEADER \"h.h\"\n#include HEADER\n",
+      "#define HEADER <h.h>\n#include HEADER\n",
+      "#define INNER \"h.h\"\n#define HEADER INNER\n#include HEADER\n",
+      "#include <cuda/std/cstdint>\n",
+      "#if __has_include(<cuda/std/cstdint>)\n#endif\n",
+      "#ifdef __has_include\n#endif\n",
+      "#if defined(__has_include)\n#endif\n",
+      // __has_include behind a macro (as CCCL writes it): the calls name the headers.
+      "#define HAS __has_include\n#if HAS(\"later.h\")\n#endif\n",
+      "#define HAS_INCLUDE(_X) __has_include(_X)\n#if HAS_INCLUDE(<later.h>)\n#endif\n",
   };
   for (const auto& code : reaching) {
     SCOPED_TRACE(code);
     auto in = base();
     const std::string text = code + std::string(kCxx);
     in.code = text;
-    auto msg = refusal(in);
-    EXPECT_TRUE(contains(msg, "line ")) << msg;
-    EXPECT_TRUE(contains(msg, "extra_digest")) << msg;
-    in.extra_digest = "fingerprint";
-    EXPECT_NO_THROW((void)key(in));
+    try {
+      const auto k = key(in);
+      EXPECT_TRUE(k.includes().tracked);
+      EXPECT_TRUE(k.includes().vouched.empty());
+      EXPECT_EQ(payloads(k, "untracked_include"), std::vector<std::string>{});
+      if (contains(code, "later.h")) {
+        // Looked for in the toolkit's directories (absent there).
+        const auto absent = payloads(k, "header_absent");
+        EXPECT_TRUE(std::any_of(absent.begin(), absent.end(), [](const std::string& p) {
+          return contains(p, "/later.h (absent)");
+        })) << k.includes().absent;
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
   }
 
-  const std::vector<std::string> harmless = {
-      "#include <cuda/std/cstdint>\n",  // searches include_path (itself gated) and built-ins only
-      "#  include   <cuda_fp16.h>  // half\n",
-      "// #include \"h.h\"\n",
-      "/* #include \"h.h\"\n#include \"g.h\" */\n",
-      "const char* s = \"#include \\\"h.h\\\"\";\n",
-      "const char* r = R\"(\n#include \"h.h\"\n)\";\n",
-      "#if __has_include(<cuda/std/cstdint>)\n#endif\n",
-      "// the code includes nothing\n",
-      "#define INCLUDED 1\n",
-      "int include = 1;\n",
+  // What the scan cannot see through, it refuses (and with an extra_digest, lists as vouched).
+  const std::vector<std::string> unresolvable = {
+      "#include HEADER\n",
+      "#define STR(x) #x\n#include STR(h.h)\n",
+      "#define H(x) <x.h>\n#include H(h)\n",
   };
-  for (const auto& code : harmless) {
+  for (const auto& code : unresolvable) {
     SCOPED_TRACE(code);
     auto in = base();
     const std::string text = code + std::string(kCxx);
     in.code = text;
-    EXPECT_NO_THROW((void)key(in));
+    try {
+      (void)key(in);
+      ADD_FAILURE() << "accepted without extra_digest";
+    } catch (const extra_digest_required& e) {
+      EXPECT_TRUE(contains(e.what(), "extra_digest")) << e.what();
+    }
+    in.extra_digest = "fingerprint";
+    const auto k = key(in);
+    EXPECT_TRUE(k.includes().tracked);
+    EXPECT_FALSE(k.includes().vouched.empty());
+    EXPECT_FALSE(payloads(k, "untracked_include").empty());
+  }
+
+  const std::vector<std::string> no_directive = {
+      "// the code includes nothing\n",
+      "int include = 1;\n",
+      "const char* s = \"include\";\n",
+  };
+  for (const auto& code : no_directive) {
+    SCOPED_TRACE(code);
+    auto in = base();
+    const std::string text = code + std::string(kCxx);
+    in.code = text;
+    EXPECT_FALSE(key(in).includes().tracked);
   }
 
   // The message names the line.
   auto in = base();
-  const std::string text = "// a\n// b\n#include \"mine.h\"\n" + std::string(kCxx);
+  const std::string text = "// a\n// b\n#include MINE\n" + std::string(kCxx);
   in.code = text;
   auto msg = refusal(in);
-  EXPECT_TRUE(contains(msg, "line 3")) << msg;
-  EXPECT_TRUE(contains(msg, "mine.h")) << msg;
+  EXPECT_TRUE(contains(msg, ":3: #include MINE")) << msg;
 
   // Physical lines: a backslash-newline still counts as a line break in the message.
   const std::string spliced =
-      "int a = \\\n  1;\r\n#define X \\\r\n 2\n#include \"mine.h\"\n" + std::string(kCxx);
+      "int a = \\\n  1;\r\n#define X \\\r\n 2\n#include MINE\n" + std::string(kCxx);
   in.code = spliced;
   msg = refusal(in);
-  EXPECT_TRUE(contains(msg, "line 5")) << msg;
-  const std::string has =
-      "#if 1\n#endif\n#if __has_embed(\"e.bin\") || __has_include(\"h.h\")\n#endif\n" +
-      std::string(kCxx);
-  in.code = has;
-  msg = refusal(in);
-  EXPECT_TRUE(contains(msg, "line 3")) << msg;
-  EXPECT_TRUE(contains(msg, "__has_embed")) << msg;
+  EXPECT_TRUE(contains(msg, ":5: #include MINE")) << msg;
+}
+
+TEST(MakeProgramCacheKey, DefinesThatMakeNvrtcReadHostHeadersNeedExtraDigest) {
+  for (auto [name, set] :
+       std::vector<std::pair<std::string, std::function<void(program_options&)>>>{
+           {"__GNUC__",
+            [](program_options& o) {
+              o.define_macro = {macro{"__GNUC__", "12"}};
+            }},
+           {"__QNX__", [](program_options& o) { o.define_macro = {"__QNX__"}; }},
+           {"__CUDACC_RTC__", [](program_options& o) { o.undefine_macro = {"__CUDACC_RTC__"}; }},
+       }) {
+    SCOPED_TRACE(name);
+    auto in = base();
+    set(in.options);
+    try {
+      (void)key(in);
+      ADD_FAILURE() << "accepted without extra_digest";
+    } catch (const extra_digest_required& e) {
+      EXPECT_TRUE(contains(e.what(), name)) << e.what();
+    }
+    in.extra_digest = "fingerprint";
+    EXPECT_FALSE(key(in).includes().vouched.empty());
+  }
+}
+
+TEST(ParseCodeType, IsCaseInsensitive) {
+  EXPECT_EQ(parse_code_type("CUBIN"), code_type::cubin);
+  EXPECT_EQ(parse_code_type("Ptx"), code_type::ptx);
+  EXPECT_EQ(parse_code_type("ptx"), code_type::ptx);
+  EXPECT_EQ(parse_code_type("LTOIR"), code_type::ltoir);
+  EXPECT_EQ(parse_code_type("FatBin"), code_type::fatbin);
+  EXPECT_THROW(parse_code_type("CUBINX"), invalid_argument);
+  EXPECT_THROW(parse_code_type(""), invalid_argument);
 }
 
 TEST(MakeProgramCacheKey, NvvmUseLibdeviceNeedsExtraDigest) {

@@ -124,24 +124,58 @@ TEST(CompileWithCache, PersistentCacheRemembersCompilerVersions) {
 
 TEST(CompileWithCache, InputsTheKeyCannotSeeAreRefusedWithAPointer) {
   in_memory_program_cache cache;
+  // Precompiled headers: files no key can see.
   auto o = options();
-  o.include_path = {"/usr/local/cuda/include"};
+  o.pch = true;
   program p(kSource, source_type::cxx, o);
   try {
     p.compile(code_type::cubin, {}, &cache);
-    FAIL() << "compiled through the cache with include_path";
-  } catch (const invalid_argument& e) {
-    EXPECT_TRUE(contains(e.what(), "include_path")) << e.what();
+    FAIL() << "compiled through the cache with pch";
+  } catch (const extra_digest_required& e) {
+    EXPECT_TRUE(contains(e.what(), "pch")) << e.what();
     EXPECT_TRUE(contains(e.what(), "make_program_cache_key")) << e.what();
   }
   EXPECT_EQ(cache.size(), 0u);
-  EXPECT_NO_THROW(p.compile(code_type::cubin));  // without the cache it compiles
+
+  // An include through a macro whose value cannot be worked out.
+  const std::string computed =
+      "#define STR(x) #x\n#include STR(cuda/std/cstdint)\n" + std::string(kSource);
+  program q(computed, source_type::cxx, options());
+  try {
+    q.compile(code_type::cubin, {}, &cache);
+    FAIL() << "compiled through the cache with an include the key cannot follow";
+  } catch (const extra_digest_required& e) {
+    EXPECT_TRUE(contains(e.what(), "STR(cuda/std/cstdint)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "make_program_cache_key")) << e.what();
+  }
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_NO_THROW(q.compile(code_type::cubin));  // without the cache it compiles
 
   auto side_effect = options();
   side_effect.time = "timing.csv";
   EXPECT_THROW(
       program(kSource, source_type::cxx, side_effect).compile(code_type::cubin, {}, &cache),
       invalid_argument);
+}
+
+// include_path and pre_include used to need an extra_digest: the key now tracks what they read.
+TEST(CompileWithCache, IncludePathAndPreIncludeAreCached) {
+  testing::temp_dir dir;
+  testing::write_text(dir / "scale.cuh", "#define SCALE 3\n");
+  in_memory_program_cache cache;
+  auto o = options();
+  o.include_path = {dir.path().string()};
+  o.pre_include = {"scale.cuh"};
+  const std::string code = "extern \"C\" __global__ void k(int* x) { *x = SCALE; }";
+  program first(code, source_type::cxx, o);
+  auto a = first.compile(code_type::ptx, {}, &cache);
+  EXPECT_EQ(first.last_cache_outcome(), cache_outcome::miss);
+  ASSERT_TRUE(first.last_cache_key());
+  EXPECT_TRUE(first.last_cache_key()->includes().tracked);
+  EXPECT_EQ(first.last_cache_key()->includes().files, 1u);
+  program second(code, source_type::cxx, o);
+  EXPECT_EQ(second.compile(code_type::ptx, {}, &cache), a);
+  EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
 }
 
 TEST(CompileWithCache, CompileFailureStoresNothing) {

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 
 #include "cucore/error.hpp"
 #include "cucore/options.hpp"
+#include "cucore/toolkit.hpp"
 
 namespace cucore {
 namespace {
@@ -15,8 +18,19 @@ program_options with_arch() {
   return o;
 }
 
+// NVRTC's flags for `o`; without the toolkit's include directories unless the test sets
+// toolkit_include_path (they depend on where the toolkit is installed).
 std::vector<std::string> nvrtc(const program_options& o, code_type t = code_type::ptx) {
-  return compiler_flags(o, source_type::cxx, t);
+  program_options without_toolkit = o;
+  if (!without_toolkit.toolkit_include_path) without_toolkit.toolkit_include_path = false;
+  return compiler_flags(without_toolkit, source_type::cxx, t);
+}
+
+// The flags that search the toolkit's include directories, in order.
+std::vector<std::string> toolkit_include_flags() {
+  std::vector<std::string> out;
+  for (const auto& dir : toolkit::include_directories()) out.push_back("--include-path=" + dir);
+  return out;
 }
 
 TEST(ProgramOptions, DefaultsEmitOnlyArch) {
@@ -45,6 +59,8 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
   o.include_path = {"/inc"};
   o.pre_include = {"pre.h"};
   o.no_source_include = true;
+  o.toolkit_include_path = true;
+  o.headers = {{"h.cuh", "#define H 1"}};  // given to nvrtcCreateProgram: no flag
   o.std = "c++17";
   o.builtin_move_forward = false;
   o.builtin_initializer_list = true;
@@ -75,7 +91,7 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
   o.pch_messages = false;
   o.instantiate_templates_in_pch = true;
   o.numba_debug = true;
-  const std::vector<std::string> expected = {
+  std::vector<std::string> expected = {
       "-arch=sm_90",
       "--relocatable-device-code=true",
       "--extensible-whole-program",
@@ -130,7 +146,77 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
       "--instantiate-templates-in-pch=true",
       "--numba-debug",
   };
+  // The toolkit's directories right after the user's.
+  const auto toolkit_flags = toolkit_include_flags();
+  const auto user = std::find(expected.begin(), expected.end(), "--include-path=/inc");
+  expected.insert(user + 1, toolkit_flags.begin(), toolkit_flags.end());
   EXPECT_EQ(nvrtc(o), expected);
+}
+
+TEST(ProgramOptions, ToolkitIncludeDirectoriesFollowTheUsersIncludePath) {
+  const auto toolkit_flags = toolkit_include_flags();
+  ASSERT_FALSE(toolkit_flags.empty()) << "NVRTC is not under a CUDA root";
+  // Unset (the default) and true: after the user's -I directories, before -include.
+  for (const std::optional<bool> setting : {std::optional<bool>(), std::optional<bool>(true)}) {
+    program_options o = with_arch();
+    o.toolkit_include_path = setting;
+    std::vector<std::string> alone = {"-arch=sm_90"};
+    alone.insert(alone.end(), toolkit_flags.begin(), toolkit_flags.end());
+    EXPECT_EQ(compiler_flags(o, source_type::cxx, code_type::ptx), alone);
+    o.include_path = {"/mine/a", "/mine/b"};
+    o.pre_include = {"pre.h"};
+    std::vector<std::string> expected = {"-arch=sm_90", "--include-path=/mine/a",
+                                         "--include-path=/mine/b"};
+    expected.insert(expected.end(), toolkit_flags.begin(), toolkit_flags.end());
+    expected.push_back("--pre-include=pre.h");
+    EXPECT_EQ(compiler_flags(o, source_type::cxx, code_type::ptx), expected);
+  }
+  // false: none of them.
+  program_options o = with_arch();
+  o.toolkit_include_path = false;
+  o.include_path = {"/mine/a"};
+  EXPECT_EQ(compiler_flags(o, source_type::cxx, code_type::ptx),
+            (std::vector<std::string>{"-arch=sm_90", "--include-path=/mine/a"}));
+  // The toolkit's include/cccl and include directories, in that order, which exist.
+  ASSERT_EQ(toolkit::include_directories().size(), 2u);
+  EXPECT_TRUE(toolkit::include_directories()[0].ends_with("/include/cccl"));
+  EXPECT_TRUE(toolkit::include_directories()[1].ends_with("/include"));
+  for (const auto& dir : toolkit::include_directories()) {
+    EXPECT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  }
+  EXPECT_TRUE(std::filesystem::exists(toolkit::include_directories().back() + "/cuda_runtime.h"));
+}
+
+TEST(ProgramOptions, ToolkitIncludePathAndHeadersAreCxxOnly) {
+  program_options o = with_arch();
+  o.toolkit_include_path = false;
+  EXPECT_THROW(compiler_flags(o, source_type::nvvm, code_type::ptx), invalid_argument);
+  EXPECT_THROW(compiler_flags(o, source_type::ptx, code_type::cubin), invalid_argument);
+  o = with_arch();
+  o.headers = {{"h.cuh", ""}};
+  EXPECT_THROW(compiler_flags(o, source_type::nvvm, code_type::ptx), invalid_argument);
+  EXPECT_THROW(compiler_flags(o, source_type::ptx, code_type::cubin), invalid_argument);
+}
+
+TEST(ProgramOptions, MalformedInMemoryHeadersAreRefused) {
+  auto refused = [](std::vector<include_header> headers, const char* needle) {
+    program_options o = with_arch();
+    o.headers = std::move(headers);
+    try {
+      nvrtc(o);
+      ADD_FAILURE() << "accepted; expected an error naming " << needle;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused({{"", "x"}}, "headers[0]");
+  refused({{"a.h", "x"}, {"a\nb.h", "y"}}, "headers[1]");
+  refused({{std::string("a\0b", 3), "x"}}, "headers[0]");
+  refused({{"a.h", std::string("x\0y", 3)}}, "NUL");
+  refused({{"a.h", "x"}, {"a.h", "y"}}, "repeats");
+  program_options fine = with_arch();
+  fine.headers = {{"a.h", ""}, {"dir/b.h", "#pragma once\n"}};
+  EXPECT_EQ(nvrtc(fine), std::vector<std::string>{"-arch=sm_90"});
 }
 
 TEST(ProgramOptions, FalseBooleansFollowTheReference) {
@@ -340,6 +426,10 @@ TEST(Names, ParseAndPrint) {
     EXPECT_EQ(parse_code_type(to_string(t)), t);
   }
   EXPECT_THROW(parse_code_type("elf"), invalid_argument);
+  // Case-insensitive, like parse_source_type.
+  EXPECT_EQ(parse_code_type("CUBIN"), code_type::cubin);
+  EXPECT_EQ(parse_code_type("Ptx"), code_type::ptx);
+  EXPECT_EQ(parse_code_type("LtoIR"), code_type::ltoir);
 }
 
 }  // namespace

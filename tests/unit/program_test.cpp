@@ -202,6 +202,31 @@ TEST(OptionEffects, IncludePathAndPreInclude) {
   EXPECT_TRUE(contains(pre.text(), "7654321"));
 }
 
+TEST(OptionEffects, ToolkitIncludePathAndInMemoryHeaders) {
+  // The toolkit's headers (CCCL and include/) compile with no flags, and not with the option off.
+  const std::string cccl =
+      "#include <cuda/std/cstdint>\n#include <cuda_fp16.h>\n"
+      "extern \"C\" __global__ void k(cuda::std::int32_t* o) { *o = 7654322; }";
+  EXPECT_TRUE(contains(build(cccl, code_type::ptx).text(), "7654322"));
+  EXPECT_TRUE(
+      contains(build(cccl, code_type::ptx, [](auto& o) { o.toolkit_include_path = true; }).text(),
+               "7654322"));
+  EXPECT_THROW(build(cccl, code_type::ptx, [](auto& o) { o.toolkit_include_path = false; }),
+               compile_error);
+
+  // In-memory headers, quoted and angle, also nested.
+  const std::string src =
+      "#include \"answer.h\"\n#include <dir/more.h>\n"
+      "extern \"C\" __global__ void k(int* o) { *o = ANSWER + MORE; }";
+  auto in_memory = build(src, code_type::ptx, [](auto& o) {
+    o.headers = {{"answer.h", "#include \"nested.h\"\n#define ANSWER (NESTED + 1)\n"},
+                 {"nested.h", "#define NESTED 7654000\n"},
+                 {"dir/more.h", "#define MORE 300\n"}};
+  });
+  EXPECT_TRUE(contains(in_memory.text(), "7654301")) << in_memory.text();
+  EXPECT_THROW(build(src, code_type::ptx), compile_error);
+}
+
 TEST(OptionEffects, StdChangesWhatCompiles) {
   const std::string cxx20 = R"(
 template <class T> concept small = sizeof(T) <= 4;
