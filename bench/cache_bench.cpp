@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "cucore/cache/file_stream.hpp"
@@ -76,7 +77,7 @@ void BM_KeyDerivation(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(cucore::make_program_cache_key(in));
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_KeyDerivation)->Arg(1 << 10)->Arg(64 << 10);
+BENCHMARK(BM_KeyDerivation)->Arg(1 << 10)->Arg(4 << 10)->Arg(16 << 10)->Arg(64 << 10);
 
 // Kernel code as it usually comes: it includes a header (<...>, allowed), so the key's scan for
 // files the key cannot see runs in full (the source above, one comment, takes its fast path).
@@ -114,7 +115,7 @@ void BM_Sha256Floor(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_Sha256Floor)->Arg(1 << 10)->Arg(64 << 10);
+BENCHMARK(BM_Sha256Floor)->Arg(1 << 10)->Arg(4 << 10)->Arg(16 << 10)->Arg(64 << 10);
 
 // ---- in-memory ------------------------------------------------------------------------------
 
@@ -257,8 +258,8 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
 }
 )";
 
-// Includes CCCL headers from the toolkit: the compile is large, and the key needs an extra_digest
-// (the headers are files), so this one goes through make_program_cache_key + get/put.
+// Includes CCCL headers from the toolkit: the compile is large. Before include tracking the key
+// needed an extra_digest; kept for comparison (BM_CompileCcclHit), beside the tracked path below.
 constexpr const char* kCcclKernel = R"(
 #include <cuda/std/array>
 #include <cuda/std/functional>
@@ -321,6 +322,105 @@ void BM_CompileCcclHit(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CompileCcclHit)->Unit(benchmark::kMicrosecond);
+
+// ---- a CUB kernel with a header of its own: include tracking -----------------------------------
+
+// The issue's kernel: a CUB block reduction that includes "tuning.cuh" beside it, with no flags
+// (the toolkit's include directories are searched by default).
+constexpr const char* kCubKernel = R"(
+#include "tuning.cuh"
+#include <cub/block/block_reduce.cuh>
+extern "C" __global__ void block_sum(const int* in, int* out) {
+  using reduce = cub::BlockReduce<int, BLOCK>;
+  __shared__ typename reduce::TempStorage storage;
+  int v = reduce(storage).Sum(in[threadIdx.x]);
+  if (threadIdx.x == 0) *out = v;
+}
+)";
+
+// The kernel's directory, its header written once and left to settle: headers changed within the
+// last 2 s are re-hashed on every key (include_tracking.hpp), which is not the steady state.
+const fs::path& cub_dir() {
+  static const fs::path dir = [] {
+    fs::path d = scratch() / "cub-kernel";
+    fs::create_directories(d);
+    std::ofstream(d / "tuning.cuh") << "#pragma once\n#define BLOCK 128\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+    return d;
+  }();
+  return dir;
+}
+
+cucore::program cub_program() {
+  cucore::program_options o = small_options();
+  o.name = (cub_dir() / "block_sum.cu").string();
+  return cucore::program(kCubKernel, cucore::source_type::cxx, o);
+}
+
+void BM_CubCold(benchmark::State& state) {
+  auto p = cub_program();
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin));
+}
+BENCHMARK(BM_CubCold)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// program::compile through an in-memory cache: key (include closure by stats) + lookup.
+void BM_CubHitInMemory(benchmark::State& state) {
+  cucore::in_memory_program_cache cache;
+  auto p = cub_program();
+  p.compile(cucore::code_type::cubin, {}, &cache);
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin, {}, &cache));
+  if (p.last_cache_outcome() != cucore::cache_outcome::hit) state.SkipWithError("not a hit");
+}
+BENCHMARK(BM_CubHitInMemory)->Unit(benchmark::kMicrosecond);
+
+void BM_CubHitDirectory(benchmark::State& state) {
+  cucore::file_stream_program_cache cache(scratch() / "cub-cache");
+  auto p = cub_program();
+  p.compile(cucore::code_type::cubin, {}, &cache);
+  for (auto _ : state) benchmark::DoNotOptimize(p.compile(cucore::code_type::cubin, {}, &cache));
+  if (p.last_cache_outcome() != cucore::cache_outcome::hit) state.SkipWithError("not a hit");
+}
+BENCHMARK(BM_CubHitDirectory)->Unit(benchmark::kMicrosecond);
+
+cucore::program_cache_key_inputs cub_inputs(const std::string& code, cucore::program_options o) {
+  cucore::program_cache_key_inputs in;
+  in.code = code;
+  in.options = std::move(o);
+  in.target = cucore::code_type::cubin;
+  return in;
+}
+
+// The key alone (warm digest memo: one lstat per header and per absent candidate) ...
+void BM_CubKey(benchmark::State& state) {
+  const auto p = cub_program();
+  const auto in = cub_inputs(p.code(), p.options());
+  const auto first = cucore::make_program_cache_key(in);
+  for (auto _ : state) benchmark::DoNotOptimize(cucore::make_program_cache_key(in));
+  state.counters["headers"] = static_cast<double>(first.includes().files);
+  state.counters["absent"] = static_cast<double>(first.includes().absent);
+}
+BENCHMARK(BM_CubKey)->Unit(benchmark::kMicrosecond);
+
+// ... against the SHA-256 of every byte it covers (the source and each header file), read from
+// memory: what hashing the inputs would cost without the memo, with no I/O at all.
+void BM_CubSha256OfBytesRead(benchmark::State& state) {
+  const auto p = cub_program();
+  const auto key = cucore::make_program_cache_key(cub_inputs(p.code(), p.options()));
+  std::string all = p.code();
+  for (const auto& f : key.explain()) {
+    if (f.label != "header") continue;
+    std::ifstream in(f.payload.substr(0, f.payload.rfind(" (")), std::ios::binary);
+    all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  unsigned char digest[32];
+  unsigned int len = 0;
+  for (auto _ : state) {
+    EVP_Digest(all.data(), all.size(), digest, &len, EVP_sha256(), nullptr);
+    benchmark::DoNotOptimize(digest);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(all.size()));
+}
+BENCHMARK(BM_CubSha256OfBytesRead)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -30,6 +30,8 @@ def human(t):
 
 rows = [
     ("key derivation, 1 KiB source", "BM_KeyDerivation/1024", "SHA-256 of the source", "BM_Sha256Floor/1024", "ratio"),
+    ("key derivation, 4 KiB source", "BM_KeyDerivation/4096", "SHA-256 of the source", "BM_Sha256Floor/4096", "ratio"),
+    ("key derivation, 16 KiB source", "BM_KeyDerivation/16384", "SHA-256 of the source", "BM_Sha256Floor/16384", "ratio"),
     ("key derivation, 64 KiB source", "BM_KeyDerivation/65536", "SHA-256 of the source", "BM_Sha256Floor/65536", "ratio"),
     ("key derivation, 1 KiB code with an #include", "BM_KeyDerivationIncluding/1024", "SHA-256 of the source", "BM_Sha256Floor/1024", "ratio"),
     ("key derivation, 64 KiB code with an #include", "BM_KeyDerivationIncluding/65536", "SHA-256 of the source", "BM_Sha256Floor/65536", "ratio"),
@@ -40,6 +42,9 @@ rows = [
     ("SQLite hit, 256 KiB", "BM_SqliteHit/262144", "raw prepared SELECT", "BM_SqliteSelectFloor/262144", "ratio"),
     ("compile hit, small kernel", "BM_CompileSmallHit", "cold compile", "BM_CompileSmallCold", "speedup"),
     ("compile hit, CCCL kernel", "BM_CompileCcclHit", "cold compile", "BM_CompileCcclCold/iterations:3", "speedup"),
+    ("CUB + own header, in-memory hit", "BM_CubHitInMemory", "cold compile", "BM_CubCold/iterations:3", "speedup"),
+    ("CUB + own header, directory hit", "BM_CubHitDirectory", "cold compile", "BM_CubCold/iterations:3", "speedup"),
+    ("CUB + own header, key", "BM_CubKey", "SHA-256 of bytes read", "BM_CubSha256OfBytesRead", "ratio"),
 ]
 
 print(f"{'operation':32} {'time':>10}   {'floor / baseline':24} {'time':>10}   {'ratio':>10}")
