@@ -2,24 +2,18 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+
+#if defined(CUCORE_HAVE_SHANI_BUILD)
+#include <cpuid.h>
+#endif
 
 #include "cucore/error.hpp"
 
 namespace cucore::detail {
 namespace {
-
-constexpr std::array<std::uint32_t, 64> kRoundConstants = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
 
 constexpr std::array<std::uint32_t, 8> kInitialState = {
     0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
@@ -34,6 +28,20 @@ std::uint32_t load_be32(const std::byte* p) noexcept {
          std::uint32_t(p[3]);
 }
 
+bool detect_shani() noexcept {
+#if defined(CUCORE_HAVE_SHANI_BUILD)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool ssse3 = (ecx & (1u << 9)) != 0;
+  const bool sse41 = (ecx & (1u << 19)) != 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool sha = (ebx & (1u << 29)) != 0;
+  return ssse3 && sse41 && sha;
+#else
+  return false;
+#endif
+}
+
 const EVP_MD* libcrypto_sha256() {
   // Fetched once (an implicit fetch is a locked lookup per digest); leaked on purpose so that it
   // outlives any static destructor that might still hash.
@@ -46,9 +54,19 @@ const EVP_MD* libcrypto_sha256() {
 
 }  // namespace
 
-sha256_hasher::sha256_hasher() noexcept : state_(kInitialState) {}
+bool sha256_shani_available() noexcept {
+  static const bool available = detect_shani();
+  return available;
+}
 
-void sha256_hasher::compress(const std::byte* block) noexcept {
+sha256_hasher::sha256_hasher() noexcept : sha256_hasher(sha256_impl::automatic) {}
+
+sha256_hasher::sha256_hasher(sha256_impl impl) noexcept
+    : state_(kInitialState), shani_(impl != sha256_impl::portable && sha256_shani_available()) {}
+
+namespace {
+
+void compress_portable(std::array<std::uint32_t, 8>& state, const std::byte* block) noexcept {
   std::array<std::uint32_t, 64> w;
   for (int i = 0; i < 16; ++i) w[i] = load_be32(block + 4 * i);
   for (int i = 16; i < 64; ++i) {
@@ -56,12 +74,12 @@ void sha256_hasher::compress(const std::byte* block) noexcept {
     const std::uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     const std::uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
     const std::uint32_t choice = (e & f) ^ (~e & g);
-    const std::uint32_t t1 = h + s1 + choice + kRoundConstants[i] + w[i];
+    const std::uint32_t t1 = h + s1 + choice + kSha256RoundConstants[i] + w[i];
     const std::uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
     const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
     const std::uint32_t t2 = s0 + majority;
@@ -74,14 +92,26 @@ void sha256_hasher::compress(const std::byte* block) noexcept {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+}  // namespace
+
+void sha256_hasher::compress(const std::byte* blocks, std::size_t count) noexcept {
+#if defined(CUCORE_HAVE_SHANI_BUILD)
+  if (shani_) {
+    sha256_compress_shani(state_.data(), blocks, count);
+    return;
+  }
+#endif
+  for (; count > 0; --count, blocks += 64) compress_portable(state_, blocks);
 }
 
 void sha256_hasher::update(std::span<const std::byte> data) noexcept {
@@ -95,10 +125,15 @@ void sha256_hasher::update(std::span<const std::byte> data) noexcept {
     p += take;
     n -= take;
     if (buffered_ < buffer_.size()) return;
-    compress(buffer_.data());
+    compress(buffer_.data(), 1);
     buffered_ = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) compress(p);
+  if (n >= 64) {  // whole blocks straight from the input, in one call
+    const std::size_t blocks = n / 64;
+    compress(p, blocks);
+    p += 64 * blocks;
+    n -= 64 * blocks;
+  }
   if (n > 0) {
     std::memcpy(buffer_.data(), p, n);
     buffered_ = n;
@@ -145,6 +180,11 @@ sha256_digest sha256_libcrypto(std::span<const std::byte> data) {
 }
 
 sha256_digest sha256(std::span<const std::byte> data) {
+  if (sha256_shani_available()) {  // as fast as libcrypto, without its start-up
+    sha256_hasher hasher;
+    hasher.update(data);
+    return hasher.finish();
+  }
   const std::size_t threshold = libcrypto_started.load(std::memory_order_relaxed)
                                     ? kSha256WarmLibcryptoThreshold
                                     : kSha256LibcryptoThreshold;
