@@ -496,7 +496,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 11u) << r.out;
+  EXPECT_EQ(j.keys.size(), 12u) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
   EXPECT_EQ(j["bytes"].number, static_cast<double>(fs::file_size(work_ / "k.ptx")));
@@ -511,6 +511,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_TRUE(j["log"].is(json::kind::string));
   EXPECT_TRUE(std::regex_match(j["key"].string, std::regex("[0-9a-f]{64}"))) << r.out;
   EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(j["headers"].is(json::kind::null)) << "no #include: nothing tracked";
   EXPECT_TRUE(contains(output("k.ptx"), "_Z1kIfEvPT_"));
 }
 
@@ -815,36 +816,34 @@ TEST_F(CompileCache, BadSpecsAreUsageErrors) {
   }
 }
 
+// A kernel storing V from the header its first line includes.
+std::string stores_v(const std::string& include_line) {
+  return include_line + "\nextern \"C\" __global__ void w(int* p) { *p = V; }\n";
+}
+
+// An #include through a function-like macro: NVRTC finds the header, the key cannot follow it.
+constexpr const char* kStringizedInclude = "#define STR(x) #x\n#include STR(h.cuh)";
+
 TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
-  fs::create_directory(work_ / "inc");
-  file("inc/answer.h", "#define ANSWER 46\n");
-  file("angle.cu",
-       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
-  auto r = cucore({"compile", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc"});
+  file("h.cuh", "#define V 46\n");
+  file("m.cu", stores_v(kStringizedInclude));
+  auto r = cucore({"compile", "m.cu", "--arch", kArch, "--target", "ptx"});
   ASSERT_EQ(r.status, 0) << describe(r);
-  EXPECT_TRUE(contains(output("angle.ptx"), ", 46;"));
+  EXPECT_TRUE(contains(output("m.ptx"), ", 46;"));
   EXPECT_TRUE(contains(r.out, ", not cached)")) << r.out;
-  EXPECT_TRUE(contains(r.err, "note: not cached: -I ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "note: not cached: m.cu includes a header through a macro")) << r.err;
+  EXPECT_TRUE(contains(r.err, "m.cu:2: #include STR(h.cuh)")) << r.err;
   EXPECT_TRUE(contains(r.err, "; pass --extra-digest or --cache none\n")) << r.err;
+  EXPECT_FALSE(contains(r.err, "program_cache_key_inputs")) << "the library's advice: " << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "said once: " << r.err;
 
-  const json j =
-      json_of({"compile", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc", "--json"});
+  const json j = json_of({"compile", "m.cu", "--arch", kArch, "--target", "ptx", "--json"});
   EXPECT_EQ(j["cache"].string, "skipped");
   EXPECT_TRUE(j["key"].is(json::kind::null));
-  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "-I")) << j["cache_skip_reason"].string;
+  EXPECT_TRUE(j["headers"].is(json::kind::null));
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "STR(h.cuh)"))
+      << j["cache_skip_reason"].string;
   EXPECT_TRUE(contains(j["cache_skip_reason"].string, "--extra-digest"));
-
-  // A quoted #include is resolved against the current directory: the key cannot see it either.
-  file("answer.h", "#define ANSWER 47\n");
-  file("quoted.cu",
-       "#include \"answer.h\"\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
-  const json q = json_of({"compile", "quoted.cu", "--arch", kArch, "--target", "ptx", "--json"});
-  EXPECT_EQ(q["cache"].string, "skipped");
-  EXPECT_TRUE(contains(q["cache_skip_reason"].string, "quoted.cu"))
-      << q["cache_skip_reason"].string;
-  EXPECT_TRUE(contains(q["cache_skip_reason"].string, "answer.h")) << q["cache_skip_reason"].string;
-  EXPECT_TRUE(contains(output("quoted.ptx"), ", 47;"));
 
   // --libdevice reads libdevice.10.bc.
   file("scale.ll", kScaleIr);
@@ -856,14 +855,12 @@ TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
 }
 
 TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
-  fs::create_directory(work_ / "inc");
-  file("inc/answer.h", "#define ANSWER 46\n");
-  file("angle.cu",
-       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
+  file("h.cuh", "#define V 46\n");
+  file("m.cu", stores_v(kStringizedInclude));
   auto args = [](const std::string& digest, const std::string& out) {
-    return std::vector<std::string>{
-        "compile", "angle.cu",       "--arch", kArch, "--target", "ptx",   "-I",
-        "inc",     "--extra-digest", digest,   "-o",  out,        "--json"};
+    return std::vector<std::string>{"compile", "m.cu",   "--arch", kArch, "--target",
+                                    "ptx",     "--json", "-o",     out,   "--extra-digest",
+                                    digest};
   };
   const json first = json_of(args("00C0ffee", "a.ptx"));
   const json second = json_of(args("00c0FFEE", "b.ptx"));  // the same bytes
@@ -873,19 +870,24 @@ TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
   EXPECT_EQ(first["key"].string, second["key"].string);
   EXPECT_TRUE(contains(output("a.ptx"), ", 46;"));
   EXPECT_EQ(output("a.ptx"), output("b.ptx"));
+  ASSERT_TRUE(first["headers"].is(json::kind::object)) << "the rest of the closure is tracked";
 
-  // Another digest (the headers changed): another key, a miss, the new header's value.
-  file("inc/answer.h", "#define ANSWER 48\n");
+  // Another digest (the header changed): another key, a miss, the new header's value.
+  file("h.cuh", "#define V 48\n");
   const json third = json_of(args("01", "c.ptx"));
   EXPECT_EQ(third["cache"].string, "miss");
   EXPECT_NE(third["key"].string, first["key"].string);
   EXPECT_TRUE(contains(output("c.ptx"), ", 48;"));
 
-  // `cucore key` agrees.
-  const auto r = cucore({"key", "angle.cu", "--arch", kArch, "--target", "ptx", "-I", "inc",
-                         "--extra-digest", "00c0ffee"});
+  // `cucore key` agrees, and lists what the digest vouches for.
+  auto r = cucore({"key", "m.cu", "--arch", kArch, "--target", "ptx", "--extra-digest", "01"});
   ASSERT_EQ(r.status, 0) << describe(r);
-  EXPECT_EQ(r.out, first["key"].string + "\n");
+  EXPECT_EQ(r.out, third["key"].string + "\n");
+  r = cucore(
+      {"key", "m.cu", "--arch", kArch, "--target", "ptx", "--extra-digest", "01", "--explain"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  untracked_include +.*STR\(h\.cuh\))")))
+      << r.out;
 
   // A digest on inputs that need none is mixed in all the same.
   file("k.cu", kTemplate);
@@ -894,6 +896,149 @@ TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
   EXPECT_EQ(salted["cache"].string, "miss");
   EXPECT_NE(salted["key"].string, plain["key"].string);
   EXPECT_EQ(json_of(compile_k({"--extra-digest", "AB"}))["cache"].string, "hit");
+}
+
+// The issue's case: a kernel and its header in one directory, compiled from another. The quoted
+// #include is found beside FILE (the default program name is FILE as given), the header is in the
+// key, and a cached result is always the bytes a compile without the cache gives.
+TEST_F(CompileCache, QuotedIncludeBesideFileIsFoundAndTracked) {
+  temp_dir src;
+  const std::string kernel = (src.path() / "k.cu").string();
+  write_text(src.path() / "h.cuh", "#define V 7\n");
+  write_text(src.path() / "k.cu", stores_v("#include \"h.cuh\""));
+  auto compile = [&](const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"compile", kernel, "--arch", kArch,   "--target",
+                                     "ptx",     "-o",   out,      "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return json_of(args);
+  };
+  const json miss = compile("miss.ptx");
+  EXPECT_EQ(miss["cache"].string, "miss");
+  ASSERT_TRUE(miss["headers"].is(json::kind::object)) << "headers: not tracked";
+  EXPECT_GE(miss["headers"]["tracked"].number, 1);
+  for (const char* count : {"absent", "in_memory", "hashed"}) {
+    EXPECT_TRUE(miss["headers"][count].is(json::kind::number)) << count;
+  }
+  EXPECT_TRUE(miss["headers"]["stat_fast_path"].is(json::kind::boolean));
+  EXPECT_TRUE(contains(output("miss.ptx"), ", 7;"));
+
+  const json hit = compile("hit.ptx");
+  EXPECT_EQ(hit["cache"].string, "hit");
+  EXPECT_EQ(hit["key"].string, miss["key"].string);
+  ASSERT_TRUE(hit["headers"].is(json::kind::object)) << "a hit reports the headers too";
+  EXPECT_GE(hit["headers"]["tracked"].number, 1);
+  EXPECT_EQ(compile("none.ptx", {"--cache", "none"})["cache"].string, "off");
+  EXPECT_EQ(output("hit.ptx"), output("none.ptx"));
+  EXPECT_EQ(output("miss.ptx"), output("none.ptx"));
+
+  // Edit the header (same size): a miss, and the bytes of a fresh uncached compile.
+  write_text(src.path() / "h.cuh", "#define V 8\n");
+  const json edited = compile("edited.ptx");
+  EXPECT_EQ(edited["cache"].string, "miss");
+  EXPECT_NE(edited["key"].string, miss["key"].string);
+  EXPECT_EQ(compile("fresh.ptx", {"--cache", "none"})["cache"].string, "off");
+  EXPECT_TRUE(contains(output("fresh.ptx"), ", 8;"));
+  EXPECT_EQ(output("edited.ptx"), output("fresh.ptx"));
+  EXPECT_EQ(compile("again.ptx")["cache"].string, "hit");
+  EXPECT_EQ(output("again.ptx"), output("fresh.ptx"));
+
+  // The human report says so too, with nothing on stderr.
+  const auto r = cucore({"compile", kernel, "--arch", kArch, "--target", "ptx", "-o", "h.ptx"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, kernel + " -> h.ptx (")) << r.out;
+  EXPECT_TRUE(contains(r.out, ", cache hit)")) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CompileCache, IncludePathAndPreIncludeHeadersAreTracked) {
+  fs::create_directory(work_ / "inc");
+  file("inc/answer.h", "#define V 46\n");
+  file("angle.cu", stores_v("#include <answer.h>"));
+  const std::vector<std::string> args = {"compile", "angle.cu", "--arch", kArch,   "--target",
+                                         "ptx",     "-I",       "inc",    "--json"};
+  const json first = json_of(args);
+  EXPECT_EQ(first["cache"].string, "miss");
+  EXPECT_FALSE(first.find("cache_skip_reason"));
+  EXPECT_GE(first["headers"]["tracked"].number, 1);
+  EXPECT_EQ(json_of(args)["cache"].string, "hit");
+  EXPECT_TRUE(contains(output("angle.ptx"), ", 46;"));
+  file("inc/answer.h", "#define V 47\n");
+  EXPECT_EQ(json_of(args)["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("angle.ptx"), ", 47;"));
+  EXPECT_EQ(json_of(args)["cache"].string, "hit");
+
+  file("pre.h", "#define V 50\n");
+  file("plain.cu", stores_v(""));
+  const std::vector<std::string> pre = {"compile", "plain.cu",      "--arch", kArch,   "--target",
+                                        "ptx",     "--pre-include", "pre.h",  "--json"};
+  EXPECT_EQ(json_of(pre)["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("plain.ptx"), ", 50;"));
+  file("pre.h", "#define V 51\n");
+  EXPECT_EQ(json_of(pre)["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("plain.ptx"), ", 51;"));
+  EXPECT_EQ(json_of(pre)["cache"].string, "hit");
+}
+
+// --name still overrides the default, and its directory is where quoted #includes are looked up;
+// --no-source-include turns that lookup off.
+TEST_F(Compile, NameDirectoryAndNoSourceInclude) {
+  fs::create_directories(work_ / "a");
+  fs::create_directories(work_ / "b");
+  file("a/h.cuh", "#define V 1\n");
+  file("b/h.cuh", "#define V 2\n");
+  file("a/k.cu", stores_v("#include \"h.cuh\""));
+  auto r = cucore({"compile", "a/k.cu", "--arch", kArch, "--target", "ptx", "-o", "a.ptx"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(output("a.ptx"), ", 1;"));
+  r = cucore(
+      {"compile", "a/k.cu", "--arch", kArch, "--target", "ptx", "-o", "b.ptx", "--name", "b/k.cu"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(output("b.ptx"), ", 2;"));
+
+  r = cucore({"compile", "a/k.cu", "--arch", kArch, "--target", "ptx", "--no-source-include"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "a/k.cu(1): catastrophic error")) << r.err;
+  EXPECT_TRUE(contains(r.err, "h.cuh")) << r.err;
+  // ... unless -I names the directory again.
+  r = cucore({"compile", "a/k.cu", "--arch", kArch, "--target", "ptx", "--no-source-include", "-I",
+              "b", "-o", "i.ptx"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(output("i.ptx"), ", 2;"));
+}
+
+// The toolkit's headers (CCCL: <cuda/...>, CUB, Thrust) compile with no flags; --no-toolkit-include
+// takes them away, and is c++ only.
+TEST_F(Compile, ToolkitHeadersNeedNoFlags) {
+  file("c.cu",
+       "#include <cuda/std/complex>\n"
+       "extern \"C\" __global__ void f(float* p) {\n"
+       "  cuda::std::complex<float> c(p[0], p[1]);\n"
+       "  p[2] = (c * c).real();\n"
+       "}\n");
+  const std::vector<std::string> args = {"compile", "c.cu", "--arch", kArch, "--json"};
+  const json miss = json_of(args);
+  EXPECT_EQ(miss["cache"].string, "miss");
+  EXPECT_TRUE(is_elf(output("c.cubin")));
+  ASSERT_TRUE(miss["headers"].is(json::kind::object));
+  EXPECT_GT(miss["headers"]["tracked"].number, 10) << "the CCCL headers are in the key";
+  const json hit = json_of(args);
+  EXPECT_EQ(hit["cache"].string, "hit");
+  EXPECT_EQ(hit["headers"]["tracked"].number, miss["headers"]["tracked"].number);
+
+  auto r = cucore({"compile", "c.cu", "--arch", kArch, "--no-toolkit-include", "-o", "no.cubin"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cuda/std/complex")) << r.err;
+  EXPECT_TRUE(contains(r.err, "NVRTC compilation failed")) << r.err;
+  EXPECT_FALSE(exists("no.cubin"));
+
+  // Refused by name for code NVRTC does not compile, like every c++ option.
+  file("scale.ll", kScaleIr);
+  r = cucore({"compile", "scale.ll", "--arch", kArch, "--no-toolkit-include"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "toolkit_include_path")) << r.err;
+  r = cucore({"key", "scale.ll", "--arch", kArch, "--no-source-include"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "no_source_include")) << r.err;
 }
 
 TEST_F(CompileCache, MalformedExtraDigestIsAUsageError) {
@@ -1098,24 +1243,102 @@ TEST_F(Key, ExplainListsTheFields) {
 }
 
 TEST_F(Key, InputsTheKeyCannotSeeNeedAnExtraDigest) {
-  fs::create_directory(work_ / "inc");
-  file("inc/answer.h", "#define ANSWER 46\n");
-  file("angle.cu",
-       "#include <answer.h>\nextern \"C\" __global__ void w(int* p) { *p = ANSWER; }\n");
-  auto r = cucore({"key", "angle.cu", "--arch", kArch, "-I", "inc"});
+  file("h.cuh", "#define V 46\n");
+  file("m.cu", stores_v(kStringizedInclude));
+  auto r = cucore({"key", "m.cu", "--arch", kArch});
   EXPECT_EQ(r.status, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "-I")) << r.err;
+  EXPECT_TRUE(contains(r.err, "error: no cache key: m.cu includes a header through a macro"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "STR(h.cuh)")) << r.err;
   EXPECT_TRUE(contains(r.err, "--extra-digest")) << r.err;
   EXPECT_EQ(r.out, "");
-  r = cucore({"key", "angle.cu", "--arch", kArch, "-I", "inc", "--extra-digest", "00"});
+  r = cucore({"key", "m.cu", "--arch", kArch, "--extra-digest", "00"});
   EXPECT_EQ(r.status, 0) << describe(r);
+
+  file("scale.ll", kScaleIr);
+  r = cucore({"key", "scale.ll", "--arch", kArch, "--libdevice"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "no cache key: --libdevice")) << r.err;
 
   r = cucore({"key", "--arch", kArch});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "key needs a FILE")) << r.err;
-  r = cucore({"key", "angle.cu", "--arch", kArch, "-o", "x"});
+  r = cucore({"key", "m.cu", "--arch", kArch, "-o", "x"});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "unknown option \"-o\"")) << r.err;
+}
+
+// Every header is a line of --explain: found ones with size and SHA-256, candidates looked at and
+// absent as such; and key's default program name is compile's (FILE as given), so the keys agree
+// for a FILE in another directory.
+TEST_F(Key, ExplainListsEveryHeader) {
+  temp_dir src;
+  const std::string kernel = (src.path() / "k.cu").string();
+  fs::create_directory(work_ / "first");
+  fs::create_directory(work_ / "second");
+  const std::string header = "#include <b.cuh>\n#define V 3\n";
+  write_text(src.path() / "h.cuh", header);
+  file("second/b.cuh", "#define B 1\n");
+  write_text(src.path() / "k.cu", stores_v("#include \"h.cuh\""));
+  const std::vector<std::string> options = {kernel, "--arch", kArch, "--target", "ptx",
+                                            "-I",   "first",  "-I",  "second"};
+  std::vector<std::string> args = {"key", "--explain"};
+  args.insert(args.end(), options.begin(), options.end());
+  const auto r = cucore(args);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  const std::string h = (src.path() / "h.cuh").string();
+  const auto options_name = r.out.find("\n  options_name ");
+  ASSERT_NE(options_name, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.find_first_not_of(' ', options_name + 15), kernel.size() + 1),
+            kernel + "\n")
+      << "the program name is FILE as given\n"
+      << r.out;
+  EXPECT_TRUE(contains(r.out, h + " (" + std::to_string(header.size()) + " bytes, sha256 "))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n  header +[^\n]*h\.cuh \()" + std::to_string(header.size()) +
+                        R"( bytes, sha256 [0-9a-f]{64}\)\n)")))
+      << r.out;
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"(\n  header_absent +first/b\.cuh \(absent\)\n)")))
+      << r.out;
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"(\n  header +second/b\.cuh \(12 bytes, sha256 )")))
+      << r.out;
+  // One line per field, payloads in one column.
+  std::size_t column = std::string::npos;
+  std::size_t lines = 0;
+  std::size_t pos = r.out.find('\n') + 1;
+  while (pos < r.out.size()) {
+    const std::size_t end = r.out.find('\n', pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string line = r.out.substr(pos, end - pos);
+    ASSERT_TRUE(line.starts_with("  ")) << line;
+    const std::size_t payload = line.find_first_not_of(' ', line.find(' ', 2));
+    if (column == std::string::npos) column = payload;
+    EXPECT_EQ(payload, column) << line;
+    ++lines;
+    pos = end + 1;
+  }
+  EXPECT_GT(lines, 10u);
+
+  // --json: the same fields, and the headers summary.
+  args.push_back("--json");
+  const json j = json_of(args);
+  bool listed = false;
+  for (const json& f : j["fields"].items) {
+    listed = listed || (f["label"].string == "header" && f["payload"].string.starts_with(h + " ("));
+  }
+  EXPECT_TRUE(listed) << "no header field for " << h;
+  EXPECT_GE(j["headers"]["tracked"].number, 2);
+  EXPECT_GE(j["headers"]["absent"].number, 1);
+
+  // The key compile uses, from another directory too.
+  std::vector<std::string> compile_args = {"compile", "--json"};
+  compile_args.insert(compile_args.end(), options.begin(), options.end());
+  const json compiled = json_of(compile_args);
+  EXPECT_EQ(compiled["key"].string, j["key"].string);
+  EXPECT_EQ(compiled["headers"]["tracked"].number, j["headers"]["tracked"].number);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1357,6 +1580,22 @@ TEST_F(Info, Json) {
   EXPECT_TRUE(backend == "nvJitLink" || backend == "driver") << backend;
 }
 
+TEST_F(Info, ListsTheToolkitIncludeDirectories) {
+  const json j = json_of({"info", "--json"});
+  const json& dirs = j["include_directories"];
+  ASSERT_TRUE(dirs.is(json::kind::array));
+  ASSERT_FALSE(dirs.items.empty()) << "NVRTC is found under a CUDA root in the tests";
+  EXPECT_TRUE(dirs.items[0].string.ends_with("/include/cccl")) << dirs.items[0].string;
+  for (const json& d : dirs.items) EXPECT_TRUE(fs::is_directory(d.string)) << d.string;
+
+  const auto r = cucore({"info"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "\ninclude      " + dirs.items[0].string + "\n")) << r.out;
+  for (std::size_t i = 1; i < dirs.items.size(); ++i) {
+    EXPECT_TRUE(contains(r.out, "\n             " + dirs.items[i].string + "\n")) << r.out;
+  }
+}
+
 TEST_F(Info, WithoutToolkitStillSucceeds) {
   temp_dir empty;
   const environment env = {{"CUCORE_CUDA_HOME", empty.path().string()},
@@ -1364,6 +1603,7 @@ TEST_F(Info, WithoutToolkitStillSucceeds) {
   auto r = cucore({"info"}, env);
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"((^|\n)NVRTC +not found)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\ninclude +none)"))) << r.out;
 
   r = cucore({"info", "--json"}, env);
   ASSERT_EQ(r.status, 0) << describe(r);
@@ -1373,6 +1613,7 @@ TEST_F(Info, WithoutToolkitStillSucceeds) {
   EXPECT_FALSE(j["nvrtc"]["error"].string.empty());
   ASSERT_FALSE(j["nvrtc"]["searched"].items.empty());
   EXPECT_TRUE(j["nvrtc"]["searched"].items[0].string.starts_with(empty.path().string()));
+  EXPECT_TRUE(j["include_directories"].items.empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1408,6 +1649,8 @@ TEST_F(Usage, CompileHelpListsEveryOption) {
                                "-D, --define-macro",
                                "-U, --undefine-macro",
                                "--pre-include",
+                               "--no-source-include",
+                               "--no-toolkit-include",
                                "--std",
                                "-G, --debug",
                                "--lineinfo",

@@ -50,24 +50,34 @@ constexpr std::string_view description =
     "nvJitLink (or the driver linker). What FILE holds comes from its extension: .cu .cuh .cpp\n"
     ".cxx .cc are c++, .ptx is ptx, .ll .bc .nvvm are nvvm; --code-type overrides it. Targets:\n"
     "c++ to ptx, cubin or ltoir; ptx to cubin; nvvm to ptx or ltoir. Options a code type does not\n"
-    "take are refused by name. NVRTC compiles FILE's text, not the file: a quoted #include is\n"
-    "looked up in the current directory and the -I directories, not beside FILE (unlike nvcc):\n"
-    "pass -I with FILE's directory.\n"
+    "take are refused by name.\n"
+    "\n"
+    "Headers (c++), searched as nvcc does: a quoted #include beside the file that includes it\n"
+    "(for FILE itself, the directory of the program name: FILE as given, unless --name; not with\n"
+    "--no-source-include), then the -I directories in order, then the toolkit's include\n"
+    "directories (include/cccl and include: CUB, Thrust, <cuda/...>; see `cucore info`) unless\n"
+    "--no-toolkit-include. An #include <name> skips the first step.\n"
     "\n"
     "Results are cached: a second compile of the same source with the same options and compiler\n"
     "is read from the cache (\"cache hit\") without loading the compiler; the time reported is\n"
-    "then the lookup's. --json adds \"key\" (what `cucore cache show` takes) and \"cache\": hit,\n"
-    "miss, off (--cache none) or skipped (with \"cache_skip_reason\").\n"
+    "then the lookup's. The key covers the headers the code can include (-I, --pre-include,\n"
+    "quoted and <> #includes, the toolkit's): each file's path and SHA-256, and the places\n"
+    "looked at where none was, so editing or adding a header is a miss (`cucore key --explain`\n"
+    "lists them). --json adds \"key\" (what `cucore cache show` takes); \"cache\": hit, miss,\n"
+    "off (--cache none) or skipped (with \"cache_skip_reason\"); and \"headers\": null, or\n"
+    "{\"tracked\": header files in the key, \"absent\": candidates found absent, \"in_memory\":\n"
+    "0 here, \"hashed\": files read (the others were known by their identity),\n"
+    "\"stat_fast_path\": none was read}.\n"
     "\n"
     // clang-format off
     CUCORE_CLI_CACHE_SPEC_HELP "\n"
     // clang-format on
     "\n"
-    "Inputs the cache key cannot see (-I, --pre-include, a quoted #include, a --name with a\n"
-    "directory, --libdevice) need --extra-digest HEX, bytes that change when those files do (for\n"
-    "example the SHA-256 of the headers, from sha256sum). Without it such a compile is not cached\n"
-    "(a note on stderr says why; --json reports \"cache\": \"skipped\"). A cache that cannot be\n"
-    "opened or written to never fails the compile.\n"
+    "Inputs the cache key cannot see (an #include through a function-like macro, --libdevice)\n"
+    "need --extra-digest HEX, bytes that change when those files do (for example the SHA-256 of\n"
+    "the files, from sha256sum). Without it such a compile is not cached (a note on stderr says\n"
+    "why; --json reports \"cache\": \"skipped\"). A cache that cannot be opened or written to\n"
+    "never fails the compile.\n"
     "\n"
     "Exit status: 0 compiled; 1 compilation failed (the compiler's log goes to stderr) or a CUDA\n"
     "library is missing; 2 bad command line.";
@@ -94,17 +104,26 @@ std::string backend_name(const program& prog, const cache_report& cache, source_
   return std::string(to_string(prog.backend()));
 }
 
-// Compiles with the key the tool derives itself, --extra-digest included: get, else compile and
-// put. A put that fails is a warning, never a failed compile.
-object_code compile_with_key(program& prog, const compile_inputs& in, program_cache& cache,
-                             std::string extra_digest, cache_report& report) {
-  report.key = make_program_cache_key(key_inputs(in, std::move(extra_digest)), probes_for(cache));
+// Compiles with the key the tool derives itself (--extra-digest included): get, else compile and
+// put. A put that fails is a warning, never a failed compile. As program::compile(..., cache)
+// does, the key of code with headers is derived again after the compile (stats, with the digest
+// memo): a header edited while NVRTC read it must not be stored under the key of its old bytes.
+object_code compile_with_key(program& prog, const compile_inputs& in,
+                             const program_cache_key_inputs& inputs, program_cache& cache,
+                             cache_report& report) {
   if (auto hit = cache.get(*report.key)) {
     report.outcome = "hit";
     return std::move(*hit);
   }
   report.outcome = "miss";
   object_code result = prog.compile(in.target, in.name_expressions);
+  if (report.key->includes().tracked &&
+      make_program_cache_key(inputs, probes_for(cache)) != *report.key) {
+    cucore::log(log_level::warning, "not storing the compiled program in the " +
+                                        cache.description() +
+                                        " cache: a header it includes changed during the compile");
+    return result;
+  }
   try {
     cache.put(*report.key, result);
   } catch (const std::exception& e) {
@@ -120,30 +139,29 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
   if (is_no_cache(spec)) {
     return {prog.compile(in.target, in.name_expressions), report};
   }
-  const std::optional<std::string> extra_digest = extra_digest_from(args);
   auto skip = [&](std::string reason) {
     report.outcome = "skipped";
     report.skip_reason = std::move(reason);
     return compiled{prog.compile(in.target, in.name_expressions), report};
   };
-  if (auto refusal = why_not_cacheable(in, extra_digest)) {
-    return skip(refusal->reason + (refusal->extra_digest_helps
-                                       ? "; pass --extra-digest or --cache none"
-                                       : "; pass --cache none to compile without the cache"));
-  }
   std::unique_ptr<program_cache> cache;
   try {
     cache = open_cache(spec);
   } catch (const std::exception& e) {
     return skip("cannot open the cache: " + std::string(e.what()));
   }
-  if (extra_digest) {
-    object_code code = compile_with_key(prog, in, *cache, *extra_digest, report);
-    return {std::move(code), report};
+  // The tool derives the key itself (not program::compile(..., cache)): it takes --extra-digest,
+  // and a refusal is reported in the tool's words, then the compile goes on without the cache.
+  const program_cache_key_inputs inputs = key_inputs(in, extra_digest_from(args));
+  try {
+    report.key = make_program_cache_key(inputs, probes_for(*cache));
+  } catch (const cucore::invalid_argument& e) {
+    const cache_refusal refusal = cache_refusal_of(in, e);
+    return skip(refusal.reason + (refusal.extra_digest_helps
+                                      ? "; pass --extra-digest or --cache none"
+                                      : "; pass --cache none to compile without the cache"));
   }
-  object_code code = prog.compile(in.target, in.name_expressions, cache.get());
-  report.outcome = std::string(to_string(prog.last_cache_outcome()));
-  report.key = prog.last_cache_key();
+  object_code code = compile_with_key(prog, in, inputs, *cache, report);
   return {std::move(code), report};
 }
 
@@ -166,6 +184,7 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
   json.key("key").value(c.cache.key ? std::optional(c.cache.key->hex()) : std::nullopt);
   json.key("cache").value(c.cache.outcome);
   if (c.cache.outcome == "skipped") json.key("cache_skip_reason").value(c.cache.skip_reason);
+  write_headers(json, c.cache.key ? &*c.cache.key : nullptr);
   json.end_object();
   std::cout << json.str() << '\n';
 }

@@ -86,12 +86,16 @@ macro to_macro(const std::string& text) {
 
 program_options options_from(const arguments& args, const std::string& file) {
   program_options o;
-  o.name = args.last("--name").value_or(basename_of(file));
+  // FILE as given, not its basename: NVRTC looks up quoted #includes in the directory of the
+  // program name, so headers beside FILE are found as nvcc finds them (from any directory).
+  o.name = args.last("--name").value_or(file);
   o.arch = args.last("--arch");  // unset: the library takes the GPU's
   o.include_path = args.all("-I");
   for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
   o.undefine_macro = args.all("-U");
   o.pre_include = args.all("--pre-include");
+  if (args.has("--no-source-include")) o.no_source_include = true;
+  if (args.has("--no-toolkit-include")) o.toolkit_include_path = false;
   o.std = args.last("--std");
 
   // Flags set a field only when given, so an absent flag emits nothing at all.
@@ -165,57 +169,24 @@ int hex_digit(char c) {
   return -1;
 }
 
-// Compiler identities that load nothing. make_program_cache_key's refusals do not depend on the
-// identities (but for the driver linker's, which no tool option reaches), so checking the inputs
-// against these gives the library's own answer without opening NVRTC, libNVVM or nvJitLink.
-class placeholder_probes final : public compiler_probes {
- public:
-  version_probe nvrtc() const override { return {true, "placeholder"}; }
-  version_probe nvvm() const override { return {true, "placeholder"}; }
-  linker_probe linker() const override {
-    return {true, linker_backend::nvjitlink, "placeholder", ""};
-  }
-};
+// The library's advice to its callers at the end of an extra_digest_required message ("pass a
+// fingerprint of those files' contents as program_cache_key_inputs::extra_digest (see ...), or
+// compile without the cache."): the tool says it with its own options instead.
+constexpr std::string_view library_advice = "pass a fingerprint of ";
 
-// The refusal of the inputs, or an empty string.
-std::string key_refusal(const program_cache_key_inputs& inputs) {
-  try {
-    (void)make_program_cache_key(inputs, placeholder_probes());
-    return {};
-  } catch (const cucore::invalid_argument& e) {
-    return e.what();
-  }
-}
-
-// The words for it: the tool's options where they are the cause, else the library's message.
-std::string cli_reason(const compile_inputs& in, const std::string& library_message) {
-  const program_options& o = in.options;
-  std::vector<std::string> reads;
-  if (in.source == source_type::cxx) {
-    if (!o.include_path.empty()) reads.emplace_back("-I");
-    if (!o.pre_include.empty()) reads.emplace_back("--pre-include");
-  }
-  if (!reads.empty()) {
-    return (reads.size() == 1 ? reads[0] + " makes" : reads[0] + " and " + reads[1] + " make") +
-           " NVRTC read files whose contents the cache key cannot see";
-  }
-  if (in.source == source_type::cxx && o.name.find_first_of("/\\") != std::string::npos) {
-    return "--name \"" + o.name +
-           "\" has a directory, where NVRTC looks for quoted #includes the cache key cannot see";
-  }
-  if (in.source == source_type::nvvm && o.use_libdevice.value_or(false)) {
-    return "--libdevice links libdevice.10.bc, a file whose contents the cache key cannot see";
-  }
-  // "the c++ code can read a file a cache key cannot see (k.cu:1: #include "a.h"): NVRTC ...":
-  // keep what names the cause and where, not the advice meant for library callers.
-  static constexpr std::string_view code_prefix = "the c++ code can read a file";
-  if (library_message.starts_with(code_prefix)) {
-    if (auto end = library_message.find("): "); end != std::string::npos) {
-      return in.file + " can read a file" +
-             library_message.substr(code_prefix.size(), end + 1 - code_prefix.size());
+// `text` without its trailing separators (", or ", "; ", " ", ".").
+std::string trim_tail(std::string text) {
+  while (!text.empty()) {
+    if (text.ends_with(" or")) {
+      text.resize(text.size() - 3);
+    } else if (text.back() == ' ' || text.back() == ',' || text.back() == ';' ||
+               text.back() == '.' || text.back() == ':') {
+      text.pop_back();
+    } else {
+      break;
     }
   }
-  return library_message;
+  return text;
 }
 
 }  // namespace
@@ -295,18 +266,49 @@ program_cache_key_inputs key_inputs(const compile_inputs& in,
   return inputs;
 }
 
-std::optional<cache_refusal> why_not_cacheable(const compile_inputs& in,
-                                               const std::optional<std::string>& extra_digest) {
-  program_cache_key_inputs inputs = key_inputs(in, extra_digest);
-  const std::string refusal = key_refusal(inputs);
-  if (refusal.empty()) return std::nullopt;
+cache_refusal cache_refusal_of(const compile_inputs& in, const cucore::invalid_argument& refusal) {
   cache_refusal out;
-  out.reason = cli_reason(in, refusal);
-  if (!extra_digest) {
-    inputs.extra_digest = std::string();
-    out.extra_digest_helps = key_refusal(inputs).empty();
+  out.extra_digest_helps = dynamic_cast<const extra_digest_required*>(&refusal) != nullptr;
+  if (in.source == source_type::nvvm && in.options.use_libdevice.value_or(false) &&
+      out.extra_digest_helps) {
+    out.reason =
+        "--libdevice links libdevice.10.bc, a file whose contents the cache key cannot see";
+    return out;
   }
+  std::string message = refusal.what();
+  if (out.extra_digest_helps) {
+    if (const auto advice = message.find(library_advice); advice != std::string::npos) {
+      message = trim_tail(message.substr(0, advice));
+    }
+  }
+  static constexpr std::string_view code_prefix = "the c++ code ";
+  if (message.starts_with(code_prefix)) {
+    message = in.file + " " + message.substr(code_prefix.size());
+  }
+  // Locations: "the program:2: #include STR(h.cuh)" is FILE's line 2.
+  static constexpr std::string_view program_prefix = "the program:";
+  for (auto at = message.find(program_prefix); at != std::string::npos;
+       at = message.find(program_prefix, at + in.file.size() + 1)) {
+    message.replace(at, program_prefix.size(), in.file + ":");
+  }
+  out.reason = trim_tail(std::move(message));
   return out;
+}
+
+void write_headers(json_writer& json, const program_cache_key* key) {
+  json.key("headers");
+  if (key == nullptr || !key->includes().tracked) {
+    json.value(nullptr);
+    return;
+  }
+  const include_report& r = key->includes();
+  json.begin_object();
+  json.key("tracked").value(r.files);
+  json.key("absent").value(r.absent);
+  json.key("in_memory").value(r.in_memory);
+  json.key("hashed").value(r.hashed);
+  json.key("stat_fast_path").value(r.stat_fast_path());
+  json.end_object();
 }
 
 std::optional<std::string> backend_from_key(const program_cache_key& key, source_type source) {

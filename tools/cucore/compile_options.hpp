@@ -13,8 +13,10 @@
 
 #include "arguments.hpp"
 #include "cucore/cache/key.hpp"
+#include "cucore/error.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
+#include "json_writer.hpp"
 
 namespace cucore::cli {
 
@@ -35,7 +37,7 @@ inline constexpr auto compilation_options = std::to_array<option_spec>({
     {"--code-type", "", "c++|ptx|nvvm", "what FILE holds (default: from its extension)"},
     {"--target", "", "ptx|cubin|ltoir", "what to produce (default: cubin; ptx from nvvm)"},
     {"--arch", "", "sm_XY", "GPU architecture (default: the GPU's)"},
-    {"--name", "", "NAME", "program name in compiler messages (default: FILE's name)"},
+    {"--name", "", "NAME", "program name: messages; quoted #includes beside it (default: FILE)"},
     {"--name-expression", "", "EXPR", "c++: report EXPR's mangled name (repeatable)"},
 });
 
@@ -46,6 +48,9 @@ inline constexpr auto compiler_options = std::to_array<option_spec>({
     {"-D", "--define-macro", "NAME[=VALUE]", "define a macro (repeatable)"},
     {"-U", "--undefine-macro", "NAME", "undefine a macro (repeatable)"},
     {"--pre-include", "", "FILE", "include FILE before the source (repeatable)"},
+    {"--no-source-include", "", "",
+     "do not look up quoted #includes beside FILE (--name's directory)"},
+    {"--no-toolkit-include", "", "", "do not search the toolkit's headers (CCCL, CUB, <cuda/...>)"},
     {"--std", "", "STD", "language dialect: c++17, c++20, ..."},
     {"", "", "", "Code generation"},
     {"-G", "--debug", "", "device debug information"},
@@ -103,15 +108,18 @@ std::optional<std::string> extra_digest_from(const arguments& args);
 program_cache_key_inputs key_inputs(const compile_inputs& in,
                                     std::optional<std::string> extra_digest);
 
-// Why `in` cannot be cached as given, in the tool's words ("-I makes NVRTC read headers ..."),
-// and whether an --extra-digest would make it cacheable. Checked against the library's own rules
-// (make_program_cache_key) with placeholder compiler identities, so it loads no compiler.
+// Why make_program_cache_key refused the key of `in` (the exception it threw), in the tool's words:
+// the library's message without its advice to library callers, the file named for "the c++ code",
+// and the tool's option where that is the cause (--libdevice). Commands add their own advice.
 struct cache_refusal {
   std::string reason;
-  bool extra_digest_helps = false;
+  bool extra_digest_helps = false;  // extra_digest_required: --extra-digest would make it keyable
 };
-std::optional<cache_refusal> why_not_cacheable(const compile_inputs& in,
-                                               const std::optional<std::string>& extra_digest);
+cache_refusal cache_refusal_of(const compile_inputs& in, const cucore::invalid_argument& refusal);
+
+// The key's "headers" member for --json: what include tracking did (counts, and whether every file
+// was answered by stat alone), or null for a key without tracked includes or no key at all.
+void write_headers(json_writer& json, const program_cache_key* key);
 
 // The backend a cached compile of `source` would have used, from its key alone (for ptx, the key's
 // linker_backend field): naming it must not load a compiler. nullopt when the key does not say.

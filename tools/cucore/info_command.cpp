@@ -20,9 +20,11 @@ constexpr option_spec options[] = {
 
 constexpr std::string_view description =
     "Reports the CUDA libraries cucore opens at run time (NVRTC, nvJitLink, libNVVM, the CUDA\n"
-    "driver): where each was found and its version, or why it was not; libdevice; the linker\n"
-    "backend; and the GPUs. The search starts at $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH and\n"
-    "/usr/local/cuda; CUCORE_CUDA_HOME_ONLY=1 restricts it to $CUCORE_CUDA_HOME.\n"
+    "driver): where each was found and its version, or why it was not; libdevice; the toolkit's\n"
+    "include directories, which c++ compiles search after -I (CCCL, CUB, <cuda/...>; none when\n"
+    "NVRTC is not under a CUDA root); the linker backend; and the GPUs. The search starts at\n"
+    "$CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH and /usr/local/cuda; CUCORE_CUDA_HOME_ONLY=1\n"
+    "restricts it to $CUCORE_CUDA_HOME.\n"
     "\n"
     "Exit status: 0, also when libraries or GPUs are missing; 2 bad command line.";
 
@@ -60,6 +62,9 @@ void print_json(const toolkit::report& r, linker_backend backend) {
   write_library(json, "nvvm", r.nvvm);
   write_library(json, "driver", r.driver);
   json.key("libdevice").value(r.libdevice);
+  json.key("include_directories").begin_array();
+  for (const auto& dir : r.include_directories) json.value(dir);
+  json.end_array();
   json.key("devices").begin_array();
   for (const auto& d : r.devices) {
     json.begin_object();
@@ -96,6 +101,13 @@ void print_human(const toolkit::report& r, linker_backend backend) {
     std::cout << line << '\n';
   }
   std::cout << pad("libdevice", label_width) << r.libdevice.value_or("not found") << '\n';
+  // One directory a line, in search order.
+  if (r.include_directories.empty()) {
+    std::cout << pad("include", label_width) << "none (NVRTC is not under a CUDA root)\n";
+  }
+  for (std::size_t i = 0; i < r.include_directories.size(); ++i) {
+    std::cout << pad(i == 0 ? "include" : "", label_width) << r.include_directories[i] << '\n';
+  }
   std::cout << pad("linker", label_width) << to_string(backend) << '\n';
   if (r.devices.empty()) {
     std::cout << pad("devices", label_width) << (r.driver.found ? "no GPU" : "no driver") << '\n';

@@ -4,7 +4,9 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "arguments.hpp"
 #include "cache_spec.hpp"
@@ -33,14 +35,18 @@ constexpr auto options =
 constexpr std::string_view description =
     "Prints the program cache key of compiling FILE with these options: 64 hex digits, the key\n"
     "`cucore compile` looks up for the same command line (its --json \"key\"), and what\n"
-    "`cucore cache ls` lists. It takes every option of compile that goes into the key. The key\n"
-    "is the SHA-256 of labelled fields: the key schema, the compiler's version, the code type and\n"
-    "target, the source's SHA-256, the compiler flags, the name expressions, the program name and\n"
-    "the --extra-digest. --explain lists them, one per line (label, then payload).\n"
+    "`cucore cache ls` lists. It takes every option of compile that goes into the key, with the\n"
+    "same defaults (the program name is FILE as given). The key is the SHA-256 of labelled\n"
+    "fields: the key schema, the compiler's version, the code type and target, the source's\n"
+    "SHA-256, the compiler flags, the name expressions, the program name, the headers the code\n"
+    "can include and the --extra-digest. --explain lists them, one per line (label, then\n"
+    "payload): each header as \"header  PATH (N bytes, sha256 HEX)\", each place looked at where\n"
+    "none was as \"header_absent  PATH (absent)\". --json --explain adds \"fields\"; --json adds\n"
+    "compile's \"headers\" object when the key tracks headers.\n"
     "\n"
-    "Inputs the key cannot see (-I, --pre-include, a quoted #include, a --name with a directory,\n"
-    "--libdevice) are refused unless --extra-digest HEX is given: bytes that change when those\n"
-    "files do (for example the SHA-256 of the headers).\n"
+    "Inputs the key cannot see (an #include through a function-like macro, --libdevice) are\n"
+    "refused unless --extra-digest HEX is given: bytes that change when those files do (for\n"
+    "example their SHA-256).\n"
     "\n"
     "The compiler's version comes from what the cache remembers, as compile's does, so a key for\n"
     "a compiler the cache has seen loads no compiler library; with memory or none, or a cache\n"
@@ -52,10 +58,29 @@ constexpr std::string_view description =
     "Exit status: 0 printed; 1 FILE cannot be read, or no --arch and no GPU; 2 bad command line,\n"
     "or inputs the key cannot cover.";
 
+// A payload on one line: control characters (a newline in a file name) as \xNN.
+std::string one_line(std::string_view text) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x20 || b == 0x7f) {
+      out += "\\x";
+      out += digits[b >> 4];
+      out += digits[b & 0xF];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void print_json(const program_cache_key& key, bool explain) {
   json_writer json;
   json.begin_object();
   json.key("key").value(key.hex());
+  if (key.includes().tracked) write_headers(json, &key);
   if (explain) {
     json.key("fields").begin_array();
     for (const auto& field : key.explain()) {
@@ -73,21 +98,21 @@ void print_json(const program_cache_key& key, bool explain) {
 void print_human(const program_cache_key& key, bool explain) {
   std::cout << key.hex() << '\n';
   if (!explain) return;
+  // Labels are short and payloads (header paths) long: the payloads start in one column, and a
+  // long one runs on rather than wrapping, so every field stays one line.
   std::size_t width = 0;
   for (const auto& field : key.explain()) width = std::max(width, field.label.size());
+  std::string out;
   for (const auto& field : key.explain()) {
-    std::cout << "  " << field.label << std::string(width + 2 - field.label.size(), ' ')
-              << field.payload << '\n';
+    out += "  " + field.label + std::string(width + 2 - field.label.size(), ' ') +
+           one_line(field.payload) + '\n';
   }
+  std::cout << out;
 }
 
 int run(const arguments& args) {
   const compile_inputs in = compile_inputs_from(args, "key");
-  const std::optional<std::string> extra_digest = extra_digest_from(args);
-  if (auto refusal = why_not_cacheable(in, extra_digest)) {
-    throw usage_error("no cache key: " + refusal->reason +
-                      (refusal->extra_digest_helps ? "; pass --extra-digest HEX" : ""));
-  }
+  const program_cache_key_inputs inputs = key_inputs(in, extra_digest_from(args));
   // The compiler identities compile uses with this cache: remembered beside a persistent cache
   // (no compiler library loaded), else the installed libraries' (the same answers). "none" opens
   // nothing; probes_for() of an in-memory cache asks the installed libraries.
@@ -99,13 +124,20 @@ int run(const arguments& args) {
     cucore::log(log_level::debug, std::string("key: the cache cannot be opened (") + e.what() +
                                       "); asking the installed compilers");
   }
-  const program_cache_key key =
-      cache ? make_program_cache_key(key_inputs(in, extra_digest), probes_for(*cache))
-            : make_program_cache_key(key_inputs(in, extra_digest));
+  std::optional<program_cache_key> key;
+  try {
+    key =
+        cache ? make_program_cache_key(inputs, probes_for(*cache)) : make_program_cache_key(inputs);
+  } catch (const cucore::invalid_argument& e) {
+    // What compile would skip the cache for: a usage error naming the cause.
+    const cache_refusal refusal = cache_refusal_of(in, e);
+    throw usage_error("no cache key: " + refusal.reason +
+                      (refusal.extra_digest_helps ? "; pass --extra-digest HEX" : ""));
+  }
   if (args.has("--json")) {
-    print_json(key, args.has("--explain"));
+    print_json(*key, args.has("--explain"));
   } else {
-    print_human(key, args.has("--explain"));
+    print_human(*key, args.has("--explain"));
   }
   return exit_success;
 }
