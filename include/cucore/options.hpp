@@ -140,9 +140,10 @@ struct linker_options {
 
 // The flags `options` gives the compiler for `source` and `target`, in one fixed order: for c++ the
 // NVRTC flags (the toolkit's include directories appended to include_path unless
-// toolkit_include_path is false; in-memory headers are no flag), for nvvm the libNVVM flags, for ptx the nvJitLink flags of the translated linker
-// options. Resolves nothing: `arch` must be set (see resolve_arch). Throws invalid_argument for a
-// field the backend does not support, naming it, and for malformed values.
+// toolkit_include_path is false; in-memory headers are no flag), for nvvm the libNVVM flags, for
+// ptx the nvJitLink flags of the translated linker options. Resolves nothing: `arch` must be set
+// (see resolve_arch). Throws invalid_argument for a field the backend does not support, naming it,
+// and for malformed values.
 std::vector<std::string> compiler_flags(const program_options& options, source_type source,
                                         code_type target);
 

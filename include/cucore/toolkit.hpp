@@ -51,9 +51,9 @@ struct report {
   library_status nvjitlink;
   library_status nvvm;
   library_status driver;
-  std::optional<std::string> libdevice;  // path of libdevice.10.bc, if found
+  std::optional<std::string> libdevice;          // path of libdevice.10.bc, if found
   std::vector<std::string> include_directories;  // include_directories()
-  std::vector<device_summary> devices;   // empty without a driver or without a GPU
+  std::vector<device_summary> devices;           // empty without a driver or without a GPU
 };
 
 // The include directories of the toolkit whose NVRTC compiles, in search order: its include/cccl

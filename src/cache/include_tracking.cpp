@@ -62,14 +62,16 @@ bool settled(const header_identity& id) {
 }  // namespace
 
 // __has_include through function-like macros: CCCL writes
-//   #define _CCCL_HAS_INCLUDE(_X) __has_include(_X)      and then    _CCCL_HAS_INCLUDE(<cuda_fp16.h>)
+//   #define _CCCL_HAS_INCLUDE(_X) __has_include(_X)      and then _CCCL_HAS_INCLUDE(<cuda_fp16.h>)
 // The scanner sees __has_include(_X); the names are in the wrapper's calls, possibly in other
 // files and through other macros that forward to it. So: the parameters such wrappers pass to
 // __has_* are noted per file, and every call-shaped IDENT("name") / IDENT(<name>) in the closure
 // is taken as a possible __has_include once any wrapper exists (a superset, forwarders included).
 struct wrapper_info {
-  std::vector<std::string> wrapper_parameters;  // parameters a function-like macro passes to __has_*
-  std::vector<include_reference> header_calls;  // IDENT ( "name" ) and IDENT ( <name> ), as has_include
+  std::vector<std::string>
+      wrapper_parameters;  // parameters a function-like macro passes to __has_*
+  std::vector<include_reference>
+      header_calls;  // IDENT ( "name" ) and IDENT ( <name> ), as has_include
 };
 
 // What one file holds, as far as keys care.
@@ -161,7 +163,8 @@ wrapper_info find_wrappers(std::string_view text) {
     const std::size_t close = text.find(close_char, k + 1);
     if (close == std::string_view::npos) continue;
     const std::string_view name = text.substr(k + 1, close - k - 1);
-    if (name.empty() || name.size() > 255 || name.find_first_of("\n\"<>()") != std::string_view::npos) {
+    if (name.empty() || name.size() > 255 ||
+        name.find_first_of("\n\"<>()") != std::string_view::npos) {
       continue;
     }
     std::size_t after = close + 1;
@@ -172,8 +175,9 @@ wrapper_info find_wrappers(std::string_view text) {
                               name.find_first_of("./") == std::string_view::npos)) {
       continue;
     }
-    line += static_cast<std::uint32_t>(std::count(text.begin() + static_cast<std::ptrdiff_t>(counted),
-                                                  text.begin() + static_cast<std::ptrdiff_t>(k), '\n'));
+    line +=
+        static_cast<std::uint32_t>(std::count(text.begin() + static_cast<std::ptrdiff_t>(counted),
+                                              text.begin() + static_cast<std::ptrdiff_t>(k), '\n'));
     counted = k;
     out.header_calls.push_back({include_kind::has_include,
                                 close_char == '"' ? include_form::quoted : include_form::angle,
@@ -312,7 +316,9 @@ std::uint64_t checksum_of(std::string_view bytes) {
   return xxh3_64(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), {});
 }
 
-using memo_map = std::unordered_map<std::string, std::pair<header_identity, std::shared_ptr<const scanned_file>>>;
+using memo_map =
+    std::unordered_map<std::string,
+                       std::pair<header_identity, std::shared_ptr<const scanned_file>>>;
 
 void parse_memo(std::string_view data, memo_map& into) {
   if (data.size() < kMemoMagic.size() + 8 + 8) return;
@@ -472,7 +478,7 @@ header_digest_memo& header_memo_for(const std::optional<std::filesystem::path>& 
   static std::mutex mutex;
   static auto* memos =
       new std::map<std::filesystem::path, std::unique_ptr<header_digest_memo>>();  // leaked
-  static auto* in_process = new header_digest_memo(std::nullopt);                // leaked
+  static auto* in_process = new header_digest_memo(std::nullopt);                  // leaked
   if (!file) return *in_process;
   std::lock_guard lock(mutex);
   auto& slot = (*memos)[*file];
@@ -517,10 +523,10 @@ struct candidate_state {
 
 // A file or in-memory header in the closure, with what it includes.
 struct node {
-  std::string path;  // spelled path, or the in-memory name
-  std::string dir;   // the directory quoted includes from it search first
-  std::string real_dir;  // a symlink's target directory, searched too (which one NVRTC takes is
-                         // not measured); empty for a regular file
+  std::string path;       // spelled path, or the in-memory name
+  std::string dir;        // the directory quoted includes from it search first
+  std::string real_dir;   // a symlink's target directory, searched too (which one NVRTC takes is
+                          // not measured); empty for a regular file
   int search_index = -1;  // the include_path index it was found in (for #include_next), or -1
   bool in_memory = false;
   std::shared_ptr<const scanned_file> data;
@@ -528,8 +534,7 @@ struct node {
 
 class walker {
  public:
-  walker(const include_search& search, header_digest_memo& memo)
-      : search_(search), memo_(memo) {}
+  walker(const include_search& search, header_digest_memo& memo) : search_(search), memo_(memo) {}
 
   include_closure run(std::string_view code) {
     // The program text: quoted includes search program_dir, when it is searched at all.
@@ -569,8 +574,9 @@ class walker {
     if (search_.undefines != nullptr) {
       for (const auto& name : *search_.undefines) {
         if (name == "__CUDACC_RTC__") {
-          unresolved_.insert("undefine_macro __CUDACC_RTC__: NVRTC's built-in preamble then "
-                             "includes host headers from the search path");
+          unresolved_.insert(
+              "undefine_macro __CUDACC_RTC__: NVRTC's built-in preamble then "
+              "includes host headers from the search path");
         }
       }
     }
@@ -644,7 +650,8 @@ class walker {
     }
     if (includer_dir) {
       bool found = try_candidate(join_path(from.dir, name), -1);
-      if (!from.real_dir.empty()) found = try_candidate(join_path(from.real_dir, name), -1) || found;
+      if (!from.real_dir.empty())
+        found = try_candidate(join_path(from.real_dir, name), -1) || found;
       if (found) return;
     }
     for (std::size_t d = first_dir; d < search_.include_path.size(); ++d) {
@@ -717,7 +724,8 @@ class walker {
     if (!inserted) return;
     auto data = std::make_shared<scanned_file>();
     data->size = h.contents.size();
-    data->digest = sha256(std::as_bytes(std::span<const char>(h.contents.data(), h.contents.size())));
+    data->digest =
+        sha256(std::as_bytes(std::span<const char>(h.contents.data(), h.contents.size())));
     data->scan = scan_includes(h.contents);
     data->wrappers = find_wrappers(h.contents);
     out_.entries.push_back({closure_entry::kind::in_memory, h.name, data->size, data->digest});
@@ -883,7 +891,8 @@ class walker {
     if (!any) return;
     auto resolve_calls = [&](const node& n) {
       if (!n.data) return;
-      for (const auto& call : n.data->wrappers.header_calls) resolve_name(n, call, call.name, call.form);
+      for (const auto& call : n.data->wrappers.header_calls)
+        resolve_name(n, call, call.name, call.form);
     };
     if (!calls_done_top_) {
       calls_done_top_ = true;
@@ -927,9 +936,9 @@ class walker {
         }
         names.push_back(std::move(*name));
       }
-      const std::string where = (from.path == "<program>" ? std::string("the program")
-                                                           : from.path) +
-                                ":" + std::to_string(p.ref.line) + ": " + spelled(p.ref);
+      const std::string where =
+          (from.path == "<program>" ? std::string("the program") : from.path) + ":" +
+          std::to_string(p.ref.line) + ": " + spelled(p.ref);
       if (!ok) {
         unresolved_.insert(where);
         continue;

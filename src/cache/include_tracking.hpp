@@ -9,8 +9,9 @@
 // -D) holds; what cannot be resolved that way is reported, never guessed.
 //
 // Reading and hashing hundreds of toolkit headers costs milliseconds; a digest memo keyed by file
-// identity (path, device, inode, size, mtime, ctime) makes a repeated walk cost stats. Files changed
-// within the last seconds are never memoised (their timestamps may not yet tell two versions apart).
+// identity (path, device, inode, size, mtime, ctime) makes a repeated walk cost stats. Files
+// changed within the last seconds are never memoised (their timestamps may not yet tell two
+// versions apart).
 #pragma once
 
 #include <array>

@@ -77,9 +77,9 @@ class field_hasher {
     const std::string_view payload(reinterpret_cast<const char*>(d.data()), d.size());
     add_raw(label, payload);
     fields_.push_back({std::string(label), shown_as_is(content)
-                                                ? std::string(content)
-                                                : "<" + std::to_string(content.size()) +
-                                                      " bytes, sha256 " + to_hex(d) + ">"});
+                                               ? std::string(content)
+                                               : "<" + std::to_string(content.size()) +
+                                                     " bytes, sha256 " + to_hex(d) + ">"});
   }
 
   // A line of explain() with no payload of its own: what a digest field (below) stands for.
@@ -176,15 +176,17 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
     h.add("memory_headers_count", o.headers.size());
     for (const auto& header : o.headers) {
       const auto d = sha256(header.contents);
-      h.add_shown("memory_header", header.name + '\0' + std::string(reinterpret_cast<const char*>(d.data()), d.size()),
-                  header.name + " (" + std::to_string(header.contents.size()) + " bytes, sha256 " +
-                      hex_of(d) + ")");
+      h.add_shown(
+          "memory_header",
+          header.name + '\0' + std::string(reinterpret_cast<const char*>(d.data()), d.size()),
+          header.name + " (" + std::to_string(header.contents.size()) + " bytes, sha256 " +
+              hex_of(d) + ")");
     }
   }
   if (!detail::may_read_headers(in.code, search)) return;
   const auto memo_file = probes.header_digest_memo();
-  detail::include_closure closure = detail::track_includes(
-      in.code, search, &detail::header_memo_for(memo_file));
+  detail::include_closure closure =
+      detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
   if (!closure.unresolved.empty() && !in.extra_digest) {
     std::string list;
     for (std::size_t i = 0; i < closure.unresolved.size() && i < 3; ++i) {
@@ -219,8 +221,8 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
     switch (e.what) {
       case detail::closure_entry::kind::file:
         field_hasher::frame(framed, "header", e.path + '\0' + std::string(digest_bytes(e.digest)));
-        h.note("header", e.path + " (" + std::to_string(e.size) + " bytes, sha256 " +
-                             hex_of(e.digest) + ")");
+        h.note("header",
+               e.path + " (" + std::to_string(e.size) + " bytes, sha256 " + hex_of(e.digest) + ")");
         break;
       case detail::closure_entry::kind::absent:
         field_hasher::frame(framed, "header_absent", e.path);

@@ -214,8 +214,8 @@ void check_headers(const std::vector<include_header>& headers) {
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (headers[j].name == h.name) {
-        throw invalid_argument(which + " \"" + h.name + "\" repeats headers[" +
-                               std::to_string(j) + "]: give each name once");
+        throw invalid_argument(which + " \"" + h.name + "\" repeats headers[" + std::to_string(j) +
+                               "]: give each name once");
       }
     }
   }

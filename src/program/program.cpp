@@ -169,12 +169,13 @@ object_code program::compile(code_type target, std::span<const std::string> name
   cache_outcome_ = cache_outcome::miss;
   object_code compiled = compile_uncached(target, name_expressions);
   // NVRTC read the headers after the key was made: if one changed meanwhile, the result may come
-  // from contents the key does not name. Checked again (stats, with the digest memo) before storing.
+  // from contents the key does not name. Checked again (stats, with the digest memo) before
+  // storing.
   if (cache_key_->includes().tracked &&
       make_program_cache_key(inputs, compiler_probes_for(*cache)) != *cache_key_) {
-    cucore::log(log_level::warning,
-                "not storing the compiled program in the " + cache->description() +
-                    " cache: a header it includes changed during the compile");
+    cucore::log(log_level::warning, "not storing the compiled program in the " +
+                                        cache->description() +
+                                        " cache: a header it includes changed during the compile");
     return compiled;
   }
   try {

@@ -36,8 +36,8 @@
 
 #include <array>
 #include <compare>
-#include <filesystem>
 #include <cstddef>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -113,11 +113,11 @@ struct program_cache_key_inputs;
 
 // What include tracking did for a key (c++ only): how many headers entered it and how.
 struct include_report {
-  bool tracked = false;        // the code or options could read headers, and the closure was walked
-  std::size_t files = 0;       // header files hashed into the key
-  std::size_t absent = 0;      // search-path candidates checked and found absent
-  std::size_t in_memory = 0;   // in-memory headers (all of them: NVRTC is given every one)
-  std::size_t hashed = 0;      // files read and hashed; the others came from the digest memo
+  bool tracked = false;       // the code or options could read headers, and the closure was walked
+  std::size_t files = 0;      // header files hashed into the key
+  std::size_t absent = 0;     // search-path candidates checked and found absent
+  std::size_t in_memory = 0;  // in-memory headers (all of them: NVRTC is given every one)
+  std::size_t hashed = 0;     // files read and hashed; the others came from the digest memo
   std::vector<std::string> vouched;  // macro includes not worked out, covered by extra_digest
   // Whether every file was answered from the digest memo by its identity (stat only).
   bool stat_fast_path() const noexcept { return tracked && hashed == 0; }
