@@ -293,22 +293,25 @@ class reader {
   bool ok_ = true;
 };
 
-std::optional<std::string> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string data;
+// Everything left to read from `fd` (which stays open); false on a read error.
+bool read_all(int fd, std::string& data) {
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
+    if (n < 0) return false;
+    if (n == 0) return true;
     data.append(buffer, static_cast<std::size_t>(n));
   }
+}
+
+std::optional<std::string> read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string data;
+  const bool ok = read_all(fd, data);
   ::close(fd);
+  if (!ok) return std::nullopt;
   return data;
 }
 
@@ -758,18 +761,7 @@ class walker {
     if (fd < 0) return nullptr;
     std::string text;
     text.reserve(id.size);
-    char buffer[1 << 16];
-    bool ok = true;
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        ok = false;
-        break;
-      }
-      if (n == 0) break;
-      text.append(buffer, static_cast<std::size_t>(n));
-    }
+    const bool ok = read_all(fd, text);
     struct stat after {};
     const bool same = ::fstat(fd, &after) == 0 && identity_of(after) == id;
     ::close(fd);
