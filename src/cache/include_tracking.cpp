@@ -282,7 +282,7 @@ class reader {
       ok_ = false;
       return;
     }
-    std::memcpy(p, in_.data() + pos_, n);
+    if (n != 0) std::memcpy(p, in_.data() + pos_, n);
     pos_ += n;
   }
   bool at_end() const { return pos_ == in_.size(); }

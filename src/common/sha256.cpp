@@ -115,6 +115,7 @@ void sha256_hasher::compress(const std::byte* blocks, std::size_t count) noexcep
 }
 
 void sha256_hasher::update(std::span<const std::byte> data) noexcept {
+  if (data.empty()) return;  // an empty span may carry a null pointer, which memcpy must not see
   length_ += data.size();
   const std::byte* p = data.data();
   std::size_t n = data.size();

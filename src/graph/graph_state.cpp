@@ -352,7 +352,7 @@ CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition
 std::shared_ptr<void> copy_user_data(std::span<const std::byte> data) {
   const std::size_t words = (data.size() + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
   std::shared_ptr<std::max_align_t[]> copy = std::make_shared<std::max_align_t[]>(words);
-  std::memcpy(copy.get(), data.data(), data.size());
+  if (!data.empty()) std::memcpy(copy.get(), data.data(), data.size());
   return std::shared_ptr<void>(copy, copy.get());
 }
 

@@ -88,7 +88,7 @@ object_code object_code::from_file(const std::string& path, code_type type, std:
   std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw error("error while reading \"" + path + "\"");
   std::vector<std::byte> bytes(raw.size());
-  std::memcpy(bytes.data(), raw.data(), raw.size());
+  if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());
   return object_code(type, std::move(bytes), name.empty() ? path : std::move(name));
 }
 
