@@ -518,11 +518,128 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-// One stat of a candidate: a regular file with its identity, or not (absent, a directory, ...).
-struct candidate_state {
+// What one stat of a search candidate found: a regular file with its identity, or not (absent, a
+// directory, ...); a symlink is followed, and its own identity and resolved path kept (a link
+// retargeted to a hard link of the same file elsewhere changes the directory its quoted includes
+// search).
+struct stat_check {
+  std::string path;
   bool regular = false;
-  header_identity id;
+  bool link = false;
+  header_identity id;       // the file's (through the link), when regular
+  header_identity link_id;  // the link's own, when link
+  std::string real;         // realpath(), when link
+  bool same_answer(const stat_check& o) const {
+    return regular == o.regular && link == o.link && (!regular || id == o.id) &&
+           (!link || (link_id == o.link_id && real == o.real));
+  }
 };
+
+// lstat first: one call for the usual regular file.
+stat_check probe(std::string path) {
+  stat_check c;
+  c.path = std::move(path);
+  struct stat st {};
+  if (::lstat(c.path.c_str(), &st) != 0) return c;
+  if (S_ISLNK(st.st_mode)) {
+    c.link = true;
+    c.link_id = identity_of(st);
+    if (char* real = ::realpath(c.path.c_str(), nullptr)) {
+      c.real = real;
+      std::free(real);
+    }
+    if (::stat(c.path.c_str(), &st) != 0) return c;
+  }
+  c.regular = S_ISREG(st.st_mode);
+  if (c.regular) c.id = identity_of(st);
+  return c;
+}
+
+// A walk's closure with every stat answer it rested on (see track_includes).
+struct walk_manifest {
+  std::vector<stat_check> checks;
+  std::shared_ptr<const include_closure> closure;
+};
+
+// The manifests of this process, by the walk's exact inputs (code, search, working directory).
+class manifest_store {
+ public:
+  std::shared_ptr<const walk_manifest> find(const std::string& inputs) {
+    std::lock_guard lock(mutex_);
+    auto it = manifests_.find(inputs);
+    return it == manifests_.end() ? nullptr : it->second;
+  }
+  void put(const std::string& inputs, std::shared_ptr<const walk_manifest> m) {
+    std::lock_guard lock(mutex_);
+    // Bounded: a process that derives keys of endless distinct programs drops old manifests (they
+    // only save stats-free re-walks).
+    if (manifests_.size() >= kMaxManifests && manifests_.find(inputs) == manifests_.end()) {
+      manifests_.erase(manifests_.begin());
+    }
+    manifests_[inputs] = std::move(m);
+  }
+
+ private:
+  static constexpr std::size_t kMaxManifests = 256;
+  struct fast_hash {
+    std::size_t operator()(const std::string& s) const noexcept {
+      return static_cast<std::size_t>(
+          xxh3_64(std::as_bytes(std::span<const char>(s.data(), s.size())), {}));
+    }
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const walk_manifest>, fast_hash> manifests_;
+};
+
+manifest_store& manifests() {
+  static manifest_store store;
+  return store;
+}
+
+std::string current_directory() {
+  std::string buffer(4096, '\0');
+  if (::getcwd(buffer.data(), buffer.size()) == nullptr) return "?";
+  buffer.resize(std::strlen(buffer.c_str()));
+  return buffer;
+}
+
+// Everything a walk reads besides the file system, framed (length-prefixed) so that no two
+// different input sets frame alike.
+std::string walk_inputs(std::string_view code, const include_search& search,
+                        const std::string& cwd) {
+  std::string out;
+  out.reserve(code.size() + 512);
+  const auto put = [&out](std::string_view v) {
+    const auto n = static_cast<std::uint64_t>(v.size());
+    out.append(reinterpret_cast<const char*>(&n), sizeof n);
+    out.append(v);
+  };
+  put(code);
+  put(cwd);
+  put(search.program_dir);
+  put(search.source_include ? "1" : "0");
+  put(std::to_string(search.include_path.size()));
+  for (const auto& d : search.include_path) put(d);
+  put(std::to_string(search.pre_include.size()));
+  for (const auto& n : search.pre_include) put(n);
+  const std::size_t headers = search.headers != nullptr ? search.headers->size() : 0;
+  put(std::to_string(headers));
+  for (std::size_t i = 0; i < headers; ++i) {
+    put((*search.headers)[i].name);
+    put((*search.headers)[i].contents);
+  }
+  const std::size_t defines = search.defines != nullptr ? search.defines->size() : 0;
+  put(std::to_string(defines));
+  for (std::size_t i = 0; i < defines; ++i) {
+    const auto& m = (*search.defines)[i];
+    put(m.name);
+    put(m.value ? "=" + *m.value : std::string());
+  }
+  const std::size_t undefines = search.undefines != nullptr ? search.undefines->size() : 0;
+  put(std::to_string(undefines));
+  for (std::size_t i = 0; i < undefines; ++i) put((*search.undefines)[i]);
+  return out;
+}
 
 // A file or in-memory header in the closure, with what it includes.
 struct node {
@@ -682,14 +799,13 @@ class walker {
   bool try_candidate(const std::string& path, int search_index) {
     auto [it, inserted] = seen_.try_emplace(path);
     if (!inserted) return it->second;
-    // lstat first: one call for the usual regular file; a symlink is followed, and its target's
-    // directory noted (only the last component matters: the kernel resolves directory symlinks
-    // and ".." the same way for NVRTC's spelling and ours).
-    struct stat st {};
-    bool regular = ::lstat(path.c_str(), &st) == 0;
-    bool link = regular && S_ISLNK(st.st_mode);
-    if (link) regular = ::stat(path.c_str(), &st) == 0;
-    regular = regular && S_ISREG(st.st_mode);
+    // Only the last component's link matters: the kernel resolves directory symlinks and ".." the
+    // same way for NVRTC's spelling and ours.
+    checks_.push_back(probe(path));
+    const stat_check& c = checks_.back();
+    const bool regular = c.regular;
+    const header_identity id = c.id;
+    const std::string real = c.real;
     it->second = regular;
     if (!regular) {
       out_.entries.push_back({closure_entry::kind::absent, path, 0, {}});
@@ -700,15 +816,13 @@ class walker {
     n.path = path;
     n.dir = dir_of(path);
     n.search_index = search_index;
-    if (link) {
-      if (char* real = ::realpath(path.c_str(), nullptr)) {
-        n.real_dir = dir_of(real);
-        std::free(real);
-        if (n.real_dir == n.dir) n.real_dir.clear();
-      }
+    if (!real.empty()) {
+      n.real_dir = dir_of(real);
+      if (n.real_dir == n.dir) n.real_dir.clear();
     }
-    n.data = load(path, identity_of(st));
+    n.data = load(path, id);
     if (!n.data) {
+      manifest_ok_ = false;
       // Vanished or unreadable between stat and open: recorded as such (the compile will not read
       // it either, or fail).
       out_.entries.push_back({closure_entry::kind::absent, path + " (unreadable)", 0, {}});
@@ -771,7 +885,8 @@ class walker {
     data->digest = sha256(std::as_bytes(std::span<const char>(text.data(), text.size())));
     data->scan = scan_includes(text);
     data->wrappers = find_wrappers(text);
-    ++out_.hashed;
+    ++hashed_;
+    if (!(same && settled(id))) manifest_ok_ = false;
     if (same && settled(id)) {
       memo_.remember(key, id, data);
       remembered_ = true;
@@ -983,6 +1098,14 @@ class walker {
   std::string cwd_;
   bool remembered_ = false;
   include_closure out_;
+  std::size_t hashed_ = 0;
+  std::vector<stat_check> checks_;
+  bool manifest_ok_ = true;  // every file settled and readable: the stats tell all that matters
+
+ public:
+  std::size_t hashed() const { return hashed_; }
+  bool manifest_ok() const { return manifest_ok_; }
+  std::vector<stat_check> take_checks() { return std::move(checks_); }
 };
 
 }  // namespace
@@ -1019,10 +1142,26 @@ bool may_read_headers(std::string_view code, const include_search& search) {
   return may_reference_files(code);
 }
 
-include_closure track_includes(std::string_view code, const include_search& search,
-                               header_digest_memo* memo) {
+tracked_includes track_includes(std::string_view code, const include_search& search,
+                                header_digest_memo* memo) {
+  const std::string inputs = walk_inputs(code, search, current_directory());
+  if (auto m = manifests().find(inputs)) {
+    const bool unchanged = std::all_of(m->checks.begin(), m->checks.end(), [](const stat_check& c) {
+      return probe(c.path).same_answer(c);
+    });
+    if (unchanged) return {m->closure, 0, true};
+  }
   walker w(search, memo != nullptr ? *memo : header_memo_for(std::nullopt));
-  return w.run(code);
+  tracked_includes out;
+  out.closure = std::make_shared<const include_closure>(w.run(code));
+  out.hashed = w.hashed();
+  if (w.manifest_ok()) {
+    auto m = std::make_shared<walk_manifest>();
+    m->checks = w.take_checks();
+    m->closure = out.closure;
+    manifests().put(inputs, std::move(m));
+  }
+  return out;
 }
 
 }  // namespace cucore::detail

@@ -66,7 +66,13 @@ struct include_closure {
   std::size_t files = 0;      // file entries
   std::size_t absent = 0;     // absent entries
   std::size_t in_memory = 0;  // in_memory entries
-  std::size_t hashed = 0;     // files read and hashed (the rest came from the digest memo)
+};
+
+// A closure as one key derivation got it.
+struct tracked_includes {
+  std::shared_ptr<const include_closure> closure;
+  std::size_t hashed = 0;      // files this call read and hashed (the rest: memo or manifest)
+  bool from_manifest = false;  // an earlier walk's closure, every stat it made found unchanged
 };
 
 // Whether `code` (or the search: pre_include, in-memory headers) can make the compiler read any
@@ -76,8 +82,14 @@ bool may_read_headers(std::string_view code, const include_search& search);
 // Works out the closure of `code` under `search`, reading files as needed. `memo` may be null
 // (then a process-wide memo is used). Never throws for what it finds on disk (an unreadable file
 // counts as absent-like: its path enters the key as unreadable); throws std::bad_alloc only.
-include_closure track_includes(std::string_view code, const include_search& search,
-                               header_digest_memo* memo);
+//
+// A walk whose files had all settled leaves a manifest in the process: every path it stat'd and
+// what it found there (regular file and identity, symlink, or nothing). The next call with the
+// same code, search and working directory re-stats those paths; if each answers as before, the
+// walk would go exactly as before (it is a function of those answers and the contents the
+// identities stand for), so its closure is reused without resolving a name again.
+tracked_includes track_includes(std::string_view code, const include_search& search,
+                                header_digest_memo* memo);
 
 // The digest memo: process-wide per persistent file (loaded once, saved after walks that hashed
 // memoisable files), or one in-memory memo for keys made without a persistent cache.

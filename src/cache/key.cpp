@@ -185,8 +185,9 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
   }
   if (!detail::may_read_headers(in.code, search)) return;
   const auto memo_file = probes.header_digest_memo();
-  detail::include_closure closure =
+  const detail::tracked_includes tracked =
       detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
+  const detail::include_closure& closure = *tracked.closure;
   if (!closure.unresolved.empty() && !in.extra_digest) {
     std::string list;
     for (std::size_t i = 0; i < closure.unresolved.size() && i < 3; ++i) {
@@ -207,7 +208,8 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
   report.files = closure.files;
   report.absent = closure.absent;
   report.in_memory = closure.in_memory;
-  report.hashed = closure.hashed;
+  report.hashed = tracked.hashed;
+  report.reused_walk = tracked.from_manifest;
   report.vouched = closure.unresolved;
   // Hundreds of entries for CCCL: framed as fields, hashed in one pass (libcrypto past 16 KiB), and
   // the key takes their digest; explain() still lists each entry.

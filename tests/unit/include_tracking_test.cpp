@@ -10,10 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache_test_support.hpp"
@@ -703,6 +706,151 @@ TEST(IncludeTrackingScenario, SecondDerivationOfSettledHeadersIsStatsOnly) {
   in.code = "extern \"C\" __global__ void k() {}";
   EXPECT_FALSE(make_program_cache_key(in).includes().tracked);
   EXPECT_FALSE(make_program_cache_key(in).includes().stat_fast_path());
+}
+
+// 16. The reused walk. Once every file of a closure has settled, a walk leaves a manifest of each
+// path it stat'd; the next derivation re-stats them and, if each answers as before, reuses the
+// closure without resolving anything. Each edit below happens after the manifest exists, and the
+// next derivation must see it (a fresh walk, and the compiler's bytes through the cache).
+TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
+  enum class edit { none, nested_edited, touched, shadowed, deleted, link_retargeted, moved_cwd };
+  struct setup {
+    edit what;
+    int value;  // VALUE before the edit
+    temp_dir root;
+    fs::path src, inc1, inc2;
+    std::string code;
+    program_options options;
+    in_memory_program_cache cache;
+    std::optional<program_cache_key> settled_key;
+  };
+  std::vector<std::unique_ptr<setup>> setups;
+  int value = 16100;
+  for (edit e : {edit::none, edit::nested_edited, edit::touched, edit::shadowed, edit::deleted,
+                 edit::link_retargeted, edit::moved_cwd}) {
+    auto s = std::make_unique<setup>();
+    s->what = e;
+    s->value = value;
+    value += 100;
+    // src/k.cu includes "local.cuh" beside it, which includes <nested.cuh> from -I inc2 (inc1 is
+    // searched first: inc1/nested.cuh is an absent candidate).
+    s->src = s->root / "src";
+    s->inc1 = s->root / "inc1";
+    s->inc2 = s->root / "inc2";
+    fs::create_directories(s->src);
+    fs::create_directories(s->inc1);
+    fs::create_directories(s->inc2);
+    write_text(s->src / "local.cuh", "#pragma once\n#include <nested.cuh>\n");
+    if (e == edit::link_retargeted) {
+      fs::create_directories(s->root / "real");
+      write_text(s->root / "real" / "a.cuh", defines_value(s->value));
+      write_text(s->root / "real" / "b.cuh", defines_value(s->value + 1));
+      fs::create_symlink(s->root / "real" / "a.cuh", s->inc2 / "nested.cuh");
+    } else {
+      write_text(s->inc2 / "nested.cuh", defines_value(s->value));
+    }
+    s->code = kernel("#include \"local.cuh\"");
+    s->options = named(s->src / "k.cu");
+    s->options.include_path = {s->inc1.string(), s->inc2.string()};
+    if (e == edit::moved_cwd) s->options.name = "k.cu";  // beside it: the current directory
+    setups.push_back(std::move(s));
+  }
+  // Runs `f` with the current directory set to the setup's source directory when it names its
+  // program relative to it.
+  struct in_directory {
+    fs::path before = fs::current_path();
+    explicit in_directory(const fs::path& dir) { fs::current_path(dir); }
+    ~in_directory() { fs::current_path(before); }
+  };
+  const auto in_place = [](setup& s, const auto& f) {
+    if (s.what == edit::moved_cwd) {
+      in_directory cd(s.src);
+      f();
+    } else {
+      f();
+    }
+  };
+
+  for (auto& s : setups) {
+    in_place(*s, [&] {
+      const auto ptx = expect_compile(s->cache, s->code, s->options, cache_outcome::miss);
+      EXPECT_TRUE(stores(ptx, s->value));
+    });
+  }
+  // Every file settles: the next walk leaves a manifest, and the one after reuses it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  for (auto& s : setups) {
+    in_place(*s, [&] {
+      s->settled_key = key_of(s->cache, s->code, s->options);
+      EXPECT_FALSE(s->settled_key->includes().reused_walk);
+      const auto again = key_of(s->cache, s->code, s->options);
+      EXPECT_EQ(again, *s->settled_key);
+      EXPECT_TRUE(again.includes().reused_walk);
+      EXPECT_EQ(again.includes().hashed, 0u);
+      EXPECT_EQ(again.includes().files, 2u);
+      EXPECT_EQ(again.includes().absent,
+                1u);  // inc1/nested.cuh (<> skips the includer's directory)
+    });
+  }
+
+  // The edits, each after its setup's manifest was made.
+  temp_dir elsewhere;  // edit::moved_cwd: the same relative name in another directory
+  for (auto& s : setups) {
+    switch (s->what) {
+      case edit::none:
+        break;
+      case edit::nested_edited:  // same size, another value
+        write_text(s->inc2 / "nested.cuh", defines_value(s->value + 1));
+        break;
+      case edit::touched:  // rewritten with the same bytes: a new identity, the same key
+        write_text(s->inc2 / "nested.cuh", defines_value(s->value));
+        break;
+      case edit::shadowed:  // a header appears where the walk found none
+        write_text(s->inc1 / "nested.cuh", defines_value(s->value + 1));
+        break;
+      case edit::deleted:
+        fs::remove(s->inc2 / "nested.cuh");
+        break;
+      case edit::link_retargeted: {
+        const fs::path link = s->inc2 / "nested.cuh";
+        fs::create_symlink(s->root / "real" / "b.cuh", s->inc2 / "nested.tmp");
+        fs::rename(s->inc2 / "nested.tmp", link);
+        break;
+      }
+      case edit::moved_cwd:
+        write_text(elsewhere / "local.cuh", defines_value(s->value + 1));
+        s->src = elsewhere.path();
+        break;
+    }
+  }
+
+  for (auto& s : setups) {
+    SCOPED_TRACE("edit " + std::to_string(static_cast<int>(s->what)));
+    in_place(*s, [&] {
+      const auto after = key_of(s->cache, s->code, s->options);
+      if (s->what == edit::none) {
+        EXPECT_TRUE(after.includes().reused_walk);
+        EXPECT_EQ(after, *s->settled_key);
+        expect_compile(s->cache, s->code, s->options, cache_outcome::hit);
+        return;
+      }
+      EXPECT_FALSE(after.includes().reused_walk) << "a stat answered differently: walk again";
+      if (s->what == edit::touched) {
+        EXPECT_EQ(after, *s->settled_key);
+        EXPECT_EQ(after.includes().hashed, 1u);
+        expect_compile(s->cache, s->code, s->options, cache_outcome::hit);
+        return;
+      }
+      EXPECT_NE(after, *s->settled_key);
+      if (s->what == edit::deleted) {
+        program p(s->code, source_type::cxx, s->options);
+        EXPECT_THROW(p.compile(code_type::ptx, {}, &s->cache), compile_error);
+        return;
+      }
+      const auto ptx = expect_compile(s->cache, s->code, s->options, cache_outcome::miss);
+      EXPECT_TRUE(stores(ptx, s->value + 1)) << ptx.text();
+    });
+  }
 }
 
 // The cubin target through a directory cache: the same oracle.
