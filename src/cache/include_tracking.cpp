@@ -535,20 +535,21 @@ struct stat_check {
   }
 };
 
-// lstat first: one call for the usual regular file.
-stat_check probe(std::string path) {
+// lstat first: one call for the usual regular file. `keep_path` false: for comparisons only.
+stat_check probe(const std::string& path, bool keep_path = true) {
   stat_check c;
-  c.path = std::move(path);
+  if (keep_path) c.path = path;
+  const char* p = path.c_str();
   struct stat st {};
-  if (::lstat(c.path.c_str(), &st) != 0) return c;
+  if (::lstat(p, &st) != 0) return c;
   if (S_ISLNK(st.st_mode)) {
     c.link = true;
     c.link_id = identity_of(st);
-    if (char* real = ::realpath(c.path.c_str(), nullptr)) {
+    if (char* real = ::realpath(p, nullptr)) {
       c.real = real;
       std::free(real);
     }
-    if (::stat(c.path.c_str(), &st) != 0) return c;
+    if (::stat(p, &st) != 0) return c;
   }
   c.regular = S_ISREG(st.st_mode);
   if (c.regular) c.id = identity_of(st);
@@ -1142,18 +1143,55 @@ bool may_read_headers(std::string_view code, const include_search& search) {
   return may_reference_files(code);
 }
 
+namespace {
+
+void frame(std::string& out, std::string_view label, std::string_view payload) {
+  out.append(label);
+  const auto n = static_cast<std::uint64_t>(payload.size());
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(n >> (8 * i)));
+  out.append(payload);
+}
+
+// include_closure::digest: hundreds of entries for CCCL, hashed in one pass once per walk.
+std::array<std::byte, 32> digest_of(const std::vector<closure_entry>& entries) {
+  std::string framed;
+  framed.reserve(entries.size() * 112);
+  std::string payload;
+  for (const auto& e : entries) {
+    switch (e.what) {
+      case closure_entry::kind::file:
+        payload.assign(e.path);
+        payload.push_back('\0');
+        payload.append(reinterpret_cast<const char*>(e.digest.data()), e.digest.size());
+        frame(framed, "header", payload);
+        break;
+      case closure_entry::kind::absent:
+        frame(framed, "header_absent", e.path);
+        break;
+      case closure_entry::kind::in_memory:
+        frame(framed, "header_in_memory", e.path);
+        break;
+    }
+  }
+  return sha256(std::as_bytes(std::span<const char>(framed.data(), framed.size())));
+}
+
+}  // namespace
+
 tracked_includes track_includes(std::string_view code, const include_search& search,
                                 header_digest_memo* memo) {
   const std::string inputs = walk_inputs(code, search, current_directory());
   if (auto m = manifests().find(inputs)) {
     const bool unchanged = std::all_of(m->checks.begin(), m->checks.end(), [](const stat_check& c) {
-      return probe(c.path).same_answer(c);
+      return probe(c.path, false).same_answer(c);
     });
     if (unchanged) return {m->closure, 0, true};
   }
   walker w(search, memo != nullptr ? *memo : header_memo_for(std::nullopt));
   tracked_includes out;
-  out.closure = std::make_shared<const include_closure>(w.run(code));
+  include_closure closure = w.run(code);
+  closure.digest = digest_of(closure.entries);
+  out.closure = std::make_shared<const include_closure>(std::move(closure));
   out.hashed = w.hashed();
   if (w.manifest_ok()) {
     auto m = std::make_shared<walk_manifest>();

@@ -66,6 +66,9 @@ struct include_closure {
   std::size_t files = 0;      // file entries
   std::size_t absent = 0;     // absent entries
   std::size_t in_memory = 0;  // in_memory entries
+  // SHA-256 of the entries framed as key fields are (label, 8-byte big-endian length, payload):
+  // "header" path NUL digest, "header_absent" path, "header_in_memory" name. The key takes this.
+  std::array<std::byte, 32> digest{};
 };
 
 // A closure as one key derivation got it.

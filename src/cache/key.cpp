@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <mutex>
 
 #include "cucore/error.hpp"
 
@@ -82,24 +85,13 @@ class field_hasher {
                                                      " bytes, sha256 " + to_hex(d) + ">"});
   }
 
-  // A line of explain() with no payload of its own: what a digest field (below) stands for.
-  void note(std::string_view label, std::string shown) {
-    fields_.push_back({std::string(label), std::move(shown)});
-  }
-  // Appends one field framed as add() frames it to `out`, to be hashed in bulk.
-  static void frame(std::string& out, std::string_view label, std::string_view payload) {
-    out.append(label);
-    const auto n = static_cast<std::uint64_t>(payload.size());
-    for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(n >> (8 * i)));
-    out.append(payload);
-  }
-
   // A field whose payload people read as `shown`.
   void add_shown(std::string_view label, std::string_view payload, std::string shown) {
     add_raw(label, payload);
     fields_.push_back({std::string(label), std::move(shown)});
   }
 
+  std::size_t field_count() const { return fields_.size(); }
   digest finish() { return hasher_.finish(); }
   std::vector<key_field> take_fields() { return std::move(fields_); }
 
@@ -167,10 +159,13 @@ std::string hex_of(const std::array<std::byte, 32>& d) {
 }
 
 // The headers the compile can read (include_tracking.hpp), folded into the key after the program
-// name: each in-memory header (all of them: NVRTC gets them all), then the closure in walk order.
-void add_headers(field_hasher& h, const program_cache_key_inputs& in, const program_options& o,
-                 const std::vector<std::string>& flags, const compiler_probes& probes,
-                 include_report& report) {
+// name: each in-memory header (all of them: NVRTC gets them all), then the closure in walk order
+// (as its digest: include_closure::digest). Returns the closure, whose lines explain() renders
+// on demand at `notes_at`.
+std::shared_ptr<const detail::include_closure> add_headers(
+    field_hasher& h, const program_cache_key_inputs& in, const program_options& o,
+    const std::vector<std::string>& flags, const compiler_probes& probes, include_report& report,
+    std::size_t& notes_at) {
   const detail::include_search search = detail::search_of(o, flags);
   if (!o.headers.empty()) {
     h.add("memory_headers_count", o.headers.size());
@@ -183,7 +178,7 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
               hex_of(d) + ")");
     }
   }
-  if (!detail::may_read_headers(in.code, search)) return;
+  if (!detail::may_read_headers(in.code, search)) return nullptr;
   const auto memo_file = probes.header_digest_memo();
   const detail::tracked_includes tracked =
       detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
@@ -211,38 +206,38 @@ void add_headers(field_hasher& h, const program_cache_key_inputs& in, const prog
   report.hashed = tracked.hashed;
   report.reused_walk = tracked.from_manifest;
   report.vouched = closure.unresolved;
-  // Hundreds of entries for CCCL: framed as fields, hashed in one pass (libcrypto past 16 KiB), and
-  // the key takes their digest; explain() still lists each entry.
-  std::string framed;
-  framed.reserve(closure.entries.size() * 96);
-  const auto digest_bytes = [](const std::array<std::byte, 32>& d) {
-    return std::string_view(reinterpret_cast<const char*>(d.data()), d.size());
-  };
   h.add("headers_count", closure.entries.size());
-  for (const auto& e : closure.entries) {
-    switch (e.what) {
-      case detail::closure_entry::kind::file:
-        field_hasher::frame(framed, "header", e.path + '\0' + std::string(digest_bytes(e.digest)));
-        h.note("header",
-               e.path + " (" + std::to_string(e.size) + " bytes, sha256 " + hex_of(e.digest) + ")");
-        break;
-      case detail::closure_entry::kind::absent:
-        field_hasher::frame(framed, "header_absent", e.path);
-        h.note("header_absent", e.path + " (absent)");
-        break;
-      case detail::closure_entry::kind::in_memory:
-        field_hasher::frame(framed, "header_in_memory", e.path);
-        h.note("header_in_memory", e.path + " (in memory)");
-        break;
-    }
-  }
-  const auto closure_digest = sha256(framed);
-  h.add_shown("headers", digest_bytes(closure_digest),
+  notes_at = h.field_count();
+  const std::string_view digest(reinterpret_cast<const char*>(closure.digest.data()),
+                                closure.digest.size());
+  h.add_shown("headers", digest,
               "<" + std::to_string(closure.entries.size()) + " entries above, sha256 " +
-                  hex_of(closure_digest) + ">");
+                  hex_of(closure.digest) + ">");
   for (const auto& v : closure.unresolved) {
     h.add_shown("untracked_include", v, v + " (covered by extra_digest)");
   }
+  return tracked.closure;
+}
+
+// explain()'s line for each closure entry.
+std::vector<key_field> header_notes(const detail::include_closure& closure) {
+  std::vector<key_field> out;
+  out.reserve(closure.entries.size());
+  for (const auto& e : closure.entries) {
+    switch (e.what) {
+      case detail::closure_entry::kind::file:
+        out.push_back({"header", e.path + " (" + std::to_string(e.size) + " bytes, sha256 " +
+                                     hex_of(e.digest) + ")"});
+        break;
+      case detail::closure_entry::kind::absent:
+        out.push_back({"header_absent", e.path + " (absent)"});
+        break;
+      case detail::closure_entry::kind::in_memory:
+        out.push_back({"header_in_memory", e.path + " (in memory)"});
+        break;
+    }
+  }
+  return out;
 }
 
 void check_nvrtc_gates(const program_cache_key_inputs& in) {
@@ -326,6 +321,29 @@ void check_name_expressions(const std::vector<std::string>& names) {
 
 program_cache_key::program_cache_key(const std::array<std::byte, size>& digest) : digest_(digest) {}
 
+struct program_cache_key::details {
+  std::vector<key_field> fields;
+  include_report includes;
+  // The closure's lines go at fields[notes_at], rendered on the first explain().
+  std::shared_ptr<const detail::include_closure> closure;
+  std::size_t notes_at = 0;
+  mutable std::once_flag rendered;
+  mutable std::vector<key_field> all;
+
+  const std::vector<key_field>& explained() const {
+    if (!closure) return fields;
+    std::call_once(rendered, [this] {
+      std::vector<key_field> notes = header_notes(*closure);
+      all.reserve(fields.size() + notes.size());
+      all.insert(all.end(), fields.begin(), fields.begin() + static_cast<std::ptrdiff_t>(notes_at));
+      all.insert(all.end(), std::make_move_iterator(notes.begin()),
+                 std::make_move_iterator(notes.end()));
+      all.insert(all.end(), fields.begin() + static_cast<std::ptrdiff_t>(notes_at), fields.end());
+    });
+    return all;
+  }
+};
+
 program_cache_key::program_cache_key(const std::array<std::byte, size>& digest,
                                      std::shared_ptr<const details> details) noexcept
     : digest_(digest), details_(std::move(details)) {}
@@ -356,9 +374,9 @@ std::string program_cache_key::hex() const {
   return to_hex(digest_);
 }
 
-const std::vector<key_field>& program_cache_key::explain() const noexcept {
+const std::vector<key_field>& program_cache_key::explain() const {
   static const std::vector<key_field> none;
-  return details_ ? details_->fields : none;
+  return details_ ? details_->explained() : none;
 }
 
 const include_report& program_cache_key::includes() const noexcept {
@@ -476,13 +494,19 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   }
   h.add("options_name", options.name);
   include_report includes;
-  if (type == source_type::cxx) add_headers(h, in, options, flags, probes, includes);
+  std::shared_ptr<const detail::include_closure> closure;
+  std::size_t notes_at = 0;
+  if (type == source_type::cxx) {
+    closure = add_headers(h, in, options, flags, probes, includes, notes_at);
+  }
   if (in.extra_digest) h.add("extra_digest", *in.extra_digest);
 
   const digest d = h.finish();
   auto details = std::make_shared<program_cache_key::details>();
   details->fields = h.take_fields();
   details->includes = std::move(includes);
+  details->closure = std::move(closure);
+  details->notes_at = notes_at;
   return program_cache_key(d, std::move(details));
 }
 

@@ -141,7 +141,8 @@ class program_cache_key {
   // The labelled fields the key was built from, in hashing order (schema first); empty for a key
   // made from a digest or from_hex. Headers show as "header" (path, size, digest),
   // "header_absent" (a search-path candidate that did not exist), "memory_header".
-  const std::vector<key_field>& explain() const noexcept;
+  // Header lines are rendered on the first call (a cache hit need not pay for them).
+  const std::vector<key_field>& explain() const;
   // Include tracking's summary; empty (tracked = false) for keys without headers.
   const include_report& includes() const noexcept;
 
@@ -154,10 +155,7 @@ class program_cache_key {
  private:
   friend program_cache_key make_program_cache_key(const program_cache_key_inputs&,
                                                   const compiler_probes&);
-  struct details {
-    std::vector<key_field> fields;
-    include_report includes;
-  };
+  struct details;  // the fields and include report (key.cpp)
   program_cache_key(const std::array<std::byte, size>& digest,
                     std::shared_ptr<const details> details) noexcept;
 
