@@ -560,7 +560,78 @@ stat_check probe(const std::string& path, bool keep_path = true) {
 struct walk_manifest {
   std::vector<stat_check> checks;
   std::shared_ptr<const include_closure> closure;
+  // The checks by directory, for revalidation by fstatat on one descriptor per directory (a
+  // path walk per directory instead of one per candidate: hundreds of candidates share a few
+  // dozen toolkit directories).
+  struct in_directory {
+    std::string dir;  // "" for names without a directory part (the working directory)
+    std::vector<std::pair<std::size_t, std::string>> names;  // check index, last component
+  };
+  std::vector<in_directory> by_directory;
+  std::vector<std::size_t> links;  // checks re-probed by path (realpath, stat through the link)
 };
+
+// Splits a manifest's checks by directory.
+void group_checks(walk_manifest& m) {
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < m.checks.size(); ++i) {
+    const stat_check& c = m.checks[i];
+    if (c.link) {
+      m.links.push_back(i);
+      continue;
+    }
+    const auto slash = c.path.rfind('/');
+    std::string dir = slash == std::string::npos ? std::string() : c.path.substr(0, slash + 1);
+    std::string name = slash == std::string::npos ? c.path : c.path.substr(slash + 1);
+    if (name.empty() || name == "." || name == "..") {  // not a plain last component
+      m.links.push_back(i);
+      continue;
+    }
+    auto [it, added] = index.try_emplace(dir, m.by_directory.size());
+    if (added) m.by_directory.push_back({std::move(dir), {}});
+    m.by_directory[it->second].names.emplace_back(i, std::move(name));
+  }
+}
+
+// One file descriptor, closed on scope exit.
+class scoped_fd {
+ public:
+  explicit scoped_fd(int fd) : fd_(fd) {}
+  scoped_fd(const scoped_fd&) = delete;
+  scoped_fd& operator=(const scoped_fd&) = delete;
+  ~scoped_fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Whether every check of `m` answers as when it was made. fstatat(dir, name) on a descriptor
+// opened now resolves exactly as lstat(dir/name) does now; a directory that cannot be opened
+// holds no regular file.
+bool still_valid(const walk_manifest& m) {
+  for (const std::size_t i : m.links) {
+    if (!probe(m.checks[i].path, false).same_answer(m.checks[i])) return false;
+  }
+  for (const auto& group : m.by_directory) {
+    const scoped_fd opened(
+        group.dir.empty() ? -1 : ::open(group.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    const int dirfd = group.dir.empty() ? AT_FDCWD : opened.get();
+    const bool dir_opened = group.dir.empty() || opened.get() >= 0;
+    for (const auto& [i, name] : group.names) {
+      const stat_check& c = m.checks[i];
+      struct stat st {};
+      const bool found =
+          dir_opened && ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+      if (found && S_ISLNK(st.st_mode)) return false;  // a link now: walk again
+      const bool regular = found && S_ISREG(st.st_mode);
+      if (regular != c.regular || (regular && !(identity_of(st) == c.id))) return false;
+    }
+  }
+  return true;
+}
 
 // The manifests of this process, by the walk's exact inputs (code, search, working directory).
 class manifest_store {
@@ -1182,10 +1253,7 @@ tracked_includes track_includes(std::string_view code, const include_search& sea
                                 header_digest_memo* memo) {
   const std::string inputs = walk_inputs(code, search, current_directory());
   if (auto m = manifests().find(inputs)) {
-    const bool unchanged = std::all_of(m->checks.begin(), m->checks.end(), [](const stat_check& c) {
-      return probe(c.path, false).same_answer(c);
-    });
-    if (unchanged) return {m->closure, 0, true};
+    if (still_valid(*m)) return {m->closure, 0, true};
   }
   walker w(search, memo != nullptr ? *memo : header_memo_for(std::nullopt));
   tracked_includes out;
@@ -1197,6 +1265,7 @@ tracked_includes track_includes(std::string_view code, const include_search& sea
     auto m = std::make_shared<walk_manifest>();
     m->checks = w.take_checks();
     m->closure = out.closure;
+    group_checks(*m);
     manifests().put(inputs, std::move(m));
   }
   return out;

@@ -713,7 +713,16 @@ TEST(IncludeTrackingScenario, SecondDerivationOfSettledHeadersIsStatsOnly) {
 // closure without resolving anything. Each edit below happens after the manifest exists, and the
 // next derivation must see it (a fresh walk, and the compiler's bytes through the cache).
 TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
-  enum class edit { none, nested_edited, touched, shadowed, deleted, link_retargeted, moved_cwd };
+  enum class edit {
+    none,
+    nested_edited,
+    touched,
+    shadowed,
+    deleted,
+    link_retargeted,
+    moved_cwd,
+    directory_created
+  };
   struct setup {
     edit what;
     int value;  // VALUE before the edit
@@ -727,7 +736,7 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
   std::vector<std::unique_ptr<setup>> setups;
   int value = 16100;
   for (edit e : {edit::none, edit::nested_edited, edit::touched, edit::shadowed, edit::deleted,
-                 edit::link_retargeted, edit::moved_cwd}) {
+                 edit::link_retargeted, edit::moved_cwd, edit::directory_created}) {
     auto s = std::make_unique<setup>();
     s->what = e;
     s->value = value;
@@ -753,6 +762,9 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
     s->options = named(s->src / "k.cu");
     s->options.include_path = {s->inc1.string(), s->inc2.string()};
     if (e == edit::moved_cwd) s->options.name = "k.cu";  // beside it: the current directory
+    if (e == edit::directory_created) {                  // searched first, and not there yet
+      s->options.include_path.insert(s->options.include_path.begin(), (s->root / "inc0").string());
+    }
     setups.push_back(std::move(s));
   }
   // Runs `f` with the current directory set to the setup's source directory when it names its
@@ -780,6 +792,7 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
   // Every file settles: the next walk leaves a manifest, and the one after reuses it.
   std::this_thread::sleep_for(std::chrono::milliseconds(2200));
   for (auto& s : setups) {
+    SCOPED_TRACE("setup " + std::to_string(static_cast<int>(s->what)));
     in_place(*s, [&] {
       s->settled_key = key_of(s->cache, s->code, s->options);
       EXPECT_FALSE(s->settled_key->includes().reused_walk);
@@ -788,8 +801,8 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
       EXPECT_TRUE(again.includes().reused_walk);
       EXPECT_EQ(again.includes().hashed, 0u);
       EXPECT_EQ(again.includes().files, 2u);
-      EXPECT_EQ(again.includes().absent,
-                1u);  // inc1/nested.cuh (<> skips the includer's directory)
+      // inc1/nested.cuh (<> skips the includer's directory), and inc0/nested.cuh
+      EXPECT_EQ(again.includes().absent, s->what == edit::directory_created ? 2u : 1u);
     });
   }
 
@@ -817,6 +830,10 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
         fs::rename(s->inc2 / "nested.tmp", link);
         break;
       }
+      case edit::directory_created:  // an absent candidate's directory appears, with the header
+        fs::create_directories(s->root / "inc0");
+        write_text(s->root / "inc0" / "nested.cuh", defines_value(s->value + 1));
+        break;
       case edit::moved_cwd:
         write_text(elsewhere / "local.cuh", defines_value(s->value + 1));
         s->src = elsewhere.path();
