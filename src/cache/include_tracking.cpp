@@ -1197,19 +1197,13 @@ include_search search_of(const program_options& options, const std::vector<std::
   return s;
 }
 
-bool may_read_headers(std::string_view code, const include_search& search) {
-  if (!search.pre_include.empty() || (search.headers != nullptr && !search.headers->empty())) {
-    return true;
+bool may_read_headers(std::string_view code, const program_options& options) {
+  if (!options.pre_include.empty() || !options.headers.empty()) return true;
+  for (const auto& m : options.define_macro) {
+    if (m.name == "__GNUC__" || m.name == "__QNX__") return true;
   }
-  if (search.defines != nullptr) {
-    for (const auto& m : *search.defines) {
-      if (m.name == "__GNUC__" || m.name == "__QNX__") return true;
-    }
-  }
-  if (search.undefines != nullptr) {
-    for (const auto& name : *search.undefines) {
-      if (name == "__CUDACC_RTC__") return true;
-    }
+  for (const auto& name : options.undefine_macro) {
+    if (name == "__CUDACC_RTC__") return true;
   }
   return may_reference_files(code);
 }

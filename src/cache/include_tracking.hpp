@@ -78,9 +78,10 @@ struct tracked_includes {
   bool from_manifest = false;  // an earlier walk's closure, every stat it made found unchanged
 };
 
-// Whether `code` (or the search: pre_include, in-memory headers) can make the compiler read any
-// file or header at all: the fast path of keys of code with no directive.
-bool may_read_headers(std::string_view code, const include_search& search);
+// Whether `code` (or the options: pre_include, in-memory headers, defines that make NVRTC's
+// preamble include host headers) can make the compiler read any file or header at all: the fast
+// path of keys of code with no directive.
+bool may_read_headers(std::string_view code, const program_options& options);
 
 // Works out the closure of `code` under `search`, reading files as needed. `memo` may be null
 // (then a process-wide memo is used). Never throws for what it finds on disk (an unreadable file

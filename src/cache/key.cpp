@@ -61,14 +61,42 @@ std::string render(std::string_view payload) {
          to_hex(sha256(payload)).substr(0, 12) + "...>";
 }
 
+// A field as hashed, kept for explain(), which renders it only when asked (a hit never does).
+struct recorded_field {
+  enum class form : std::uint8_t { raw, shown, content };
+  std::string label;
+  std::string payload;  // raw: the payload; shown: the text to show; content: the source if
+                        // shown as is, else empty
+  form how = form::raw;
+  std::size_t content_size = 0;
+  digest content_digest{};
+
+  key_field rendered() const {
+    switch (how) {
+      case form::raw:
+        return {label, render(payload)};
+      case form::shown:
+        return {label, payload};
+      case form::content:
+        if (content_size == payload.size() && shown_as_is(payload)) return {label, payload};
+        return {label, "<" + std::to_string(content_size) + " bytes, sha256 " +
+                           to_hex(content_digest) + ">"};
+    }
+    return {label, payload};
+  }
+};
+
 // Feeds labelled fields to one SHA-256 and records them for explain().
 class field_hasher {
  public:
-  field_hasher() = default;
+  field_hasher() {
+    fields_.reserve(32);
+    framed_.reserve(1024);
+  }
 
   void add(std::string_view label, std::string_view payload) {
     add_raw(label, payload);
-    fields_.push_back({std::string(label), render(payload)});
+    fields_.push_back({std::string(label), std::string(payload), recorded_field::form::raw});
   }
   void add(std::string_view label, std::size_t count) { add(label, std::to_string(count)); }
 
@@ -79,43 +107,38 @@ class field_hasher {
     const digest d = sha256(content);
     const std::string_view payload(reinterpret_cast<const char*>(d.data()), d.size());
     add_raw(label, payload);
-    fields_.push_back({std::string(label), shown_as_is(content)
-                                               ? std::string(content)
-                                               : "<" + std::to_string(content.size()) +
-                                                     " bytes, sha256 " + to_hex(d) + ">"});
+    recorded_field f{std::string(label), {}, recorded_field::form::content, content.size(), d};
+    if (shown_as_is(content)) f.payload = content;
+    fields_.push_back(std::move(f));
   }
 
   // A field whose payload people read as `shown`.
   void add_shown(std::string_view label, std::string_view payload, std::string shown) {
     add_raw(label, payload);
-    fields_.push_back({std::string(label), std::move(shown)});
+    fields_.push_back({std::string(label), std::move(shown), recorded_field::form::shown});
   }
 
   std::size_t field_count() const { return fields_.size(); }
-  digest finish() { return hasher_.finish(); }
-  std::vector<key_field> take_fields() { return std::move(fields_); }
+  digest finish() const {
+    detail::sha256_hasher hasher;
+    hasher.update(std::as_bytes(std::span<const char>(framed_.data(), framed_.size())));
+    return hasher.finish();
+  }
+  std::vector<recorded_field> take_fields() { return std::move(fields_); }
 
  private:
   // The framing: label ASCII bytes, payload length as 8 big-endian bytes, payload bytes.
   void add_raw(std::string_view label, std::string_view payload) {
-    std::array<unsigned char, 8> length{};
+    framed_.append(label);
     const auto n = static_cast<std::uint64_t>(payload.size());
-    for (std::size_t i = 0; i < length.size(); ++i) {
-      length[i] = static_cast<unsigned char>(n >> (8 * (length.size() - 1 - i)));
-    }
-    update(label.data(), label.size());
-    update(length.data(), length.size());
-    update(payload.data(), payload.size());
+    for (int i = 7; i >= 0; --i) framed_.push_back(static_cast<char>(n >> (8 * i)));
+    framed_.append(payload);
   }
 
-  void update(const void* data, std::size_t size) {
-    hasher_.update(std::span(static_cast<const std::byte*>(data), size));
-  }
-
-  // The framed fields are short (source code enters as its digest): the local SHA-256, which
-  // needs no libcrypto initialisation (common/sha256.hpp).
-  detail::sha256_hasher hasher_;
-  std::vector<key_field> fields_;
+  // The framed fields are short (source code enters as its digest): gathered, then hashed in
+  // one call, by the local SHA-256, which needs no libcrypto start-up (common/sha256.hpp).
+  std::string framed_;
+  std::vector<recorded_field> fields_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -166,7 +189,6 @@ std::shared_ptr<const detail::include_closure> add_headers(
     field_hasher& h, const program_cache_key_inputs& in, const program_options& o,
     const std::vector<std::string>& flags, const compiler_probes& probes, include_report& report,
     std::size_t& notes_at) {
-  const detail::include_search search = detail::search_of(o, flags);
   if (!o.headers.empty()) {
     h.add("memory_headers_count", o.headers.size());
     for (const auto& header : o.headers) {
@@ -178,7 +200,8 @@ std::shared_ptr<const detail::include_closure> add_headers(
               hex_of(d) + ")");
     }
   }
-  if (!detail::may_read_headers(in.code, search)) return nullptr;
+  if (!detail::may_read_headers(in.code, o)) return nullptr;
+  const detail::include_search search = detail::search_of(o, flags);
   const auto memo_file = probes.header_digest_memo();
   const detail::tracked_includes tracked =
       detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
@@ -322,23 +345,27 @@ void check_name_expressions(const std::vector<std::string>& names) {
 program_cache_key::program_cache_key(const std::array<std::byte, size>& digest) : digest_(digest) {}
 
 struct program_cache_key::details {
-  std::vector<key_field> fields;
+  std::vector<recorded_field> fields;
   include_report includes;
-  // The closure's lines go at fields[notes_at], rendered on the first explain().
+  // The closure's lines go after fields[notes_at - 1].
   std::shared_ptr<const detail::include_closure> closure;
   std::size_t notes_at = 0;
   mutable std::once_flag rendered;
   mutable std::vector<key_field> all;
 
+  // explain(): rendered on the first call.
   const std::vector<key_field>& explained() const {
-    if (!closure) return fields;
     std::call_once(rendered, [this] {
-      std::vector<key_field> notes = header_notes(*closure);
+      std::vector<key_field> notes;
+      if (closure) notes = header_notes(*closure);
       all.reserve(fields.size() + notes.size());
-      all.insert(all.end(), fields.begin(), fields.begin() + static_cast<std::ptrdiff_t>(notes_at));
-      all.insert(all.end(), std::make_move_iterator(notes.begin()),
-                 std::make_move_iterator(notes.end()));
-      all.insert(all.end(), fields.begin() + static_cast<std::ptrdiff_t>(notes_at), fields.end());
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (i == notes_at && closure) {
+          all.insert(all.end(), std::make_move_iterator(notes.begin()),
+                     std::make_move_iterator(notes.end()));
+        }
+        all.push_back(fields[i].rendered());
+      }
     });
     return all;
   }
