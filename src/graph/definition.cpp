@@ -343,7 +343,9 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
       s, self.factory_dependencies(), {}, "cuGraphAddChildGraphNode", std::move(meta),
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
         CUresult r = a.cuGraphAddChildGraphNode(out, g, d, n, source->graph);
-        if (r != CUDA_SUCCESS) return r;
+        if (r != CUDA_SUCCESS) {
+          check_driver(r, "cuGraphAddChildGraphNode", conditional_graph_rule(a, *source, r, true));
+        }
         // The embedded clone's metadata, so destroy() inside it releases its references.
         try {
           r = a.cuGraphChildGraphNodeGetGraph(*out, &body_ptr->graph);
@@ -840,7 +842,10 @@ graph_definition graph_definition::clone() const {
   detail::check_whole_graph(*s, "clone");
   const auto& api = detail::graph_driver();
   CUgraph c = nullptr;
-  detail::check_driver(api.cuGraphClone(&c, s->graph), "cuGraphClone");
+  const CUresult r = api.cuGraphClone(&c, s->graph);
+  if (r != CUDA_SUCCESS) {
+    detail::check_driver(r, "cuGraphClone", detail::conditional_graph_rule(api, *s, r, true));
+  }
   auto copy = detail::adopt_root_graph(c, s->device);
   detail::import_clone_metadata(api, *copy, *s);
   return graph_definition(std::move(copy));

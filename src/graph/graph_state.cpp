@@ -257,7 +257,41 @@ const char* instantiate_result_text(CUgraphInstantiateResult r) noexcept {
   }
 }
 
+// Whether `g` or a child graph inside it holds a conditional node (asked of the driver: nodes
+// built outside cucore count too). Only for error messages: false when the driver will not say.
+bool holds_conditional_node(const driver_api& api, CUgraph g, int depth = 0) {
+  if (depth > 64) return false;
+  std::size_t n = 0;
+  if (api.cuGraphGetNodes(g, nullptr, &n) != CUDA_SUCCESS || n == 0) return false;
+  std::vector<CUgraphNode> nodes(n);
+  if (api.cuGraphGetNodes(g, nodes.data(), &n) != CUDA_SUCCESS) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    CUgraphNodeType t{};
+    if (api.cuGraphNodeGetType(nodes[i], &t) != CUDA_SUCCESS) continue;
+    if (t == CU_GRAPH_NODE_TYPE_CONDITIONAL) return true;
+    CUgraph child = nullptr;
+    if (t == CU_GRAPH_NODE_TYPE_GRAPH &&
+        api.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS &&
+        holds_conditional_node(api, child, depth + 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string_view conditional_graph_rule(const driver_api& api, const graph_state& s, CUresult r,
+                                        bool cloning) {
+  if (r != CUDA_ERROR_NOT_SUPPORTED || !holds_conditional_node(api, s.graph)) return {};
+  if (cloning) {
+    return "the graph holds conditional nodes, which the CUDA driver does not clone (nor embed, "
+           "which clones): build a second definition the same way instead";
+  }
+  return "the graph holds conditional nodes, and the CUDA driver allows such a graph one "
+         "executable graph at a time: destroy the cucore::graph instantiated from this definition "
+         "first (or update() it), or build a second definition the same way and instantiate that";
+}
 
 cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
                                 const graph_instantiate_options& o) {
@@ -277,6 +311,7 @@ cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
     if (exec != nullptr) api.cuGraphExecDestroy(exec);
     const char* why = instantiate_result_text(p.result_out);
     std::string detail = why ? why : "";
+    if (const auto rule = conditional_graph_rule(api, s, r, false); !rule.empty()) detail = rule;
     if (r == CUDA_SUCCESS) {
       throw cuda_error(CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE",
                        "cuGraphInstantiateWithParams", detail);

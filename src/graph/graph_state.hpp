@@ -175,6 +175,12 @@ class prepared_attachment {
 const driver_api& graph_driver();
 graph_node_kind kind_of(CUgraphNodeType t) noexcept;
 unsigned dot_flags(const graph_dot_options& o) noexcept;
+// When a failed instantiate (or clone) of `s` returned `r` because of the driver's rules for
+// graphs with conditional nodes (one executable graph at a time; no clone at all): the rule and
+// what to do; else empty.
+std::string_view conditional_graph_rule(const driver_api& api, const graph_state& s, CUresult r,
+                                        bool cloning);
+
 cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
                                 const graph_instantiate_options& options);
 void dot_print(const driver_api& api, const graph_state& s, const std::filesystem::path& path,

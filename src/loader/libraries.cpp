@@ -245,7 +245,7 @@ const driver_api& driver(std::string_view feature) {
   return api;
 }
 
-void check_driver(CUresult result, const char* call) {
+void check_driver(CUresult result, const char* call, std::string_view detail) {
   if (result == CUDA_SUCCESS) return;
   const char* name = nullptr;
   const char* text = nullptr;
@@ -254,7 +254,7 @@ void check_driver(CUresult result, const char* call) {
     table.api->cuGetErrorString(result, &text);
   }
   throw cuda_error(static_cast<int>(result), name ? name : "CUDA_ERROR_UNKNOWN", call,
-                   text ? text : "");
+                   !detail.empty() ? std::string(detail) : std::string(text ? text : ""));
 }
 
 }  // namespace cucore::detail

@@ -237,7 +237,8 @@ const nvvm_api& nvvm(std::string_view feature);
 // cuInit failed (no GPU).
 const driver_api& driver(std::string_view feature);
 
-// Throws cuda_error when `result` is not CUDA_SUCCESS, naming `call`.
-void check_driver(CUresult result, const char* call);
+// Throws cuda_error when `result` is not CUDA_SUCCESS, naming `call`; a non-empty `detail` replaces
+// the driver's generic description of the result (for errors whose cause cucore knows better).
+void check_driver(CUresult result, const char* call, std::string_view detail = {});
 
 }  // namespace cucore::detail

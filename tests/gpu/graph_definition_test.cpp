@@ -1298,17 +1298,69 @@ TEST_F(GraphDefinition, CopiesOfChildAndBodyViewsAreRefused) {
   graph_definition child_view = def.embed(child).child_graph();
   graph_definition body_view = def.if_then(def.create_condition(0u)).branch(0);
   body_view.empty();
-  graph exec = def.instantiate();
   graph_definition other(dev);
-  for (const graph_definition& view : {child_view, body_view}) {
-    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.clone(); }), "top graph"));
-    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.instantiate(); }), "view"));
-    EXPECT_TRUE(contains(invalid_argument_message([&] { (void)other.embed(view); }), "view"));
-    EXPECT_TRUE(contains(invalid_argument_message([&] { exec.update(view); }), "view"));
+  {
+    graph exec = def.instantiate();
+    for (const graph_definition& view : {child_view, body_view}) {
+      EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.clone(); }), "top graph"));
+      EXPECT_TRUE(contains(invalid_argument_message([&] { (void)view.instantiate(); }), "view"));
+      EXPECT_TRUE(contains(invalid_argument_message([&] { (void)other.embed(view); }), "view"));
+      EXPECT_TRUE(contains(invalid_argument_message([&] { exec.update(view); }), "view"));
+    }
   }
   EXPECT_EQ(other.node_count(), 0u) << "a refused embed adds nothing";
   EXPECT_NO_THROW(other.embed(child));
+  // def holds an if-node: a second executable graph only once the first is gone (next test).
   EXPECT_NO_THROW(def.instantiate());
+}
+
+// The driver's rules for graphs with conditional nodes (measured, driver 580 / CUDA 13.0): one
+// executable graph at a time, and no clone (CUDA_ERROR_NOT_SUPPORTED). cucore's errors name the
+// rule and what to do.
+TEST_F(GraphDefinition, AGraphWithConditionalNodesHasOneExecutableGraphAtATime) {
+  device dev(0);
+  const auto cuda_error_message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const cuda_error& e) {
+      EXPECT_EQ(e.result_name(), "CUDA_ERROR_NOT_SUPPORTED") << e.what();
+      return e.what();
+    }
+    return "<no cuda_error was thrown>";
+  };
+  for (const conditional_kind kind :
+       {conditional_kind::if_then, conditional_kind::while_loop, conditional_kind::switch_}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    graph_definition def(dev);
+    const graph_condition c = def.create_condition(0u);
+    graph_node node = kind == conditional_kind::if_then      ? def.if_then(c)
+                      : kind == conditional_kind::while_loop ? def.while_loop(c)
+                                                             : def.switch_(c, 3);
+    node.branch(0).empty();
+    std::string msg = cuda_error_message([&] { (void)def.clone(); });
+    EXPECT_TRUE(contains(msg, "does not clone")) << msg;
+    graph_definition outer(dev);
+    msg = cuda_error_message([&] { (void)outer.embed(def); });
+    EXPECT_TRUE(contains(msg, "does not clone")) << msg;
+    EXPECT_EQ(outer.node_count(), 0u) << "a refused embed adds nothing";
+    {
+      graph exec = def.instantiate();
+      msg = cuda_error_message([&] { (void)def.instantiate(); });
+      EXPECT_TRUE(contains(msg, "one executable graph at a time")) << msg;
+      EXPECT_TRUE(contains(msg, "destroy the cucore::graph")) << msg;
+      stream s(dev);
+      exec.launch(s);
+      s.synchronize();
+    }
+    // Once the executable graph is gone, another can be made.
+    graph again = def.instantiate();
+  }
+  // Without conditional nodes: any number of executable graphs, and clones at any time.
+  graph_definition plain(dev);
+  plain.empty();
+  graph a = plain.instantiate();
+  graph b = plain.instantiate();
+  EXPECT_NO_THROW((void)plain.clone());
 }
 
 TEST_F(GraphDefinition, DestroyingAChildNodeInvalidatesItsView) {
