@@ -1,5 +1,6 @@
 #include "cucore/runtime/kernel.hpp"
 
+#include <atomic>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -93,6 +94,10 @@ struct kernel::state {
   CUkernel handle = nullptr;
   std::string name;
   std::string symbol;
+  // The library's entry for `symbol`, once asked: every launch and graph node checks its
+  // arguments against it, so later calls read it without the library's lock (entries are never
+  // erased, and the library lives as long as this state).
+  mutable std::atomic<const detail::library_state::parameter_list*> parameters{nullptr};
 };
 
 kernel object_code::get_kernel(std::string_view name_or_expression) const {
@@ -177,9 +182,14 @@ void kernel::set_max_dynamic_shared_memory(std::size_t bytes, const device& dev)
 
 const std::vector<kernel_parameter>& kernel::parameters() const {
   if (!state_) detail::throw_empty("kernel");
+  if (const auto* known = state_->parameters.load(std::memory_order_acquire)) {
+    detail::check_driver(known->error, "cuKernelGetParamInfo");
+    return known->parameters;
+  }
   const detail::library_state& library = *state_->library;
   std::lock_guard lock(library.mutex);
   if (auto it = library.parameters.find(state_->symbol); it != library.parameters.end()) {
+    state_->parameters.store(&it->second, std::memory_order_release);
     detail::check_driver(it->second.error, "cuKernelGetParamInfo");
     return it->second.parameters;
   }
@@ -210,6 +220,7 @@ const std::vector<kernel_parameter>& kernel::parameters() const {
     list.parameters.push_back(p);
   }
   auto& stored = library.parameters.emplace(state_->symbol, std::move(list)).first->second;
+  state_->parameters.store(&stored, std::memory_order_release);
   detail::check_driver(stored.error,
                        function != nullptr ? "cuFuncGetParamInfo" : "cuKernelGetParamInfo");
   return stored.parameters;

@@ -1,10 +1,15 @@
 #include "cucore/runtime/memory.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cucore/error.hpp"
+#include "cucore/log.hpp"
 #include "runtime/runtime.hpp"
 
 namespace cucore {
@@ -29,6 +34,95 @@ void check_range(std::size_t offset, std::size_t bytes, std::size_t size, const 
                            " bytes at offset " + std::to_string(offset) +
                            " does not fit in a buffer of " + std::to_string(size) + " bytes");
   }
+}
+
+// Whether `s` is capturing (or its capture was invalidated and not yet ended). False when the
+// driver cannot say: the free then goes ahead as before.
+bool capturing(const detail::driver_api& api, stream_ref s) noexcept {
+  if (s.handle() == nullptr) return false;  // the legacy stream never captures
+  detail::scoped_context scope(api, s.device().ordinal(), std::nothrow);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (api.cuStreamGetCaptureInfo(s.handle(), &status, nullptr, nullptr, nullptr, nullptr,
+                                 nullptr) != CUDA_SUCCESS) {
+    return false;
+  }
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Frees whose release stream was capturing when the last owner let go. Enqueued then, the free
+// would become a node of the capture (freeing memory the graph did not allocate, every time the
+// graph runs) or invalidate it; so it waits here, and a thread of cucore's own enqueues it once
+// the capture has ended, checking every millisecond while any wait.
+class deferred_frees {
+ public:
+  struct entry {
+    std::shared_ptr<memory_resource> resource;
+    device_address address = 0;
+    std::size_t size = 0;
+    CUstream stream = nullptr;
+    cucore::device dev;
+    std::shared_ptr<const void> stream_owner;  // keeps the stream alive until the free
+  };
+
+  void add(const detail::driver_api& api, entry e) noexcept {
+    try {
+      std::call_once(started_,
+                     [this, &api] { std::thread([this, api = &api] { run(*api); }).detach(); });
+      std::lock_guard lock(mutex_);
+      pending_.push_back(std::move(e));
+    } catch (...) {
+      // No thread or no memory for the entry: leak the allocation rather than free it into a
+      // capture.
+      log(log_level::warning,
+          "cucore: a buffer released while its stream captures could not be queued for a free "
+          "after the capture (out of memory or threads); its device memory is leaked");
+      return;
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  [[noreturn]] void run(const detail::driver_api& api) noexcept {
+    // Relaxed: the frees below never invalidate a global-mode capture on another thread.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    api.cuThreadExchangeStreamCaptureMode(&mode);
+    std::vector<entry> batch;
+    std::vector<entry> still;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        if (!still.empty()) {
+          wake_.wait_for(lock, std::chrono::milliseconds(1));
+        } else {
+          wake_.wait(lock, [this] { return !pending_.empty(); });
+        }
+        for (auto& e : pending_) still.push_back(std::move(e));
+        pending_.clear();
+      }
+      batch.swap(still);
+      for (auto& e : batch) {
+        if (!detail::driver_alive()) continue;  // exiting: leak (the resource's destructor checks)
+        const stream_ref s(e.stream, e.dev);
+        if (capturing(api, s)) {
+          still.push_back(std::move(e));
+        } else {
+          e.resource->deallocate(e.address, e.size, s);
+        }
+      }
+      batch.clear();
+    }
+  }
+
+  std::once_flag started_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<entry> pending_;
+};
+
+// Never destroyed: the last owner of a buffer may let go during exit.
+deferred_frees& deferred() {
+  static deferred_frees* d = new deferred_frees;
+  return *d;
 }
 
 }  // namespace
@@ -154,10 +248,20 @@ struct buffer::state {
   state(const state&) = delete;
   state& operator=(const state&) = delete;
   // Members are destroyed after the body: the free is enqueued before the stream and the resource
-  // are let go.
+  // are let go. Never into a capture: while the release stream captures, the free waits for the
+  // capture to end (the last owner may let go on any thread, the graphs' release thread included).
   ~state() {
-    if (address != 0)
-      resource->deallocate(address, size, stream_ref(release_stream, release_device));
+    if (address == 0) return;
+    const stream_ref s(release_stream, release_device);
+    if (detail::driver_alive()) {
+      const auto& api = *detail::driver_table().api;
+      if (capturing(api, s)) {
+        deferred().add(api, {std::move(resource), address, size, release_stream, release_device,
+                             std::move(release_owner)});
+        return;
+      }
+    }
+    resource->deallocate(address, size, s);
   }
 };
 

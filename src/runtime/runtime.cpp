@@ -76,14 +76,26 @@ int ordinal_of(CUdevice handle) {
 }
 
 CUcontext primary_context(int ordinal) {
+  // Every scoped call asks: the answer for the first devices is read without the device table
+  // (a primary context is retained once and never released, so it never changes).
+  static std::array<std::atomic<CUcontext>, 64> known{};
+  const bool cacheable = ordinal >= 0 && static_cast<std::size_t>(ordinal) < known.size();
+  if (cacheable) {
+    if (CUcontext ctx = known[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire))
+      return ctx;
+  }
   device_state& state = device_at(ordinal);
-  if (CUcontext ctx = state.primary.load(std::memory_order_acquire)) return ctx;
+  if (CUcontext ctx = state.primary.load(std::memory_order_acquire)) {
+    if (cacheable) known[static_cast<std::size_t>(ordinal)].store(ctx, std::memory_order_release);
+    return ctx;
+  }
   std::lock_guard lock(state.context_mutex);
   if (CUcontext ctx = state.primary.load(std::memory_order_relaxed)) return ctx;
   const driver_api& api = runtime_driver("the CUDA device runtime");
   CUcontext ctx = nullptr;
   check_driver(api.cuDevicePrimaryCtxRetain(&ctx, state.handle), "cuDevicePrimaryCtxRetain");
   state.primary.store(ctx, std::memory_order_release);
+  if (cacheable) known[static_cast<std::size_t>(ordinal)].store(ctx, std::memory_order_release);
   return ctx;
 }
 

@@ -1195,6 +1195,65 @@ TEST_F(GraphLifetime, CapturedCallbackLivesAsLongAsTheCapturedGraph) {
   EXPECT_TRUE(expires_within(wt));
 }
 
+// ---- a free never enters a capture
+// ---------------------------------------------------------------
+
+// The last owner of a buffer lets go while the buffer's release stream captures (in global mode,
+// the strictest): by the graphs' release thread as a graph holding it is destroyed, or by the
+// capturing thread itself. Enqueued then, the free would become a node of the user's capture (or
+// invalidate it); it must wait for the capture to end, and then happen.
+class FreeDuringCapture : public GraphLifetime, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FreeDuringCapture, WaitsForTheCaptureToEnd) {
+  const bool dropped_by_graph = GetParam();
+  auto pool = std::make_shared<pool_memory_resource>(dev());
+  std::weak_ptr<const void> memory;
+  std::optional<buffer> b(std::in_place, kBytes, s(), pool);
+  memory = b->owner();
+  graph_definition g(dev());
+  g.launch(cover(kN), graph_kernel("add_one"), *b, kN);
+  if (dropped_by_graph) b.reset();  // the graph holds the memory alone
+  s().synchronize();
+  ASSERT_GT(pool->used_bytes(), 0u);
+
+  if (!dropped_by_graph) {
+    g = graph_definition();  // the buffer becomes the last owner, once the release thread is done
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (memory.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(memory.use_count(), 1);
+  }
+
+  graph_builder builder(s());
+  builder.begin_building(capture_mode::global);
+  if (dropped_by_graph) {
+    g = graph_definition();  // the release thread drops the last owner
+  } else {
+    b.reset();  // this thread drops the last owner, in its own capture
+  }
+  ASSERT_TRUE(expires_within(memory));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time for a free to land
+
+  ASSERT_NO_THROW(builder.end_building()) << "the capture was invalidated";
+  EXPECT_EQ(builder.graph_definition().node_count(), 0u) << "a free entered the capture";
+  builder.close();
+
+  // After the capture, the memory goes back to the pool.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pool->used_bytes() != 0 && std::chrono::steady_clock::now() < deadline) {
+    s().synchronize();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(pool->used_bytes(), 0u) << "the deferred free never happened";
+}
+
+INSTANTIATE_TEST_SUITE_P(LastOwner, FreeDuringCapture, ::testing::Values(true, false),
+                         [](const auto& info) {
+                           return info.param ? "DroppedByTheReleaseThread"
+                                             : "DroppedByTheCapturingThread";
+                         });
+
 // ---- the release thread drains everything
 // --------------------------------------------------------
 
