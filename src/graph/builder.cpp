@@ -3,7 +3,10 @@
 // whose owners are attached to the node found through cuStreamGetCaptureInfo.
 #include "cucore/graph/builder.hpp"
 
+#include <algorithm>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -204,16 +207,36 @@ void graph_builder::debug_dot_print(const std::filesystem::path& path,
   detail::dot_print(detail::graph_driver(), *i.graph, path, options);
 }
 
+namespace {
+
+// Makes `primary` wait for what each of `forks` captured (an event recorded on each). Throws on
+// the first failure; forks already waited for stay joined, which a later join repeats harmlessly.
+void wait_for_forks(const graph_builder::impl& primary, std::span<graph_builder::impl* const> forks,
+                    std::span<event> done) {
+  for (std::size_t n = 0; n < forks.size(); ++n) {
+    done[n].record(stream_ref(forks[n]->stream, forks[n]->dev));
+    stream_ref(primary.stream, primary.dev).wait(done[n]);
+  }
+}
+
+}  // namespace
+
 std::vector<graph_builder> graph_builder::split(unsigned count) {
   impl& i = open(impl_);
   if (count < 2) {
     throw invalid_argument("split count must be at least 2, got " + std::to_string(count));
   }
   require_capturing(i, "split");
+  // Everything that can fail without touching the capture first: the streams and events. A fork
+  // that has joined the capture must be joined back before end_building() can succeed, so none
+  // may be dropped half-made.
   event fork_point(i.dev, event_options{.timing = false});
-  fork_point.record(stream_ref(i.stream, i.dev));
   std::vector<graph_builder> out;
+  std::vector<impl*> forks;
+  std::vector<event> rejoin;
   out.reserve(count - 1);
+  forks.reserve(count - 1);
+  rejoin.reserve(count - 1);
   for (unsigned n = 1; n < count; ++n) {
     auto f = std::make_unique<impl>();
     f->k = kind::forked;
@@ -221,17 +244,38 @@ std::vector<graph_builder> graph_builder::split(unsigned count) {
     f->stream = f->own_stream.handle();
     f->dev = i.dev;
     f->graph = i.graph;
-    f->own_stream.wait(fork_point);  // joins the capture
-    f->st = state::capturing;
+    forks.push_back(f.get());
     out.push_back(graph_builder(std::move(f)));
+    rejoin.emplace_back(i.dev, event_options{.timing = false});
+  }
+  fork_point.record(stream_ref(i.stream, i.dev));
+  std::size_t joined = 0;
+  try {
+    for (impl* f : forks) {
+      f->own_stream.wait(fork_point);  // the fork joins the capture
+      f->st = state::capturing;
+      ++joined;
+    }
+  } catch (...) {
+    try {
+      wait_for_forks(i, std::span(forks).first(joined), std::span(rejoin).first(joined));
+    } catch (const std::exception& e) {
+      log(log_level::warning,
+          std::string("graph_builder::split failed part-way and could not join its forks back "
+                      "(the capture cannot end): ") +
+              e.what());
+    }
+    throw;
   }
   return out;
 }
 
-void graph_builder::join(std::vector<graph_builder> others) {
+void graph_builder::join(std::vector<graph_builder>&& others) {
   impl& i = open(impl_);
   require_capturing(i, "join");
   if (others.empty()) throw invalid_argument("join needs at least one other graph_builder");
+  std::vector<impl*> forks;
+  forks.reserve(others.size());
   for (graph_builder& o : others) {
     impl& oi = open(o.impl_);
     if (&oi == &i) throw invalid_argument("a graph_builder cannot join itself");
@@ -239,13 +283,19 @@ void graph_builder::join(std::vector<graph_builder> others) {
     if (oi.graph != i.graph) {
       throw invalid_argument("join: a builder captures another graph (split it from this one)");
     }
+    if (std::find(forks.begin(), forks.end(), &oi) != forks.end()) {
+      throw invalid_argument("join: the same graph_builder is given twice");
+    }
+    forks.push_back(&oi);
   }
-  for (graph_builder& o : others) {
-    event done(i.dev, event_options{.timing = false});
-    done.record(stream_ref(o.impl_->stream, o.impl_->dev));
-    stream_ref(i.stream, i.dev).wait(done);
-    o.close();
-  }
+  // The events first; the builders are closed only once every wait is in, so on failure the
+  // caller still holds every one of them, capturing, to join again.
+  std::vector<event> done;
+  done.reserve(others.size());
+  for (std::size_t n = 0; n < others.size(); ++n)
+    done.emplace_back(i.dev, event_options{.timing = false});
+  wait_for_forks(i, forks, done);
+  for (graph_builder& o : others) o.close();
 }
 
 bool graph_builder::is_join_required() const {

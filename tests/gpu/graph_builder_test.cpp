@@ -36,6 +36,7 @@
 #include "cucore/runtime/memory.hpp"
 #include "cucore/runtime/stream.hpp"
 #include "graph_test_support.hpp"
+#include "loader/libraries.hpp"  // the driver table, for fault injection
 
 namespace cucore {
 namespace {
@@ -1432,6 +1433,104 @@ TEST_F(BuilderUpdate, UpdateSwapsConditionalSwitchGraphs) {
   exec.update(variants[2]);
   exec.launch(s);
   EXPECT_EQ(read_ints(counters, s), (std::vector<int>{1, 1, 1}));
+}
+
+// ---- split and join that fail part-way leave the capture joinable
+// ------------------------------------------------
+
+// Makes the driver table's entry `Member` fail its `n`th call from now (CUDA_ERROR_OUT_OF_MEMORY),
+// for the scope: a failure the driver gives only under resource exhaustion, on demand.
+template <auto Member>
+class fail_nth_call;
+
+template <class... Args, CUresult (*detail::driver_api::*Member)(Args...)>
+class fail_nth_call<Member> {
+ public:
+  explicit fail_nth_call(int n) {
+    left_.store(n);
+    real_ = api().*Member;
+    api().*Member = &stub;
+  }
+  fail_nth_call(const fail_nth_call&) = delete;
+  fail_nth_call& operator=(const fail_nth_call&) = delete;
+  ~fail_nth_call() { api().*Member = real_; }
+  // Whether the failure was given.
+  static bool fired() { return left_.load() <= 0; }
+
+ private:
+  static detail::driver_api& api() { return *detail::driver_table().api; }
+  static CUresult stub(Args... args) {
+    if (left_.fetch_sub(1) == 1) return CUDA_ERROR_OUT_OF_MEMORY;
+    return real_(args...);
+  }
+  static inline CUresult (*real_)(Args...) = nullptr;
+  static inline std::atomic<int> left_{0};
+};
+
+// The capture b made around a split or join that failed: w = x + 1 on the fork, then 2w on b.
+void finish_and_check(graph_builder& b, std::vector<graph_builder>& forks, buffer& x, buffer& w,
+                      const stream& s, std::uint64_t seed) {
+  const bool with_fork = !forks.empty();
+  if (with_fork) {
+    launch(forks[0].stream(), cover(kN), graph_kernel("add_one"), w, kN);
+    b.join(std::move(forks));
+  }
+  ASSERT_NO_THROW(b.end_building()) << "the capture cannot end (an unjoined fork)";
+  graph exec = b.complete();
+  const auto hx = random_values<float>(kN, seed);
+  x.copy_from(hx, s);
+  exec.launch(s);
+  std::vector<float> want(hx.size());
+  for (std::size_t i = 0; i < hx.size(); ++i) want[i] = hx[i] + (with_fork ? 1.0f : 0.0f);
+  EXPECT_TRUE(same(w.to_vector<float>(s), want));
+}
+
+TEST_F(BuilderCapture, ASplitThatFailsPartWayLeavesNoForkInTheCapture) {
+  SEED_TRACE();
+  buffer x = poisoned(kN, s);
+  buffer w = poisoned(kN, s);
+  // The second fork's stream cannot be made; then, the second fork's wait is refused (after the
+  // first fork joined the capture).
+  for (const bool at_wait : {false, true}) {
+    SCOPED_TRACE(at_wait ? "wait refused" : "stream refused");
+    graph_builder b(dev());
+    b.begin_building();
+    w.copy_from(x, b.stream());
+    std::vector<graph_builder> forks;
+    if (at_wait) {
+      fail_nth_call<&detail::driver_api::cuStreamWaitEvent> fault(2);
+      EXPECT_THROW(forks = b.split(3), cuda_error);
+      EXPECT_TRUE(decltype(fault)::fired());
+    } else {
+      fail_nth_call<&detail::driver_api::cuStreamCreateWithPriority> fault(2);
+      EXPECT_THROW(forks = b.split(3), cuda_error);
+      EXPECT_TRUE(decltype(fault)::fired());
+    }
+    EXPECT_TRUE(b.is_building());
+    finish_and_check(b, forks, x, w, s, seed);
+  }
+}
+
+TEST_F(BuilderCapture, AJoinThatFailsLeavesEveryForkToTheCaller) {
+  SEED_TRACE();
+  buffer x = poisoned(kN, s);
+  buffer w = poisoned(kN, s);
+  graph_builder b(dev());
+  b.begin_building();
+  w.copy_from(x, b.stream());
+  std::vector<graph_builder> forks = b.split(3);
+  {
+    // The second fork's event cannot be recorded: the first fork was waited for already.
+    fail_nth_call<&detail::driver_api::cuEventRecord> fault(2);
+    EXPECT_THROW(b.join(std::move(forks)), cuda_error);
+    EXPECT_TRUE(decltype(fault)::fired());
+  }
+  ASSERT_EQ(forks.size(), 2u) << "the caller keeps the forks";
+  for (const graph_builder& f : forks) {
+    EXPECT_EQ(f.builder_state(), bstate::capturing);
+    EXPECT_TRUE(f.is_join_required());
+  }
+  finish_and_check(b, forks, x, w, s, seed);  // joins them again, for good
 }
 
 }  // namespace

@@ -59,10 +59,12 @@ class graph_builder {
 
   // Forks the capture into `count` branches: this builder is the first, and the `count - 1`
   // returned builders (kind forked) capture on their own streams, ordered after what was captured
-  // so far. join() them back before end_building().
+  // so far. join() them back before end_building(). If it throws, the capture is as before (no
+  // fork is left in it).
   std::vector<graph_builder> split(unsigned count);
-  // Makes this builder's capture wait for everything `others` captured, then closes them.
-  void join(std::vector<graph_builder> others);
+  // Makes this builder's capture wait for everything `others` captured, then closes them. If it
+  // throws, `others` are left as they were (still capturing, still to be joined).
+  void join(std::vector<graph_builder>&& others);
   bool is_join_required() const;
 
   // Conditional nodes at the capture's current position; each body is a conditional_body builder
