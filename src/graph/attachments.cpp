@@ -60,10 +60,12 @@ class release_queue {
         sleeping_.store(false, std::memory_order_seq_cst);
         continue;
       }
+      // Once the process is exiting the owners may need a driver that is gone: leak them. While
+      // the batch is released, the exit waits for it.
+      const background_release release;
       while (list != nullptr) {
         release_item* next = list->next;
-        // Once the process is exiting the owners may need a driver that is gone: leak them.
-        if (driver_alive()) delete list;
+        if (release.ok()) delete list;
         list = next;
       }
     }

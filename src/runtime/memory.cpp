@@ -100,8 +100,9 @@ class deferred_frees {
         pending_.clear();
       }
       batch.swap(still);
+      const detail::background_release release;  // the exit waits for this batch
       for (auto& e : batch) {
-        if (!detail::driver_alive()) continue;  // exiting: leak (the resource's destructor checks)
+        if (!release.ok()) continue;  // exiting: leak (the resource's destructor checks)
         const stream_ref s(e.stream, e.dev);
         if (capturing(api, s)) {
           still.push_back(std::move(e));

@@ -1,7 +1,9 @@
 #include "runtime/runtime.hpp"
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cucore/error.hpp"
@@ -12,12 +14,24 @@ namespace {
 
 // Constant-initialized and trivially destructible: readable during and after static destruction.
 constinit std::atomic<bool> alive{false};
+// Releases in progress on cucore's own threads (background_release). With `alive`, a Dekker pair:
+// both sides store then load, sequentially consistent, so either the release sees the driver gone
+// or the guard sees the release and waits for it.
+constinit std::atomic<int> releasing{0};
 
 struct exit_guard {
-  exit_guard() noexcept { alive.store(true, std::memory_order_release); }
+  exit_guard() noexcept { alive.store(true, std::memory_order_seq_cst); }
   exit_guard(const exit_guard&) = delete;
   exit_guard& operator=(const exit_guard&) = delete;
-  ~exit_guard() { alive.store(false, std::memory_order_release); }
+  ~exit_guard() {
+    alive.store(false, std::memory_order_seq_cst);
+    // Bounded: a release stuck in the driver must not hang the exit.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (releasing.load(std::memory_order_seq_cst) != 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
 };
 
 struct device_table {
@@ -52,6 +66,15 @@ const driver_api& runtime_driver(std::string_view feature) {
 
 bool driver_alive() noexcept {
   return alive.load(std::memory_order_acquire);
+}
+
+background_release::background_release() noexcept {
+  releasing.fetch_add(1, std::memory_order_seq_cst);
+  ok_ = alive.load(std::memory_order_seq_cst);
+}
+
+background_release::~background_release() {
+  releasing.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 int runtime_device_count() {

@@ -27,6 +27,22 @@ const driver_api& runtime_driver(std::string_view feature);
 // check it and leak instead of calling into a driver that may be gone.
 bool driver_alive() noexcept;
 
+// Marks a release made on one of cucore's own threads (the graphs' release thread, the deferred
+// frees), which run on while the process exits: ok() says whether the driver may be called, and
+// while a mark with ok() exists, the exit guard waits for it (up to 2 s) before declaring the
+// driver gone, so the release never races the driver's own teardown.
+class background_release {
+ public:
+  background_release() noexcept;
+  background_release(const background_release&) = delete;
+  background_release& operator=(const background_release&) = delete;
+  ~background_release();
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  bool ok_ = false;
+};
+
 // What cucore keeps per device for the process's life (leaked on purpose).
 struct device_state {
   int ordinal = 0;

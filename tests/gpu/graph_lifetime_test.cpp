@@ -5,6 +5,7 @@
 // drop every host-side owner (buffers, events, kernels, callables, user data) and then check, on
 // fresh random data, that the graphs still compute the right results, and watch the owners through
 // weak references.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1253,6 +1254,48 @@ INSTANTIATE_TEST_SUITE_P(LastOwner, FreeDuringCapture, ::testing::Values(true, f
                            return info.param ? "DroppedByTheReleaseThread"
                                              : "DroppedByTheCapturingThread";
                          });
+
+// ---- process exit while owners are being released
+// ------------------------------------------------
+
+// Thousands of owners (buffers, whose release calls cuMemFreeAsync) reach the release thread just
+// as the process exits, with executable graphs still running and definitions alive in statics.
+// The release must never race the driver's teardown: no failed driver call, a clean exit.
+[[noreturn]] void exit_while_releasing() {
+  static std::vector<graph_definition> kept;  // destroyed during exit, while the driver lives
+  device dev(0);
+  stream s(dev);
+  const kernel k = graph_kernel("add_one");
+  std::vector<graph_definition> defs;
+  std::vector<graph> execs;
+  for (int i = 0; i < 3000; ++i) {
+    buffer b(4096, s);
+    graph_definition g(dev);
+    g.launch(cover(1024), k, b, 1024).memset(b, std::uint32_t{7}, 1024);
+    if (i % 8 == 0) {
+      execs.push_back(g.instantiate());
+      execs.back().launch(s);
+    }
+    (i % 10 == 0 ? kept : defs).push_back(std::move(g));
+  }
+  defs.clear();
+  execs.clear();
+  std::exit(0);
+}
+
+class GraphProcessExit : public gpu_testing::gpu_test {
+ protected:
+  void SetUp() override {
+    gpu_testing::gpu_test::SetUp();
+    GTEST_FLAG_SET(death_test_style, "threadsafe");  // the release thread runs
+  }
+};
+
+TEST_F(GraphProcessExit, WhileTheReleaseThreadWorksIsClean) {
+  if (launches_may_block()) GTEST_SKIP() << "a death test's child under a CUDA tool may hang";
+  EXPECT_EXIT(exit_while_releasing(), ::testing::ExitedWithCode(0),
+              ::testing::Not(::testing::HasSubstr("failed")));
+}
 
 // ---- the release thread drains everything
 // --------------------------------------------------------
