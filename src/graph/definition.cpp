@@ -145,19 +145,13 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   const auto& s = self.factory_state();
   CUkernel handle = k.handle();  // throws for an empty kernel
   check_launch_config(config);
-  const driver_api& api = graph_driver();
-  scoped_context scope(api, s->device);
   check_launch_arguments(k, args);
   owner_list owners;
-  std::shared_ptr<const void> kernel_owner = k.owner();
-  // The kernel's function in the graph device's context (a CUkernel in `kern` is refused inside
-  // conditional bodies).
-  CUfunction function = function_of(api, handle, kernel_owner, s->device);
-  owners.push(std::move(kernel_owner));
+  const std::shared_ptr<const void> kernel_owner = k.owner();
+  owners.push(kernel_owner);
   for (const auto& o : args.owners()) owners.push(o);
   argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};
-  p.func = function;
   p.gridDimX = config.grid.x;
   p.gridDimY = config.grid.y;
   p.gridDimZ = config.grid.z;
@@ -169,6 +163,9 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   return add_node(
       s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        // The kernel's function in the graph device's context, current here (a CUkernel in `func`
+        // is refused inside conditional bodies).
+        p.func = function_of(a, handle, kernel_owner, s->device);
         CUresult r = a.cuGraphAddKernelNode(out, g, d, n, &p);
         if (r != CUDA_SUCCESS) return r;
         CUkernelNodeAttrValue v{};
