@@ -3,6 +3,7 @@
 // buffer calls cuMemFreeAsync) nor block, so it only pushes the attachment onto a lock-free stack
 // and wakes the release thread, which deletes it on a thread of our own.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <system_error>
@@ -47,8 +48,17 @@ class release_queue {
 
  private:
   [[noreturn]] void run() noexcept {
+    int idle = 0;
     for (;;) {
       release_item* list = head_.exchange(nullptr, std::memory_order_acquire);
+      if (list == nullptr && idle < kIdlePolls) {
+        // Stay awake a while after work: a graph being destroyed hands over its attachments one
+        // by one from the driver's thread, and each push that found this thread asleep would pay
+        // a futex wake (a system call) on that thread.
+        ++idle;
+        std::this_thread::sleep_for(kIdlePoll);
+        continue;
+      }
       if (list == nullptr) {
         // Announce the sleep, then look once more: a push either sees the announcement (and
         // changes signal_, so the wait returns) or happened before the look (and is found).
@@ -60,6 +70,7 @@ class release_queue {
         sleeping_.store(false, std::memory_order_seq_cst);
         continue;
       }
+      idle = 0;
       // Once the process is exiting the owners may need a driver that is gone: leak them. While
       // the batch is released, the exit waits for it.
       const background_release release;
@@ -70,6 +81,10 @@ class release_queue {
       }
     }
   }
+
+  // 100 polls 200 µs apart: awake for ~20 ms after the last work, then asleep until woken.
+  static constexpr int kIdlePolls = 100;
+  static constexpr std::chrono::microseconds kIdlePoll{200};
 
   std::once_flag started_;
   std::atomic<release_item*> head_{nullptr};
