@@ -794,8 +794,9 @@ TEST(IncludeTrackingScenario, ReusedWalkSeesEveryEditMadeAfterIt) {
   for (auto& s : setups) {
     SCOPED_TRACE("setup " + std::to_string(static_cast<int>(s->what)));
     in_place(*s, [&] {
+      // (This one may already reuse a walk: where the compiles above ran slowly, as under TSan,
+      // a setup's files had settled by its compile, whose walk then left the manifest.)
       s->settled_key = key_of(s->cache, s->code, s->options);
-      EXPECT_FALSE(s->settled_key->includes().reused_walk);
       const auto again = key_of(s->cache, s->code, s->options);
       EXPECT_EQ(again, *s->settled_key);
       EXPECT_TRUE(again.includes().reused_walk);
