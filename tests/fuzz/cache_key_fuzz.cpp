@@ -1,6 +1,6 @@
 // libFuzzer target for make_program_cache_key on arbitrary C++ code, which runs the scan for
 // #include / __has_include of files the key cannot see over user input. Any code must give a key
-// or an invalid_argument (naming the line, for a file reached), never a crash; the key is a
+// or an invalid_argument (naming the program's line), never a crash; the key is a
 // function of the inputs; and with an extra_digest (the answer to that refusal) every code gets a
 // key.
 #include <cstdint>
@@ -41,7 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!code.empty() && code.find('\0') == std::string::npos) std::abort();
       return 0;
     }
-    if (message.find("line ") == std::string_view::npos) std::abort();
+    // The refusal names where: "the program:LINE:", or "FILE:LINE:" for a header reached.
+    bool located = false;
+    for (std::size_t i = message.find(':'); i != std::string_view::npos && !located;
+         i = message.find(':', i + 1)) {
+      std::size_t j = i + 1;
+      while (j < message.size() && message[j] >= '0' && message[j] <= '9') ++j;
+      located = j > i + 1 && j < message.size() && message[j] == ':';
+    }
+    if (!located) std::abort();
     in.extra_digest = "headers";
     (void)cucore::make_program_cache_key(in, probes);  // must not throw
   }
