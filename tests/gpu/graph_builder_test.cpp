@@ -36,7 +36,6 @@
 #include "cucore/runtime/memory.hpp"
 #include "cucore/runtime/stream.hpp"
 #include "graph_test_support.hpp"
-#include "loader/libraries.hpp"  // the driver table, for fault injection
 
 namespace cucore {
 namespace {
@@ -44,6 +43,7 @@ namespace {
 using gpu_testing::contains;
 using gpu_testing::cover;
 using gpu_testing::expires_within;
+using gpu_testing::fail_nth_call;
 using gpu_testing::fresh_seed;
 using gpu_testing::graph_kernel;
 using gpu_testing::invalid_argument_message;
@@ -1437,35 +1437,6 @@ TEST_F(BuilderUpdate, UpdateSwapsConditionalSwitchGraphs) {
 
 // ---- split and join that fail part-way leave the capture joinable
 // ------------------------------------------------
-
-// Makes the driver table's entry `Member` fail its `n`th call from now (CUDA_ERROR_OUT_OF_MEMORY),
-// for the scope: a failure the driver gives only under resource exhaustion, on demand.
-template <auto Member>
-class fail_nth_call;
-
-template <class... Args, CUresult (*detail::driver_api::*Member)(Args...)>
-class fail_nth_call<Member> {
- public:
-  explicit fail_nth_call(int n) {
-    left_.store(n);
-    real_ = api().*Member;
-    api().*Member = &stub;
-  }
-  fail_nth_call(const fail_nth_call&) = delete;
-  fail_nth_call& operator=(const fail_nth_call&) = delete;
-  ~fail_nth_call() { api().*Member = real_; }
-  // Whether the failure was given.
-  static bool fired() { return left_.load() <= 0; }
-
- private:
-  static detail::driver_api& api() { return *detail::driver_table().api; }
-  static CUresult stub(Args... args) {
-    if (left_.fetch_sub(1) == 1) return CUDA_ERROR_OUT_OF_MEMORY;
-    return real_(args...);
-  }
-  static inline CUresult (*real_)(Args...) = nullptr;
-  static inline std::atomic<int> left_{0};
-};
 
 // The capture b made around a split or join that failed: w = x + 1 on the fork, then 2w on b.
 void finish_and_check(graph_builder& b, std::vector<graph_builder>& forks, buffer& x, buffer& w,

@@ -51,6 +51,7 @@ namespace {
 
 using gpu_testing::cover;
 using gpu_testing::expires_within;
+using gpu_testing::fail_nth_call;
 using gpu_testing::fresh_seed;
 using gpu_testing::graph_kernel;
 using gpu_testing::graph_kernels;
@@ -1254,6 +1255,82 @@ INSTANTIATE_TEST_SUITE_P(LastOwner, FreeDuringCapture, ::testing::Values(true, f
                            return info.param ? "DroppedByTheReleaseThread"
                                              : "DroppedByTheCapturingThread";
                          });
+
+// ---- driver failures never release owners early
+// --------------------------------------------------
+
+// A node whose cuGraphDestroyNode fails is still there and still runs: its owners stay.
+TEST_F(GraphLifetime, AFailedNodeDestroyKeepsTheNodeAndItsOwners) {
+  auto token = std::make_shared<int>(5);
+  const std::weak_ptr<int> wt = token;
+  std::atomic<int> calls{0};
+  graph_definition g(dev());
+  graph_node n = g.callback([token, &calls] { calls.fetch_add(*token); });
+  token.reset();
+  {
+    fail_nth_call<&detail::driver_api::cuGraphDestroyNode> fault(1);
+    EXPECT_THROW(n.destroy(), cuda_error);
+    EXPECT_TRUE(decltype(fault)::fired());
+  }
+  EXPECT_EQ(g.node_count(), 1u);
+  EXPECT_TRUE(still_alive_after(wt));
+  {
+    graph exec = g.instantiate();
+    exec.launch(s());
+    s().synchronize();
+  }
+  EXPECT_EQ(calls.load(), 5) << "the node runs";
+  n.destroy();  // for real now
+  EXPECT_EQ(g.node_count(), 0u);
+  EXPECT_TRUE(expires_within(wt));
+}
+
+// The node went but its graph's reference could not be released: the owners stay with the graph
+// until it goes, never released early.
+TEST_F(GraphLifetime, AFailedReleaseLeavesTheOwnersWithTheGraph) {
+  auto token = std::make_shared<int>(5);
+  const std::weak_ptr<int> wt = token;
+  graph_definition g(dev());
+  {
+    graph_node n = g.callback([token] { (void)*token; });
+    token.reset();
+    fail_nth_call<&detail::driver_api::cuGraphReleaseUserObject> fault(1);
+    EXPECT_THROW(n.destroy(), cuda_error);
+    EXPECT_TRUE(decltype(fault)::fired());
+  }  // (a graph_node keeps its graph alive)
+  EXPECT_EQ(g.node_count(), 0u) << "the node is gone";
+  EXPECT_TRUE(still_alive_after(wt));
+  g = graph_definition();
+  EXPECT_TRUE(expires_within(wt));
+}
+
+// A captured callback whose host node cannot be identified (cuStreamGetCaptureInfo fails right
+// after it) stays with the captured graph, attached to no node, as long as the graph lives.
+TEST_F(GraphLifetime, ACallbackWhoseNodeCannotBeFoundStaysWithTheGraph) {
+  auto token = std::make_shared<int>(5);
+  const std::weak_ptr<int> wt = token;
+  std::atomic<int> calls{0};
+  graph_builder b(s());
+  b.begin_building();
+  {
+    fail_nth_call<&detail::driver_api::cuStreamGetCaptureInfo> fault(1);
+    b.callback([token, &calls] { calls.fetch_add(*token); });
+    EXPECT_TRUE(decltype(fault)::fired());
+  }
+  token.reset();
+  b.end_building();
+  graph_definition def = b.graph_definition();
+  b.close();
+  {
+    graph exec = def.instantiate();
+    exec.launch(s());
+    s().synchronize();
+  }
+  EXPECT_EQ(calls.load(), 5);
+  EXPECT_TRUE(still_alive_after(wt)) << "released while the graph lives";
+  def = graph_definition();
+  EXPECT_TRUE(expires_within(wt));
+}
 
 // ---- process exit while owners are being released
 // ------------------------------------------------

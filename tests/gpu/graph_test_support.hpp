@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "cucore/runtime/memory.hpp"
 #include "cucore/runtime/stream.hpp"
 #include "gpu_test_support.hpp"
+#include "loader/libraries.hpp"  // the driver table, for fault injection
 
 namespace cucore::gpu_testing {
 
@@ -127,5 +129,34 @@ std::string invalid_argument_message(F&& f) {
   }
   return "<no invalid_argument was thrown>";
 }
+
+// Makes the driver table's entry `Member` fail its `n`th call from now (CUDA_ERROR_OUT_OF_MEMORY),
+// for the scope: a failure the driver gives only under resource exhaustion, on demand.
+template <auto Member>
+class fail_nth_call;
+
+template <class... Args, CUresult (*detail::driver_api::*Member)(Args...)>
+class fail_nth_call<Member> {
+ public:
+  explicit fail_nth_call(int n) {
+    left_.store(n);
+    real_ = api().*Member;
+    api().*Member = &stub;
+  }
+  fail_nth_call(const fail_nth_call&) = delete;
+  fail_nth_call& operator=(const fail_nth_call&) = delete;
+  ~fail_nth_call() { api().*Member = real_; }
+  // Whether the failure was given.
+  static bool fired() { return left_.load() <= 0; }
+
+ private:
+  static detail::driver_api& api() { return *detail::driver_table().api; }
+  static CUresult stub(Args... args) {
+    if (left_.fetch_sub(1) == 1) return CUDA_ERROR_OUT_OF_MEMORY;
+    return real_(args...);
+  }
+  static inline CUresult (*real_)(Args...) = nullptr;
+  static inline std::atomic<int> left_{0};
+};
 
 }  // namespace cucore::gpu_testing
