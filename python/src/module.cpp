@@ -4,6 +4,7 @@
 // milliseconds to seconds; a directory or SQLite hit does file I/O), and held only to convert
 // arguments and results.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
