@@ -41,7 +41,7 @@ fi
 # externally managed). cuda-core is the behavioural reference the Python tests compare against;
 # cuda-bindings is what it imports (13.x, matching the toolkit's NVRTC 13).
 venv=.venv
-python_packages=("scikit-build-core>=0.10" "nanobind>=2.4" "pytest>=8" "cuda-core==1.2.*"
+python_packages=("scikit-build-core>=0.10" "nanobind==3.1.*" "pytest>=8" "cuda-core==1.2.*"
                  "cuda-bindings>=13,<14")
 cd "$(dirname "$0")/.."
 if [ ! -x "$venv/bin/python" ]; then

@@ -181,13 +181,15 @@ void bind_caches(nb::module_& m) {
             if (!hit) raise_key_error(key);
             return std::move(*hit);
           },
-          "key"_a)
+          nb::sig("def __getitem__(self, key: bytes | str, /) -> ObjectCode"), "key"_a)
       .def(
           "get",
           [](program_cache& c, nb::handle key, nb::object default_) -> nb::object {
             auto hit = cache_get(c, key);
             return hit ? nb::cast(std::move(*hit)) : default_;
           },
+          nb::sig("def get(self, key: bytes | str, default: ObjectCode | None = None) -> "
+                  "ObjectCode | None"),
           "key"_a, "default"_a = nb::none(), "The entry, or `default` on a miss.")
       .def(
           "get_bytes",
@@ -195,6 +197,8 @@ void bind_caches(nb::module_& m) {
             auto hit = cache_get(c, key);
             return hit ? nb::object(to_bytes(hit->code())) : default_;
           },
+          nb::sig("def get_bytes(self, key: bytes | str, default: bytes | None = None) -> bytes | "
+                  "None"),
           "key"_a, "default"_a = nb::none(),
           "The entry's code as bytes (cuda.core's protocol), or `default` on a miss.")
       .def(
@@ -205,6 +209,8 @@ void bind_caches(nb::module_& m) {
             nb::gil_scoped_release release;
             c.put(cache_key_ref(k), code);
           },
+          nb::sig("def __setitem__(self, key: bytes | str, value: ObjectCode | bytes | bytearray | "
+                  "memoryview, /) -> None"),
           "key"_a, "value"_a)
       .def(
           "__delitem__",
@@ -217,7 +223,7 @@ void bind_caches(nb::module_& m) {
             }
             if (!erased) raise_key_error(key);
           },
-          "key"_a)
+          nb::sig("def __delitem__(self, key: bytes | str, /) -> None"), "key"_a)
       .def("__contains__",
            [](program_cache&, nb::handle) -> bool {
              throw nb::type_error(
@@ -241,6 +247,9 @@ void bind_caches(nb::module_& m) {
               c.put(cache_key_ref(k), code);
             }
           },
+          nb::sig(
+              "def update(self, items: collections.abc.Mapping[bytes | str, ObjectCode | bytes] | "
+              "collections.abc.Iterable[tuple[bytes | str, ObjectCode | bytes]], /) -> None"),
           "items"_a, "Bulk put from a mapping or (key, value) pairs; not transactional.")
       .def_prop_ro("size_bytes", &program_cache::size_bytes,
                    nb::call_guard<nb::gil_scoped_release>(), "Total stored bytes.")
@@ -352,6 +361,8 @@ void bind_caches(nb::module_& m) {
         }
         throw error("open_program_cache: unexpected cache type for \"" + std::string(spec) + "\"");
       },
+      nb::sig("def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | "
+              "FileStreamProgramCache | None"),
       "spec"_a,
       "A cache from a spec as the CLI takes it: \"memory\", \"sqlite:FILE\", \"dir:DIR\" or DIR, "
       "\"none\" (None). An empty spec is the default directory.");
@@ -459,6 +470,8 @@ void bind_program(nb::module_& m) {
             new (self)
                 py_program{program(source_code(code, type), type, options_from(options)), {}};
           },
+          nb::sig("def __init__(self, code: str | bytes | bytearray, code_type: str, options: "
+                  "cucore._options.ProgramOptions | typing.Any | None = None) -> None"),
           "code"_a, "code_type"_a, "options"_a = nb::none())
       .def(
           "compile",
@@ -471,6 +484,9 @@ void bind_program(nb::module_& m) {
             std::lock_guard lock(p.mutex);
             return p.prog.compile(target, names, c);
           },
+          nb::sig("def compile(self, target_type: str, name_expressions: "
+                  "collections.abc.Iterable[str] = (), *, cache: ProgramCache | typing.Any | "
+                  "None = None) -> ObjectCode"),
           "target_type"_a, "name_expressions"_a = nb::tuple(), nb::kw_only(),
           "cache"_a = nb::none(),
           "Compiles to \"ptx\", \"cubin\" or \"ltoir\". With a cache: a hit returns the stored "
@@ -487,9 +503,10 @@ void bind_program(nb::module_& m) {
           "\"off\", \"hit\" or \"miss\": what the last compile found in its cache.")
       .def_prop_ro(
           "last_cache_key",
-          [](py_program& p) -> nb::object {
+          [](py_program& p) -> std::optional<nb::bytes> {
             const auto& key = p.prog.last_cache_key();
-            return key ? nb::object(to_bytes(key->bytes())) : nb::none();
+            if (!key) return std::nullopt;
+            return to_bytes(key->bytes());
           },
           "The key of the last compile through a cache (bytes), or None.");
 
@@ -502,6 +519,11 @@ void bind_program(nb::module_& m) {
             key_from(code, code_type, options, target_type, name_expressions, extra_digest, cache);
         return to_bytes(key.bytes());
       },
+      nb::sig(
+          "def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: "
+          "cucore._options.ProgramOptions | typing.Any | "
+          "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
+          "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes"),
       nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
       "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
       "The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or "
@@ -517,6 +539,11 @@ void bind_program(nb::module_& m) {
         for (const key_field& f : key.explain()) fields.emplace_back(f.label, f.payload);
         return fields;
       },
+      nb::sig("def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, "
+              "options: cucore._options.ProgramOptions | typing.Any | "
+              "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
+              "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> "
+              "list[tuple[str, str]]"),
       nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
       "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
       "The labelled fields that make_program_cache_key hashes, in order: (label, payload).");
