@@ -180,6 +180,12 @@ class Program:
     def last_cache_key(self) -> bytes | None:
         """The key of the last compile through a cache (bytes), or None."""
 
+    @property
+    def last_cache_includes(self) -> dict[str, Any] | None:
+        """
+        What header tracking put into the last cache key: tracked, files, absent, in_memory, hashed, reused_walk, stat_fast_path, vouched; None without a cache.
+        """
+
 def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str] = (), extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes:
     """
     The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or cuda.core's ProgramOptions). With `cache`, compiler versions come from its memo.

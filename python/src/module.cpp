@@ -460,6 +460,19 @@ program_cache_key key_from(nb::handle code, std::string_view code_type, nb::hand
   return make_program_cache_key(in, c ? compiler_probes_for(*c) : installed_compiler_probes());
 }
 
+nb::dict includes_dict(const include_report& r) {
+  nb::dict d;
+  d["tracked"] = r.tracked;
+  d["files"] = r.files;
+  d["absent"] = r.absent;
+  d["in_memory"] = r.in_memory;
+  d["hashed"] = r.hashed;
+  d["reused_walk"] = r.reused_walk;
+  d["stat_fast_path"] = r.stat_fast_path();
+  d["vouched"] = nb::cast(r.vouched);
+  return d;
+}
+
 void bind_program(nb::module_& m) {
   nb::class_<py_program>(m, "Program",
                          "Source code, its type (\"c++\", \"ptx\", \"nvvm\") and options.")
@@ -508,7 +521,17 @@ void bind_program(nb::module_& m) {
             if (!key) return std::nullopt;
             return to_bytes(key->bytes());
           },
-          "The key of the last compile through a cache (bytes), or None.");
+          "The key of the last compile through a cache (bytes), or None.")
+      .def_prop_ro(
+          "last_cache_includes",
+          [](py_program& p) -> std::optional<nb::dict> {
+            const auto& key = p.prog.last_cache_key();
+            if (!key) return std::nullopt;
+            return includes_dict(key->includes());
+          },
+          nb::sig("def last_cache_includes(self) -> dict[str, typing.Any] | None"),
+          "What header tracking put into the last cache key: tracked, files, absent, in_memory, "
+          "hashed, reused_walk, stat_fast_path, vouched; None without a cache.");
 
   m.def(
       "make_program_cache_key",

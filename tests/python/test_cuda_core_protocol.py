@@ -279,3 +279,58 @@ def test_concurrent_writers_distinct_keys_all_survive(backend, tmp_path):
         for w in range(4):
             for i in range(25):
                 assert c[f"w{w}-{i}"] == f"payload {w} {i}".encode()
+
+
+def _same_key_writer(backend, root, worker):
+    import pathlib
+
+    c = open_cache(backend, pathlib.Path(root))
+    for _ in range(20):
+        c[b"shared"] = f"writer {worker} ".encode() * 100
+    c.close()
+
+
+@pytest.mark.parametrize("backend", PERSISTENT)
+def test_concurrent_writers_same_key_no_corruption(backend, tmp_path):
+    open_cache(backend, tmp_path).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_same_key_writer, args=(backend, str(tmp_path), w)) for w in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with open_cache(backend, tmp_path) as c:
+        assert c[b"shared"] in {f"writer {w} ".encode() * 100 for w in range(6)}
+        assert len(c) == 1
+
+
+def _churner(backend, root, stop_after):
+    import pathlib
+
+    c = open_cache(backend, pathlib.Path(root))
+    for i in range(stop_after):
+        c[f"churn{i % 10}"] = bytes([i % 251]) * (1000 + i % 997)
+    c.close()
+
+
+@pytest.mark.parametrize("backend", PERSISTENT)
+def test_concurrent_reader_never_sees_torn_entry(backend, tmp_path):
+    with open_cache(backend, tmp_path) as c:
+        c[b"stable"] = b"S" * 5000
+    ctx = multiprocessing.get_context("spawn")
+    writer = ctx.Process(target=_churner, args=(backend, str(tmp_path), 300))
+    writer.start()
+    hits = mismatches = 0
+    with open_cache(backend, tmp_path) as c:
+        for _ in range(200):
+            got = c.get(b"stable")
+            hits += got is not None
+            mismatches += got is not None and got != b"S" * 5000
+            for i in range(10):
+                churned = c.get(f"churn{i}")
+                # every value a reader sees is one some writer stored whole
+                assert churned is None or churned == churned[:1] * len(churned)
+    writer.join(120)
+    assert writer.exitcode == 0
+    assert (hits, mismatches) == (200, 0)

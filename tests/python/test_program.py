@@ -133,6 +133,16 @@ def test_include_path_through_the_cache_tracks_the_header(tmp_path, native_cache
     assert program.last_cache_outcome == "miss"
     assert first.code != second.code
     assert second.code == cucore.Program(src, "c++", opts).compile("ptx").code
+    report = program.last_cache_includes
+    assert report["tracked"] and report["files"] >= 1 and report["vouched"] == []
+
+
+def test_no_include_report_without_a_cache_or_headers(native_cache, options):
+    program = cucore.Program(KERNEL, "c++", options)
+    program.compile("ptx")
+    assert program.last_cache_includes is None and program.last_cache_key is None
+    program.compile("ptx", cache=native_cache)
+    assert program.last_cache_includes["tracked"] is False
 
 
 def test_in_memory_headers(options):
