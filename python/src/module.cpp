@@ -425,6 +425,15 @@ struct py_program {
   std::mutex mutex;
 };
 
+// Reads a program's state after any compile in flight on another thread (which holds the mutex
+// with the GIL released): waits without the GIL, copies, and converts once the GIL is back.
+template <class F>
+auto locked(py_program& p, F read) {
+  nb::gil_scoped_release release;
+  std::lock_guard lock(p.mutex);
+  return read();
+}
+
 program_cache* cache_from(nb::handle cache) {
   if (cache.is_none()) return nullptr;
   if (nb::isinstance<program_cache>(cache)) return nb::cast<program_cache*>(cache);
@@ -506,18 +515,21 @@ void bind_program(nb::module_& m) {
           "code (symbol mapping included), a miss compiles and stores. Raises CompileError with "
           "the log when the compiler rejects the code.")
       .def_prop_ro(
-          "log", [](py_program& p) { return p.prog.log(); }, "The log of the last compile.")
+          "log", [](py_program& p) { return locked(p, [&] { return p.prog.log(); }); },
+          "The log of the last compile.")
       .def_prop_ro("backend",
                    [](py_program& p) { return std::string(to_string(p.prog.backend())); })
       .def_prop_ro("code_type", [](py_program& p) { return std::string(to_string(p.prog.type())); })
       .def_prop_ro(
           "last_cache_outcome",
-          [](py_program& p) { return std::string(to_string(p.prog.last_cache_outcome())); },
+          [](py_program& p) {
+            return std::string(to_string(locked(p, [&] { return p.prog.last_cache_outcome(); })));
+          },
           "\"off\", \"hit\" or \"miss\": what the last compile found in its cache.")
       .def_prop_ro(
           "last_cache_key",
           [](py_program& p) -> std::optional<nb::bytes> {
-            const auto& key = p.prog.last_cache_key();
+            const auto key = locked(p, [&] { return p.prog.last_cache_key(); });
             if (!key) return std::nullopt;
             return to_bytes(key->bytes());
           },
@@ -525,7 +537,7 @@ void bind_program(nb::module_& m) {
       .def_prop_ro(
           "last_cache_includes",
           [](py_program& p) -> std::optional<nb::dict> {
-            const auto& key = p.prog.last_cache_key();
+            const auto key = locked(p, [&] { return p.prog.last_cache_key(); });
             if (!key) return std::nullopt;
             return includes_dict(key->includes());
           },
