@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-pytest.importorskip("cuda.core", reason="setup.sh installs cuda-core into .venv")
-from cuda.core import ObjectCode  # noqa: E402
-from cuda.core import utils as cc_utils  # noqa: E402
+# cuda.core is a test requirement (setup.sh installs it): a missing one fails, never skips.
+from cuda.core import ObjectCode
+from cuda.core import utils as cc_utils
 
-import cucore  # noqa: E402
-from cucore import cuda_core as cc  # noqa: E402
+import cucore
+from cucore import cuda_core as cc
 
 BACKENDS = ["cuda.core-memory", "cuda.core-directory", "cucore-memory", "cucore-directory", "cucore-sqlite"]
 PERSISTENT = ["cuda.core-directory", "cucore-directory", "cucore-sqlite"]
