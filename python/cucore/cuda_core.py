@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 try:
+    from cuda.core import ObjectCode as _CudaCoreObjectCode
     from cuda.core.utils import ProgramCacheResource
 except ImportError as exc:  # pragma: no cover - exercised only without cuda.core
     raise ImportError(
@@ -35,6 +36,7 @@ __all__ = [
     "InMemoryProgramCache",
     "SQLiteProgramCache",
     "make_program_cache_key",
+    "to_object_code",
     "wrap",
 ]
 
@@ -140,3 +142,16 @@ def wrap(cache: _cucore.ProgramCache) -> _CucoreCache:
     wrapper = _CucoreCache.__new__(_CucoreCache)
     wrapper._native = cache
     return wrapper
+
+
+def to_object_code(code: _cucore.ObjectCode) -> _CudaCoreObjectCode:
+    """A cuda.core ObjectCode with the same bytes, type, name and symbol mapping.
+
+    For code cucore compiled (with include paths or name expressions through a cache, which
+    cuda.core's own cache refuses) and cuda.core then loads and launches:
+    ``to_object_code(obj).get_kernel("scale<float>")`` on a GPU.
+    """
+    if not isinstance(code, _cucore.ObjectCode):
+        raise TypeError(f"to_object_code() takes a cucore.ObjectCode, got {type(code).__name__}")
+    make = getattr(_CudaCoreObjectCode, f"from_{code.code_type}")
+    return make(code.code, name=code.name, symbol_mapping=dict(code.symbol_mapping) or None)

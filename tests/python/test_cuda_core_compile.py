@@ -99,3 +99,21 @@ def test_wrap_shares_a_native_cache():
     assert len(native) == 2
     with pytest.raises(TypeError):
         cc.wrap({})
+
+
+@pytest.mark.parametrize("target", ["cubin", "ptx", "ltoir"])
+def test_to_object_code_keeps_bytes_type_name_and_symbols(target):
+    import cucore
+
+    src = "template<class T> __global__ void k(T* x) { *x = 1; }"
+    obj = cucore.Program(src, "c++", cucore.ProgramOptions(arch=ARCH, name="mine")).compile(
+        target, ["k<float>"])
+    theirs = cc.to_object_code(obj)
+    assert (bytes(theirs.code), theirs.code_type, theirs.name) == (obj.code, target, "mine")
+    assert theirs.symbol_mapping == {"k<float>": obj.symbol("k<float>")}
+    # and it goes into cuda.core's own cache like any cuda.core ObjectCode
+    cache = cc_utils.InMemoryProgramCache()
+    cache[b"k"] = theirs
+    assert cache[b"k"] == obj.code
+    with pytest.raises(TypeError):
+        cc.to_object_code(b"bytes")
