@@ -22,10 +22,11 @@ from conftest import ARCH, KERNEL
 # interpreter cannot fail by itself). No timing is assumed anywhere.
 CHILD = textwrap.dedent(
     """
-    import os, sqlite3, sys, threading
+    import os, platform, sqlite3, sys, threading
     import cucore
 
-    SLEEPS = {"35", "230"}  # x86_64 nanosleep, clock_nanosleep
+    # nanosleep, clock_nanosleep
+    SLEEPS = {"x86_64": {"35", "230"}, "aarch64": {"101", "115"}}[platform.machine()]
     db = os.path.join(sys.argv[1], "cache.db")
     cache = cucore.SQLiteProgramCache(db, busy_timeout=600, on_write_failure="strict")
     options = cucore.ProgramOptions(arch=sys.argv[2])
