@@ -128,7 +128,25 @@ void define_exceptions(nb::module_& m) {
 }
 
 std::optional<object_code> cache_get(program_cache& cache, nb::handle key) {
-  const std::string k = key_bytes(key);
+  // bytes and str keys are read in place: both are immutable, and the caller's reference keeps
+  // them alive while the GIL is released. Other keys (bytearray) are copied.
+  std::string copy;
+  std::string_view k;
+  Py_ssize_t size = 0;
+  if (PyBytes_Check(key.ptr())) {
+    k = std::string_view(PyBytes_AS_STRING(key.ptr()),
+                         static_cast<std::size_t>(PyBytes_GET_SIZE(key.ptr())));
+  } else if (PyUnicode_Check(key.ptr())) {
+    const char* utf8 = PyUnicode_AsUTF8AndSize(key.ptr(), &size);
+    if (utf8 == nullptr) throw nb::python_error();
+    k = std::string_view(utf8, static_cast<std::size_t>(size));
+  } else {
+    copy = key_bytes(key);
+    k = copy;
+  }
+  // An in-memory hit is a map lookup under a mutex that is never held across anything slow:
+  // releasing the GIL would cost more than it frees.
+  if (dynamic_cast<in_memory_program_cache*>(&cache) != nullptr) return cache.get(cache_key_ref(k));
   nb::gil_scoped_release release;
   return cache.get(cache_key_ref(k));
 }
