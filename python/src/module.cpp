@@ -2,7 +2,7 @@
 //
 // The GIL is released around everything that compiles or touches a cache (compiles take tens of
 // milliseconds to seconds; a directory or SQLite hit does file I/O), and held only to convert
-// arguments and results.
+// arguments and results — and for in-memory reads, which cost less than releasing it.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
