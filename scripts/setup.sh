@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libsqlite3-dev libxxhash-dev
   clang-format clang libclang-rt-14-dev
+  python3 python3-venv python3-dev
 )
 
 missing=()
@@ -34,4 +35,33 @@ if [ -z "$cuda_root" ]; then
   echo "setup: no CUDA toolkit found (looked for include/nvrtc.h under \$CUCORE_CUDA_HOME," \
        "\$CUDA_HOME, \$CUDA_PATH and /usr/local/cuda). Install CUDA 12.3 or newer and set CUDA_HOME." >&2
   exit 1
+fi
+
+# The Python package's build and test environment: a virtual environment in .venv (Debian's pip is
+# externally managed). cuda-core is the behavioural reference the Python tests compare against;
+# cuda-bindings is what it imports (13.x, matching the toolkit's NVRTC 13).
+venv=.venv
+python_packages=("scikit-build-core>=0.10" "nanobind==3.1.*" "pytest>=8" "cuda-core==1.2.*"
+                 "cuda-bindings>=13,<14")
+cd "$(dirname "$0")/.."
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating the Python environment $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+fi
+# pip check of each requirement is slow; ask the environment itself whether all are satisfied.
+if ! "$venv/bin/python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version, PackageNotFoundError
+from packaging.requirements import Requirement
+for spec in sys.argv[1:]:
+    req = Requirement(spec)
+    try:
+        if not req.specifier.contains(version(req.name), prereleases=True):
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+PY
+  echo "setup: installing ${python_packages[*]} into $venv"
+  "$venv/bin/python" -m pip install -q "${python_packages[@]}"
 fi

@@ -1,0 +1,3 @@
+from cucore._cli import main
+
+main()

@@ -1,0 +1,197 @@
+"""
+cucore's native module: run-time CUDA compilation with a program cache.
+"""
+
+from collections.abc import Iterable, Mapping
+import os
+from typing import Any
+
+from cucore import (
+    CompileError as CompileError,
+    CudaError as CudaError,
+    Error as Error,
+    ExtraDigestRequired as ExtraDigestRequired,
+    InvalidArgument as InvalidArgument,
+    LibraryError as LibraryError,
+    LibraryNotFound as LibraryNotFound
+)
+import cucore._options
+
+
+class ObjectCode:
+    """
+    Compiled code: bytes, their type, a name and the symbol mapping (name expression -> mangled name). Immutable.
+    """
+
+    def __init__(self, code: bytes, code_type: str, name: str = '', symbol_mapping: Mapping[str, str] | None = None) -> None: ...
+
+    @property
+    def code(self) -> bytes:
+        """The bytes (a copy)."""
+
+    @property
+    def code_type(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def symbol_mapping(self) -> dict[str, str]: ...
+
+    def symbol(self, name_or_expression: str) -> str:
+        """
+        The mangled name of a name expression this code was compiled with, else the name.
+        """
+
+    def __len__(self) -> int: ...
+
+    def __bytes__(self) -> bytes: ...
+
+    def __eq__(self, arg: object, /) -> bool: ...
+
+    def __hash__(self) -> int: ...
+
+    def write(self, path: str) -> None:
+        """Writes the raw bytes to a file (for cuobjdump, nvdisasm)."""
+
+    def __repr__(self) -> str: ...
+
+class ProgramCache:
+    """
+    A program cache: a mapping from keys (bytes or str; str is UTF-8) to ObjectCode.
+
+    cache[key] raises KeyError on a miss; get(key) returns None. There is no `in`: a check followed by a read races with other processes; call get() and handle None.
+    """
+
+    def __getitem__(self, key: bytes | str, /) -> ObjectCode: ...
+
+    def get(self, key: bytes | str, default: ObjectCode | None = None) -> ObjectCode | None:
+        """The entry, or `default` on a miss."""
+
+    def get_bytes(self, key: bytes | str, default: bytes | None = None) -> bytes | None:
+        """
+        The entry's code as bytes (cuda.core's protocol), or `default` on a miss.
+        """
+
+    def __setitem__(self, key: bytes | str, value: ObjectCode | bytes | bytearray | memoryview, /) -> None: ...
+
+    def __delitem__(self, key: bytes | str, /) -> None: ...
+
+    def __contains__(self, arg: object, /) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def clear(self) -> None:
+        """Removes every entry."""
+
+    def update(self, items: Mapping[bytes | str, ObjectCode | bytes] | Iterable[tuple[bytes | str, ObjectCode | bytes]], /) -> None:
+        """Bulk put from a mapping or (key, value) pairs; not transactional."""
+
+    @property
+    def size_bytes(self) -> int:
+        """Total stored bytes."""
+
+    @property
+    def stats(self) -> dict:
+        """
+        This object's counters: hits, misses, puts, evictions, corrupt_dropped, errors.
+        """
+
+    def trim(self, max_size_bytes: int) -> int:
+        """
+        Evicts least-recently-used entries down to max_size_bytes; returns how many.
+        """
+
+    def verify(self, remove_bad: bool = False) -> dict:
+        """Checks every entry (format, checksum, key)."""
+
+    @property
+    def description(self) -> str: ...
+
+    def __repr__(self) -> str: ...
+
+    def close(self) -> None:
+        """
+        Releases resources now (also done when the object is collected). Idempotent.
+        """
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None: ...
+
+class InMemoryProgramCache(ProgramCache):
+    """
+    An in-process LRU cache (thread-safe). A hit hands out the stored ObjectCode, no copy.
+    """
+
+    def __init__(self, *, max_size_bytes: int | None = None, max_entries: int | None = None) -> None: ...
+
+class SQLiteProgramCache(ProgramCache):
+    """A cache in one SQLite file, shared by threads and processes."""
+
+    def __init__(self, path: str | os.PathLike, *, max_size_bytes: int | None = None, busy_timeout: float = 5.0, on_write_failure: str = 'warn', journal: str = 'auto') -> None: ...
+
+    @property
+    def path(self) -> str: ...
+
+class FileStreamProgramCache(ProgramCache):
+    """
+    A cache in a directory of atomically written files, shared by many processes.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, max_size_bytes: int | None = None, fsync: bool = True, on_write_failure: str = 'warn') -> None: ...
+
+    @property
+    def path(self) -> str: ...
+
+def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | FileStreamProgramCache | None:
+    """
+    A cache from a spec as the CLI takes it: "memory", "sqlite:FILE", "dir:DIR" or DIR, "none" (None). An empty spec is the default directory.
+    """
+
+def default_cache_dir() -> str:
+    """$CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore."""
+
+class Program:
+    """Source code, its type ("c++", "ptx", "nvvm") and options."""
+
+    def __init__(self, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None = None) -> None: ...
+
+    def compile(self, target_type: str, name_expressions: Iterable[str] = (), *, cache: ProgramCache | Any | None = None) -> ObjectCode:
+        """
+        Compiles to "ptx", "cubin" or "ltoir". With a cache: a hit returns the stored code (symbol mapping included), a miss compiles and stores. Raises CompileError with the log when the compiler rejects the code.
+        """
+
+    @property
+    def log(self) -> str:
+        """The log of the last compile."""
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def code_type(self) -> str: ...
+
+    @property
+    def last_cache_outcome(self) -> str:
+        """"off", "hit" or "miss": what the last compile found in its cache."""
+
+    @property
+    def last_cache_key(self) -> bytes | None:
+        """The key of the last compile through a cache (bytes), or None."""
+
+    @property
+    def last_cache_includes(self) -> dict[str, Any] | None:
+        """
+        What header tracking put into the last cache key: tracked, files, absent, in_memory, hashed, reused_walk, stat_fast_path, vouched; None without a cache.
+        """
+
+def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str] = (), extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes:
+    """
+    The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or cuda.core's ProgramOptions). With `cache`, compiler versions come from its memo.
+    """
+
+def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str] = (), extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> list[tuple[str, str]]:
+    """
+    The labelled fields that make_program_cache_key hashes, in order: (label, payload).
+    """

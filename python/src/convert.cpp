@@ -1,0 +1,323 @@
+#include "convert.hpp"
+
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "cucore/error.hpp"
+
+namespace cucore::python {
+
+namespace {
+
+std::string py_type_name(nb::handle value) {
+  return nb::cast<std::string>(
+      nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(value.ptr()))).attr("__name__"));
+}
+
+[[noreturn]] void type_error(const std::string& message) {
+  throw nb::type_error(message.c_str());
+}
+
+// The attribute, or None when it is missing (cuda.core's ProgramOptions has no cucore-only fields).
+nb::object field(nb::handle options, const char* name) {
+  return nb::getattr(options, name, nb::none());
+}
+
+std::string text_of(nb::handle value, const char* what) {
+  if (!nb::isinstance<nb::str>(value)) {
+    type_error(std::string(what) + " must be str, got " + py_type_name(value));
+  }
+  return nb::cast<std::string>(value);
+}
+
+// os.fspath for path-like values (include_path, pre_include), else the value itself.
+nb::object fspath(nb::handle value) {
+  if (nb::isinstance<nb::str>(value) || nb::isinstance<nb::bytes>(value)) {
+    return nb::borrow(value);
+  }
+  if (nb::hasattr(value, "__fspath__")) return value.attr("__fspath__")();
+  return nb::borrow(value);
+}
+
+void read_bool(nb::handle options, const char* name, std::optional<bool>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none()) return;
+  if (!nb::isinstance<nb::bool_>(v)) {
+    type_error(std::string("ProgramOptions.") + name + " must be bool or None, got " +
+               py_type_name(v));
+  }
+  out = nb::cast<bool>(v);
+}
+
+void read_int(nb::handle options, const char* name, std::optional<int>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none()) return;
+  if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v)) {
+    type_error(std::string("ProgramOptions.") + name + " must be int or None, got " +
+               py_type_name(v));
+  }
+  out = nb::cast<int>(v);
+}
+
+// A string option. False means unset, as cuda.core treats it (time=False, use_pch=False).
+void read_string(nb::handle options, const char* name, std::optional<std::string>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none() || (nb::isinstance<nb::bool_>(v) && !nb::cast<bool>(v))) return;
+  out = text_of(fspath(v), (std::string("ProgramOptions.") + name).c_str());
+}
+
+// A str or an iterable of str (a tuple, a list, range(0), ...). False means empty.
+void read_strings(nb::handle options, const char* name, std::vector<std::string>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none() || (nb::isinstance<nb::bool_>(v) && !nb::cast<bool>(v))) return;
+  const std::string what = std::string("ProgramOptions.") + name;
+  v = fspath(v);
+  if (nb::isinstance<nb::str>(v)) {
+    out.push_back(nb::cast<std::string>(v));
+    return;
+  }
+  if (nb::isinstance<nb::bytes>(v)) type_error(what + " must be str or a sequence of str");
+  for (nb::handle item : nb::iter(v)) out.push_back(text_of(fspath(item), what.c_str()));
+}
+
+void read_ints(nb::handle options, const char* name, std::vector<int>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none()) return;
+  const std::string what = std::string("ProgramOptions.") + name;
+  auto one = [&](nb::handle item) {
+    if (!nb::isinstance<nb::int_>(item) || nb::isinstance<nb::bool_>(item)) {
+      type_error(what + " must be int or a sequence of int, got " + py_type_name(item));
+    }
+    out.push_back(nb::cast<int>(item));
+  };
+  if (nb::isinstance<nb::int_>(v)) {
+    one(v);
+    return;
+  }
+  for (nb::handle item : nb::iter(v)) one(item);
+}
+
+// cuda.core's forms: "N", ("N", "V"), or a list/tuple of those.
+void read_macros(nb::handle options, std::vector<macro>& out) {
+  nb::object v = field(options, "define_macro");
+  if (v.is_none()) return;
+  auto is_pair = [](nb::handle item) {
+    return nb::isinstance<nb::tuple>(item) && nb::len(item) == 2 &&
+           nb::isinstance<nb::str>(item[0]) && nb::isinstance<nb::str>(item[1]);
+  };
+  auto one = [&](nb::handle item) {
+    if (nb::isinstance<nb::str>(item)) {
+      out.emplace_back(nb::cast<std::string>(item));
+    } else if (is_pair(item)) {
+      out.emplace_back(nb::cast<std::string>(item[0]), nb::cast<std::string>(item[1]));
+    } else {
+      type_error("ProgramOptions.define_macro entries must be str or (str, str), got " +
+                 py_type_name(item));
+    }
+  };
+  if (nb::isinstance<nb::str>(v) || is_pair(v)) {
+    one(v);
+    return;
+  }
+  for (nb::handle item : nb::iter(v)) one(item);
+}
+
+// Bytes of a str (UTF-8), bytes or bytearray.
+std::optional<std::string> bytes_of(nb::handle value) {
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  if (PyBytes_Check(value.ptr())) {
+    return std::string(PyBytes_AS_STRING(value.ptr()),
+                       static_cast<std::size_t>(PyBytes_GET_SIZE(value.ptr())));
+  }
+  if (PyByteArray_Check(value.ptr())) {
+    return std::string(PyByteArray_AS_STRING(value.ptr()),
+                       static_cast<std::size_t>(PyByteArray_GET_SIZE(value.ptr())));
+  }
+  return std::nullopt;
+}
+
+// cucore's in-memory headers: a mapping name -> contents, or pairs.
+void read_headers(nb::handle options, std::vector<include_header>& out) {
+  nb::object v = field(options, "headers");
+  if (v.is_none()) return;
+  nb::object items = nb::hasattr(v, "items") ? v.attr("items")() : nb::borrow(v);
+  for (nb::handle item : nb::iter(items)) {
+    if (nb::len(item) != 2) type_error("ProgramOptions.headers entries must be (name, contents)");
+    out.push_back({text_of(item[0], "a header name"), text_of(item[1], "a header's contents")});
+  }
+}
+
+void read_extra_sources(nb::handle options, std::vector<nvvm_module>& out) {
+  nb::object v = field(options, "extra_sources");
+  if (v.is_none()) return;
+  for (nb::handle item : nb::iter(v)) {
+    if (!nb::isinstance<nb::tuple>(item) || nb::len(item) != 2) {
+      type_error("ProgramOptions.extra_sources entries must be (name, code) tuples");
+    }
+    auto code = bytes_of(item[1]);
+    if (!code) type_error("an extra source's code must be str, bytes or bytearray");
+    out.push_back({text_of(item[0], "an extra source's name"), std::move(*code)});
+  }
+}
+
+}  // namespace
+
+std::string key_bytes(nb::handle key) {
+  if (nb::isinstance<nb::str>(key) || PyBytes_Check(key.ptr()) || PyByteArray_Check(key.ptr())) {
+    return *bytes_of(key);
+  }
+  type_error("cache keys must be bytes or str, got " + py_type_name(key));
+}
+
+std::string source_code(nb::handle code, source_type type) {
+  if (type != source_type::nvvm && !nb::isinstance<nb::str>(code)) {
+    type_error("code must be str for code_type \"" + std::string(to_string(type)) + "\", got " +
+               py_type_name(code));
+  }
+  auto bytes = bytes_of(code);
+  if (!bytes) type_error("code must be str, bytes or bytearray, got " + py_type_name(code));
+  return std::move(*bytes);
+}
+
+program_options options_from(nb::handle o) {
+  program_options p;
+  if (o.is_none()) return p;
+  if (nb::object name = field(o, "name"); !name.is_none()) p.name = text_of(name, "options.name");
+  read_string(o, "arch", p.arch);
+  read_bool(o, "relocatable_device_code", p.relocatable_device_code);
+  read_bool(o, "extensible_whole_program", p.extensible_whole_program);
+  read_bool(o, "debug", p.debug);
+  read_bool(o, "lineinfo", p.lineinfo);
+  read_bool(o, "device_code_optimize", p.device_code_optimize);
+  read_strings(o, "ptxas_options", p.ptxas_options);
+  read_int(o, "max_register_count", p.max_register_count);
+  read_bool(o, "ftz", p.ftz);
+  read_bool(o, "prec_sqrt", p.prec_sqrt);
+  read_bool(o, "prec_div", p.prec_div);
+  read_bool(o, "fma", p.fma);
+  read_bool(o, "use_fast_math", p.use_fast_math);
+  read_bool(o, "extra_device_vectorization", p.extra_device_vectorization);
+  read_bool(o, "link_time_optimization", p.link_time_optimization);
+  read_bool(o, "gen_opt_lto", p.gen_opt_lto);
+  read_macros(o, p.define_macro);
+  read_strings(o, "undefine_macro", p.undefine_macro);
+  read_strings(o, "include_path", p.include_path);
+  read_strings(o, "pre_include", p.pre_include);
+  read_bool(o, "no_source_include", p.no_source_include);
+  read_bool(o, "toolkit_include_path", p.toolkit_include_path);
+  read_headers(o, p.headers);
+  read_string(o, "std", p.std);
+  read_bool(o, "builtin_move_forward", p.builtin_move_forward);
+  read_bool(o, "builtin_initializer_list", p.builtin_initializer_list);
+  read_bool(o, "disable_warnings", p.disable_warnings);
+  read_bool(o, "restrict", p.restrict);
+  read_bool(o, "device_as_default_execution_space", p.device_as_default_execution_space);
+  read_bool(o, "device_int128", p.device_int128);
+  read_bool(o, "device_float128", p.device_float128);
+  read_string(o, "optimization_info", p.optimization_info);
+  read_bool(o, "no_display_error_number", p.no_display_error_number);
+  read_ints(o, "diag_error", p.diag_error);
+  read_ints(o, "diag_suppress", p.diag_suppress);
+  read_ints(o, "diag_warn", p.diag_warn);
+  read_bool(o, "brief_diagnostics", p.brief_diagnostics);
+  read_string(o, "time", p.time);
+  read_int(o, "split_compile", p.split_compile);
+  read_bool(o, "fdevice_syntax_only", p.fdevice_syntax_only);
+  read_bool(o, "minimal", p.minimal);
+  read_bool(o, "no_cache", p.no_cache);
+  read_string(o, "fdevice_time_trace", p.fdevice_time_trace);
+  read_string(o, "frandom_seed", p.frandom_seed);
+  read_string(o, "ofast_compile", p.ofast_compile);
+  read_bool(o, "pch", p.pch);
+  read_string(o, "create_pch", p.create_pch);
+  read_string(o, "use_pch", p.use_pch);
+  read_string(o, "pch_dir", p.pch_dir);
+  read_bool(o, "pch_verbose", p.pch_verbose);
+  read_bool(o, "pch_messages", p.pch_messages);
+  read_bool(o, "instantiate_templates_in_pch", p.instantiate_templates_in_pch);
+  read_extra_sources(o, p.extra_sources);
+  read_bool(o, "use_libdevice", p.use_libdevice);
+  read_bool(o, "numba_debug", p.numba_debug);
+  // cuda.core's wheel-bundled headers have no cucore equivalent: refuse rather than ignore, since
+  // they change what the compile reads.
+  if (nb::object v = field(o, "use_bundled_headers"); !v.is_none() && nb::cast<bool>(v)) {
+    throw invalid_argument(
+        "ProgramOptions.use_bundled_headers is cuda.core's; cucore searches the toolkit's include "
+        "directories itself (toolkit_include_path, on by default): leave it unset");
+  }
+  return p;
+}
+
+std::vector<std::string> name_expressions_from(nb::handle names) {
+  std::vector<std::string> out;
+  if (names.is_none()) return out;
+  for (nb::handle item : nb::iter(names)) {
+    if (!nb::isinstance<nb::str>(item)) {
+      type_error("name expressions must be str, got " + py_type_name(item));
+    }
+    out.push_back(nb::cast<std::string>(item));
+  }
+  return out;
+}
+
+namespace {
+
+// What raw bytes most likely are, by their magic: the type is metadata for `cucore cache ls`;
+// a bytes-in/bytes-out caller gets the same bytes back whatever it is.
+code_type sniff(std::string_view bytes) {
+  if (bytes.starts_with("\x7f"
+                        "ELF"))
+    return code_type::cubin;
+  if (bytes.starts_with("\x50\xed\x55\xba")) return code_type::fatbin;  // fatbin magic 0xba55ed50
+  if (bytes.find('\0') == std::string_view::npos) return code_type::ptx;
+  return code_type::ltoir;
+}
+
+}  // namespace
+
+object_code object_code_from(nb::handle value) {
+  if (nb::isinstance<object_code>(value)) return nb::cast<object_code>(value);
+  if (nb::hasattr(value, "code") && nb::hasattr(value, "code_type")) {
+    // A cuda.core ObjectCode: keep its type, name and symbol mapping.
+    const code_type type = parse_code_type(nb::cast<std::string>(nb::str(value.attr("code_type"))));
+    nb::object name_attr = nb::getattr(value, "name", nb::none());
+    std::string name =
+        name_attr.is_none() ? std::string() : nb::cast<std::string>(nb::str(name_attr));
+    symbol_map symbols;
+    nb::object mapping = nb::getattr(value, "symbol_mapping", nb::none());
+    if (!mapping.is_none()) {
+      for (nb::handle item : nb::iter(mapping.attr("items")())) {
+        auto k = bytes_of(item[0]);
+        auto v = bytes_of(item[1]);
+        if (k && v) symbols.emplace(std::move(*k), std::move(*v));
+      }
+    }
+    nb::object code = value.attr("code");
+    if (nb::isinstance<nb::str>(code)) {  // path-backed: store the file's bytes, not the path
+      return object_code::from_file(nb::cast<std::string>(code), type, std::move(name));
+    }
+    nb::bytes data(nb::steal(PyBytes_FromObject(code.ptr())));
+    if (!data.is_valid()) throw nb::python_error();
+    auto bytes = std::as_bytes(std::span(data.c_str(), data.size()));
+    return object_code(type, std::vector<std::byte>(bytes.begin(), bytes.end()), std::move(name),
+                       std::move(symbols));
+  }
+  if (PyBytes_Check(value.ptr()) || PyByteArray_Check(value.ptr()) ||
+      PyMemoryView_Check(value.ptr())) {
+    nb::bytes data(nb::steal(PyBytes_FromObject(value.ptr())));
+    if (!data.is_valid()) throw nb::python_error();
+    std::string_view view(data.c_str(), data.size());
+    auto bytes = std::as_bytes(std::span(view.data(), view.size()));
+    return object_code(sniff(view), std::vector<std::byte>(bytes.begin(), bytes.end()));
+  }
+  type_error("cache values must be bytes-like or ObjectCode, got " + py_type_name(value));
+}
+
+nb::bytes to_bytes(std::span<const std::byte> bytes) {
+  return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+}  // namespace cucore::python

@@ -1,0 +1,614 @@
+// cucore._cucore: the nanobind extension behind `import cucore`.
+//
+// The GIL is released around everything that compiles or touches a cache (compiles take tens of
+// milliseconds to seconds; a directory or SQLite hit does file I/O), and held only to convert
+// arguments and results — and for in-memory reads, which cost less than releasing it.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "convert.hpp"
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/cache/open.hpp"
+#include "cucore/cache/sqlite.hpp"
+#include "cucore/error.hpp"
+#include "cucore/program.hpp"
+#include "cucore/toolkit.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace cucore::python {
+namespace {
+
+// The exception classes, created once at import (module-lifetime references).
+struct exception_types {
+  PyObject* error = nullptr;             // cucore.Error(RuntimeError)
+  PyObject* invalid_argument = nullptr;  // cucore.InvalidArgument(Error, ValueError)
+  PyObject* extra_digest_required = nullptr;
+  PyObject* compile_error = nullptr;
+  PyObject* library_error = nullptr;
+  PyObject* library_not_found = nullptr;
+  PyObject* cuda_error = nullptr;
+};
+exception_types exceptions;
+
+PyObject* new_exception(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
+  const std::string qualified = std::string("cucore.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (type == nullptr) throw nb::python_error();
+  m.attr(name) = nb::borrow(type);
+  return type;
+}
+
+// Raises `type(message)` with extra attributes on the instance.
+void raise(PyObject* type, const char* message,
+           std::initializer_list<std::pair<const char*, nb::object>> attributes = {}) {
+  nb::object instance = nb::borrow(type)(message);
+  for (const auto& [name, value] : attributes) instance.attr(name) = value;
+  PyErr_SetObject(type, instance.ptr());
+}
+
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const compile_error& e) {
+    raise(exceptions.compile_error, e.what(),
+          {{"log", nb::str(e.log().c_str(), e.log().size())},
+           {"backend", nb::str(e.backend().c_str())},
+           {"status", nb::str(e.status().c_str())}});
+  } catch (const extra_digest_required& e) {
+    PyErr_SetString(exceptions.extra_digest_required, e.what());
+  } catch (const invalid_argument& e) {
+    PyErr_SetString(exceptions.invalid_argument, e.what());
+  } catch (const library_not_found& e) {
+    raise(exceptions.library_not_found, e.what(),
+          {{"library", nb::str(e.library().c_str())},
+           {"searched", nb::cast(e.searched())},
+           {"feature", nb::str(e.feature().c_str())}});
+  } catch (const library_error& e) {
+    raise(exceptions.library_error, e.what(),
+          {{"library", nb::str(e.library().c_str())},
+           {"call", nb::str(e.call().c_str())},
+           {"status", nb::str(e.status().c_str())}});
+  } catch (const cuda_error& e) {
+    raise(exceptions.cuda_error, e.what(),
+          {{"result", nb::int_(e.result())},
+           {"result_name", nb::str(e.result_name().c_str())},
+           {"call", nb::str(e.call().c_str())}});
+  } catch (const error& e) {
+    PyErr_SetString(exceptions.error, e.what());
+  }
+}
+
+void define_exceptions(nb::module_& m) {
+  exceptions.error = new_exception(m, "Error", PyExc_RuntimeError, "Base of cucore's errors.");
+  nb::tuple invalid_bases =
+      nb::make_tuple(nb::handle(exceptions.error), nb::handle(PyExc_ValueError));
+  exceptions.invalid_argument =
+      new_exception(m, "InvalidArgument", invalid_bases.ptr(),
+                    "An option, argument or combination cucore refuses (a ValueError).");
+  exceptions.extra_digest_required =
+      new_exception(m, "ExtraDigestRequired", exceptions.invalid_argument,
+                    "The cache key cannot see an input the compile reads: pass extra_digest.");
+  exceptions.compile_error =
+      new_exception(m, "CompileError", exceptions.error,
+                    "The compiler rejected the program; .log holds its full log.");
+  exceptions.library_error =
+      new_exception(m, "LibraryError", exceptions.error, "A compiler library call failed.");
+  exceptions.library_not_found =
+      new_exception(m, "LibraryNotFound", exceptions.error,
+                    "A CUDA library could not be opened; .searched lists where cucore looked.");
+  exceptions.cuda_error =
+      new_exception(m, "CudaError", exceptions.error, "A CUDA driver call failed.");
+  nb::register_exception_translator(translate);
+}
+
+// --- caches ----------------------------------------------------------------------------------
+
+[[noreturn]] void raise_key_error(nb::handle key) {
+  PyErr_SetObject(PyExc_KeyError, key.ptr());
+  throw nb::python_error();
+}
+
+std::optional<object_code> cache_get(program_cache& cache, nb::handle key) {
+  // bytes and str keys are read in place: both are immutable, and the caller's reference keeps
+  // them alive while the GIL is released. Other keys (bytearray) are copied.
+  std::string copy;
+  std::string_view k;
+  Py_ssize_t size = 0;
+  if (PyBytes_Check(key.ptr())) {
+    k = std::string_view(PyBytes_AS_STRING(key.ptr()),
+                         static_cast<std::size_t>(PyBytes_GET_SIZE(key.ptr())));
+  } else if (PyUnicode_Check(key.ptr())) {
+    const char* utf8 = PyUnicode_AsUTF8AndSize(key.ptr(), &size);
+    if (utf8 == nullptr) throw nb::python_error();
+    k = std::string_view(utf8, static_cast<std::size_t>(size));
+  } else {
+    copy = key_bytes(key);
+    k = copy;
+  }
+  // An in-memory hit is a map lookup under a mutex that is never held across anything slow:
+  // releasing the GIL would cost more than it frees.
+  if (dynamic_cast<in_memory_program_cache*>(&cache) != nullptr) return cache.get(cache_key_ref(k));
+  nb::gil_scoped_release release;
+  return cache.get(cache_key_ref(k));
+}
+
+nb::dict stats_dict(const cache_stats& s) {
+  nb::dict d;
+  d["hits"] = s.hits;
+  d["misses"] = s.misses;
+  d["puts"] = s.puts;
+  d["evictions"] = s.evictions;
+  d["corrupt_dropped"] = s.corrupt_dropped;
+  d["errors"] = s.errors;
+  return d;
+}
+
+// A positive byte or entry count, or None; ValueError otherwise (as cuda.core's caches).
+template <class T>
+std::optional<T> positive(const std::optional<std::int64_t>& value, const char* name) {
+  if (!value) return std::nullopt;
+  if (*value <= 0) {
+    throw nb::value_error(
+        (std::string(name) + " must be positive or None (0 would evict every write)").c_str());
+  }
+  return static_cast<T>(*value);
+}
+
+write_failure_policy parse_policy(const std::string& text) {
+  if (text == "warn") return write_failure_policy::warn;
+  if (text == "strict") return write_failure_policy::strict;
+  throw invalid_argument("on_write_failure must be \"warn\" or \"strict\", got \"" + text + "\"");
+}
+
+sqlite_journal parse_journal(const std::string& text) {
+  if (text == "auto") return sqlite_journal::automatic;
+  if (text == "wal") return sqlite_journal::wal;
+  if (text == "rollback") return sqlite_journal::rollback;
+  throw invalid_argument("journal must be \"auto\", \"wal\" or \"rollback\", got \"" + text + "\"");
+}
+
+void bind_caches(nb::module_& m) {
+  nb::class_<program_cache>(
+      m, "ProgramCache",
+      "A program cache: a mapping from keys (bytes or str; str is UTF-8) to ObjectCode.\n\n"
+      "cache[key] raises KeyError on a miss; get(key) returns None. There is no `in`: a check "
+      "followed by a read races with other processes; call get() and handle None.")
+      .def(
+          "__getitem__",
+          [](program_cache& c, nb::handle key) {
+            auto hit = cache_get(c, key);
+            if (!hit) raise_key_error(key);
+            return std::move(*hit);
+          },
+          nb::sig("def __getitem__(self, key: bytes | str, /) -> ObjectCode"), "key"_a)
+      .def(
+          "get",
+          [](program_cache& c, nb::handle key, nb::object default_) -> nb::object {
+            auto hit = cache_get(c, key);
+            return hit ? nb::cast(std::move(*hit)) : default_;
+          },
+          nb::sig("def get(self, key: bytes | str, default: ObjectCode | None = None) -> "
+                  "ObjectCode | None"),
+          "key"_a, "default"_a = nb::none(), "The entry, or `default` on a miss.")
+      .def(
+          "get_bytes",
+          [](program_cache& c, nb::handle key, nb::object default_) -> nb::object {
+            auto hit = cache_get(c, key);
+            return hit ? nb::object(to_bytes(hit->code())) : default_;
+          },
+          nb::sig("def get_bytes(self, key: bytes | str, default: bytes | None = None) -> bytes | "
+                  "None"),
+          "key"_a, "default"_a = nb::none(),
+          "The entry's code as bytes (cuda.core's protocol), or `default` on a miss.")
+      .def(
+          "__setitem__",
+          [](program_cache& c, nb::handle key, nb::handle value) {
+            const std::string k = key_bytes(key);
+            object_code code = object_code_from(value);
+            nb::gil_scoped_release release;
+            c.put(cache_key_ref(k), code);
+          },
+          nb::sig("def __setitem__(self, key: bytes | str, value: ObjectCode | bytes | bytearray | "
+                  "memoryview, /) -> None"),
+          "key"_a, "value"_a)
+      .def(
+          "__delitem__",
+          [](program_cache& c, nb::handle key) {
+            const std::string k = key_bytes(key);
+            bool erased;
+            {
+              nb::gil_scoped_release release;
+              erased = c.erase(cache_key_ref(k));
+            }
+            if (!erased) raise_key_error(key);
+          },
+          nb::sig("def __delitem__(self, key: bytes | str, /) -> None"), "key"_a)
+      .def("__contains__",
+           [](program_cache&, nb::handle) -> bool {
+             throw nb::type_error(
+                 "program caches have no `in`: a check followed by a read races with other "
+                 "processes; call cache.get(key) and handle None");
+           })
+      .def("__len__", &program_cache::size, nb::call_guard<nb::gil_scoped_release>())
+      .def("clear", &program_cache::clear, nb::call_guard<nb::gil_scoped_release>(),
+           "Removes every entry.")
+      .def(
+          "update",
+          [](program_cache& c, nb::handle items) {
+            nb::object pairs =
+                nb::hasattr(items, "items") ? items.attr("items")() : nb::borrow(items);
+            for (nb::handle item : nb::iter(pairs)) {
+              if (nb::len(item) != 2)
+                throw nb::type_error("update() takes a mapping or (key, value) pairs");
+              const std::string k = key_bytes(item[0]);
+              object_code code = object_code_from(item[1]);
+              nb::gil_scoped_release release;
+              c.put(cache_key_ref(k), code);
+            }
+          },
+          nb::sig(
+              "def update(self, items: collections.abc.Mapping[bytes | str, ObjectCode | bytes] | "
+              "collections.abc.Iterable[tuple[bytes | str, ObjectCode | bytes]], /) -> None"),
+          "items"_a, "Bulk put from a mapping or (key, value) pairs; not transactional.")
+      .def_prop_ro("size_bytes", &program_cache::size_bytes,
+                   nb::call_guard<nb::gil_scoped_release>(), "Total stored bytes.")
+      .def_prop_ro(
+          "stats", [](const program_cache& c) { return stats_dict(c.stats()); },
+          "This object's counters: hits, misses, puts, evictions, corrupt_dropped, errors.")
+      .def("trim", &program_cache::trim, "max_size_bytes"_a,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Evicts least-recently-used entries down to max_size_bytes; returns how many.")
+      .def(
+          "verify",
+          [](program_cache& c, bool remove_bad) {
+            cache_verify_report r;
+            {
+              nb::gil_scoped_release release;
+              r = c.verify(remove_bad);
+            }
+            nb::dict d;
+            d["entries"] = r.entries;
+            d["ok"] = r.ok;
+            d["corrupt"] = r.corrupt;
+            d["removed"] = r.removed;
+            return d;
+          },
+          "remove_bad"_a = false, "Checks every entry (format, checksum, key).")
+      .def_prop_ro("description", &program_cache::description)
+      .def("__repr__",
+           [](const program_cache& c) { return "<cucore cache " + c.description() + ">"; })
+      .def("close", &program_cache::close, nb::call_guard<nb::gil_scoped_release>(),
+           "Releases resources now (also done when the object is collected). Idempotent.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__exit__",
+          [](program_cache& c, nb::handle, nb::handle, nb::handle) {
+            nb::gil_scoped_release release;
+            c.close();
+          },
+          "exc_type"_a.none(), "exc_value"_a.none(), "traceback"_a.none());
+
+  nb::class_<in_memory_program_cache, program_cache>(
+      m, "InMemoryProgramCache",
+      "An in-process LRU cache (thread-safe). A hit hands out the stored ObjectCode, no copy.")
+      .def(
+          "__init__",
+          [](in_memory_program_cache* self, std::optional<std::int64_t> max_size_bytes,
+             std::optional<std::int64_t> max_entries) {
+            new (self) in_memory_program_cache(
+                {.max_entries = positive<std::size_t>(max_entries, "max_entries"),
+                 .max_size_bytes = positive<std::uint64_t>(max_size_bytes, "max_size_bytes")});
+          },
+          nb::kw_only(), "max_size_bytes"_a = nb::none(), "max_entries"_a = nb::none());
+
+  nb::class_<sqlite_program_cache, program_cache>(
+      m, "SQLiteProgramCache", "A cache in one SQLite file, shared by threads and processes.")
+      .def(
+          "__init__",
+          [](sqlite_program_cache* self, std::filesystem::path path,
+             std::optional<std::int64_t> max_size_bytes, double busy_timeout,
+             const std::string& on_write_failure, const std::string& journal) {
+            sqlite_cache_options o;
+            o.max_size_bytes = positive<std::uint64_t>(max_size_bytes, "max_size_bytes");
+            if (busy_timeout < 0) throw nb::value_error("busy_timeout must be >= 0 seconds");
+            o.busy_timeout = std::chrono::milliseconds(static_cast<long>(busy_timeout * 1000));
+            o.on_write_failure = parse_policy(on_write_failure);
+            o.journal = parse_journal(journal);
+            nb::gil_scoped_release release;
+            new (self) sqlite_program_cache(std::move(path), o);
+          },
+          "path"_a, nb::kw_only(), "max_size_bytes"_a = nb::none(), "busy_timeout"_a = 5.0,
+          "on_write_failure"_a = "warn", "journal"_a = "auto")
+      .def_prop_ro("path", [](const sqlite_program_cache& c) { return c.file().string(); });
+
+  nb::class_<file_stream_program_cache, program_cache>(
+      m, "FileStreamProgramCache",
+      "A cache in a directory of atomically written files, shared by many processes.")
+      .def(
+          "__init__",
+          [](file_stream_program_cache* self, std::optional<std::filesystem::path> path,
+             std::optional<std::int64_t> max_size_bytes, bool fsync,
+             const std::string& on_write_failure) {
+            file_stream_cache_options o;
+            o.max_size_bytes = positive<std::uint64_t>(max_size_bytes, "max_size_bytes");
+            o.fsync = fsync;
+            o.on_write_failure = parse_policy(on_write_failure);
+            nb::gil_scoped_release release;
+            new (self) file_stream_program_cache(path ? std::move(*path) : default_cache_dir(), o);
+          },
+          "path"_a = nb::none(), nb::kw_only(), "max_size_bytes"_a = nb::none(), "fsync"_a = true,
+          "on_write_failure"_a = "warn")
+      .def_prop_ro("path", [](const file_stream_program_cache& c) { return c.root().string(); });
+
+  m.def(
+      "open_program_cache",
+      [](std::string_view spec) -> nb::object {
+        std::unique_ptr<program_cache> cache = open_program_cache(spec);
+        if (!cache) return nb::none();
+        // The concrete type decides the Python class; ownership passes to Python.
+        if (auto* p = dynamic_cast<in_memory_program_cache*>(cache.get())) {
+          cache.release();
+          return nb::cast(p, nb::rv_policy::take_ownership);
+        }
+        if (auto* p = dynamic_cast<sqlite_program_cache*>(cache.get())) {
+          cache.release();
+          return nb::cast(p, nb::rv_policy::take_ownership);
+        }
+        if (auto* p = dynamic_cast<file_stream_program_cache*>(cache.get())) {
+          cache.release();
+          return nb::cast(p, nb::rv_policy::take_ownership);
+        }
+        throw error("open_program_cache: unexpected cache type for \"" + std::string(spec) + "\"");
+      },
+      nb::sig("def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | "
+              "FileStreamProgramCache | None"),
+      "spec"_a,
+      "A cache from a spec as the CLI takes it: \"memory\", \"sqlite:FILE\", \"dir:DIR\" or DIR, "
+      "\"none\" (None). An empty spec is the default directory.");
+  m.def(
+      "default_cache_dir", [] { return default_cache_dir().string(); },
+      "$CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore.");
+}
+
+// --- object code -----------------------------------------------------------------------------
+
+void bind_object_code(nb::module_& m) {
+  nb::class_<object_code>(m, "ObjectCode",
+                          "Compiled code: bytes, their type, a name and the symbol mapping "
+                          "(name expression -> mangled name). Immutable.")
+      .def(
+          "__init__",
+          [](object_code* self, nb::bytes code, std::string_view code_type, std::string name,
+             std::optional<symbol_map> symbol_mapping) {
+            auto bytes = std::as_bytes(std::span(code.c_str(), code.size()));
+            new (self) object_code(parse_code_type(code_type),
+                                   std::vector<std::byte>(bytes.begin(), bytes.end()),
+                                   std::move(name), symbol_mapping.value_or(symbol_map{}));
+          },
+          "code"_a, "code_type"_a, "name"_a = "", "symbol_mapping"_a = nb::none())
+      .def_prop_ro(
+          "code", [](const object_code& c) { return to_bytes(c.code()); }, "The bytes (a copy).")
+      .def_prop_ro("code_type",
+                   [](const object_code& c) { return std::string(to_string(c.type())); })
+      .def_prop_ro("name", &object_code::name)
+      .def_prop_ro("symbol_mapping", &object_code::symbol_mapping)
+      .def(
+          "symbol",
+          [](const object_code& c, std::string_view name) { return std::string(c.symbol(name)); },
+          "name_or_expression"_a,
+          "The mangled name of a name expression this code was compiled with, else the name.")
+      .def("__len__", &object_code::size)
+      .def("__bytes__", [](const object_code& c) { return to_bytes(c.code()); })
+      .def("__eq__",
+           [](const object_code& a, nb::handle b) {
+             return nb::isinstance<object_code>(b) && a == nb::cast<const object_code&>(b);
+           })
+      .def("__hash__",
+           [](const object_code&) -> nb::int_ {
+             throw nb::type_error("unhashable type: 'ObjectCode'");
+           })
+      .def("write", &object_code::write, "path"_a, nb::call_guard<nb::gil_scoped_release>(),
+           "Writes the raw bytes to a file (for cuobjdump, nvdisasm).")
+      .def("__repr__", [](const object_code& c) {
+        return "<cucore.ObjectCode " + std::string(to_string(c.type())) + " " + c.name() + ", " +
+               std::to_string(c.size()) + " bytes>";
+      });
+}
+
+// --- programs and keys -----------------------------------------------------------------------
+
+// A program and the lock that keeps one compile at a time on it (cucore::program is not meant to
+// be compiled from two threads at once; with the GIL released, Python threads could).
+struct py_program {
+  program prog;
+  std::mutex mutex;
+};
+
+// Reads a program's state after any compile in flight on another thread (which holds the mutex
+// with the GIL released): waits without the GIL, copies, and converts once the GIL is back.
+template <class F>
+auto locked(py_program& p, F read) {
+  nb::gil_scoped_release release;
+  std::lock_guard lock(p.mutex);
+  return read();
+}
+
+program_cache* cache_from(nb::handle cache) {
+  if (cache.is_none()) return nullptr;
+  if (nb::isinstance<program_cache>(cache)) return nb::cast<program_cache*>(cache);
+  // cucore.cuda_core's wrappers for cuda.core carry the native cache.
+  if (nb::object native = nb::getattr(cache, "native", nb::none());
+      !native.is_none() && nb::isinstance<program_cache>(native)) {
+    return nb::cast<program_cache*>(native);
+  }
+  throw nb::type_error(
+      "cache must be a cucore cache (InMemoryProgramCache, SQLiteProgramCache, "
+      "FileStreamProgramCache, or a cucore.cuda_core wrapper of one)");
+}
+
+program_cache_key key_from(nb::handle code, std::string_view code_type, nb::handle options,
+                           std::string_view target_type, nb::handle name_expressions,
+                           nb::handle extra_digest, nb::handle cache) {
+  const source_type type = parse_source_type(code_type);
+  program_cache_key_inputs in;
+  const std::string source = source_code(code, type);
+  in.code = source;
+  in.code_type = type;
+  in.options = options_from(options);
+  in.target = parse_code_type(target_type);
+  if (type == source_type::cxx) in.name_expressions = name_expressions_from(name_expressions);
+  if (!extra_digest.is_none()) {
+    if (!nb::isinstance<nb::bytes>(extra_digest) && !nb::isinstance<nb::str>(extra_digest)) {
+      throw nb::type_error("extra_digest must be bytes, str or None");
+    }
+    in.extra_digest = key_bytes(extra_digest);
+  }
+  program_cache* c = cache_from(cache);
+  nb::gil_scoped_release release;  // the key may read and hash headers
+  return make_program_cache_key(in, c ? compiler_probes_for(*c) : installed_compiler_probes());
+}
+
+nb::dict includes_dict(const include_report& r) {
+  nb::dict d;
+  d["tracked"] = r.tracked;
+  d["files"] = r.files;
+  d["absent"] = r.absent;
+  d["in_memory"] = r.in_memory;
+  d["hashed"] = r.hashed;
+  d["reused_walk"] = r.reused_walk;
+  d["stat_fast_path"] = r.stat_fast_path();
+  d["vouched"] = nb::cast(r.vouched);
+  return d;
+}
+
+void bind_program(nb::module_& m) {
+  nb::class_<py_program>(m, "Program",
+                         "Source code, its type (\"c++\", \"ptx\", \"nvvm\") and options.")
+      .def(
+          "__init__",
+          [](py_program* self, nb::handle code, std::string_view code_type, nb::handle options) {
+            const source_type type = parse_source_type(code_type);
+            new (self)
+                py_program{program(source_code(code, type), type, options_from(options)), {}};
+          },
+          nb::sig("def __init__(self, code: str | bytes | bytearray, code_type: str, options: "
+                  "cucore._options.ProgramOptions | typing.Any | None = None) -> None"),
+          "code"_a, "code_type"_a, "options"_a = nb::none())
+      .def(
+          "compile",
+          [](py_program& p, std::string_view target_type, nb::handle name_expressions,
+             nb::handle cache) {
+            const code_type target = parse_code_type(target_type);
+            const std::vector<std::string> names = name_expressions_from(name_expressions);
+            program_cache* c = cache_from(cache);
+            nb::gil_scoped_release release;
+            std::lock_guard lock(p.mutex);
+            return p.prog.compile(target, names, c);
+          },
+          nb::sig("def compile(self, target_type: str, name_expressions: "
+                  "collections.abc.Iterable[str] = (), *, cache: ProgramCache | typing.Any | "
+                  "None = None) -> ObjectCode"),
+          "target_type"_a, "name_expressions"_a = nb::tuple(), nb::kw_only(),
+          "cache"_a = nb::none(),
+          "Compiles to \"ptx\", \"cubin\" or \"ltoir\". With a cache: a hit returns the stored "
+          "code (symbol mapping included), a miss compiles and stores. Raises CompileError with "
+          "the log when the compiler rejects the code.")
+      .def_prop_ro(
+          "log", [](py_program& p) { return locked(p, [&] { return p.prog.log(); }); },
+          "The log of the last compile.")
+      .def_prop_ro("backend",
+                   [](py_program& p) { return std::string(to_string(p.prog.backend())); })
+      .def_prop_ro("code_type", [](py_program& p) { return std::string(to_string(p.prog.type())); })
+      .def_prop_ro(
+          "last_cache_outcome",
+          [](py_program& p) {
+            return std::string(to_string(locked(p, [&] { return p.prog.last_cache_outcome(); })));
+          },
+          "\"off\", \"hit\" or \"miss\": what the last compile found in its cache.")
+      .def_prop_ro(
+          "last_cache_key",
+          [](py_program& p) -> std::optional<nb::bytes> {
+            const auto key = locked(p, [&] { return p.prog.last_cache_key(); });
+            if (!key) return std::nullopt;
+            return to_bytes(key->bytes());
+          },
+          "The key of the last compile through a cache (bytes), or None.")
+      .def_prop_ro(
+          "last_cache_includes",
+          [](py_program& p) -> std::optional<nb::dict> {
+            const auto key = locked(p, [&] { return p.prog.last_cache_key(); });
+            if (!key) return std::nullopt;
+            return includes_dict(key->includes());
+          },
+          nb::sig("def last_cache_includes(self) -> dict[str, typing.Any] | None"),
+          "What header tracking put into the last cache key: tracked, files, absent, in_memory, "
+          "hashed, reused_walk, stat_fast_path, vouched; None without a cache.");
+
+  m.def(
+      "make_program_cache_key",
+      [](nb::handle code, std::string_view code_type, nb::handle options,
+         std::string_view target_type, nb::handle name_expressions, nb::handle extra_digest,
+         nb::handle cache) {
+        program_cache_key key =
+            key_from(code, code_type, options, target_type, name_expressions, extra_digest, cache);
+        return to_bytes(key.bytes());
+      },
+      nb::sig(
+          "def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: "
+          "cucore._options.ProgramOptions | typing.Any | "
+          "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
+          "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes"),
+      nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
+      "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
+      "The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or "
+      "cuda.core's ProgramOptions). With `cache`, compiler versions come from its memo.");
+  m.def(
+      "explain_program_cache_key",
+      [](nb::handle code, std::string_view code_type, nb::handle options,
+         std::string_view target_type, nb::handle name_expressions, nb::handle extra_digest,
+         nb::handle cache) {
+        program_cache_key key =
+            key_from(code, code_type, options, target_type, name_expressions, extra_digest, cache);
+        std::vector<std::pair<std::string, std::string>> fields;
+        for (const key_field& f : key.explain()) fields.emplace_back(f.label, f.payload);
+        return fields;
+      },
+      nb::sig("def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, "
+              "options: cucore._options.ProgramOptions | typing.Any | "
+              "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
+              "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> "
+              "list[tuple[str, str]]"),
+      nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
+      "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
+      "The labelled fields that make_program_cache_key hashes, in order: (label, payload).");
+}
+
+}  // namespace
+}  // namespace cucore::python
+
+NB_MODULE(_cucore, m) {
+  m.doc() = "cucore's native module: run-time CUDA compilation with a program cache.";
+  cucore::python::define_exceptions(m);
+  cucore::python::bind_object_code(m);
+  cucore::python::bind_caches(m);
+  cucore::python::bind_program(m);
+}

@@ -1,0 +1,232 @@
+"""cucore's own Python API: Program, ObjectCode, the native caches, the key, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import cucore
+from conftest import ARCH, KERNEL
+
+
+def compile_uncached(options, target="cubin", names=()):
+    return cucore.Program(KERNEL, "c++", options).compile(target, names)
+
+
+@pytest.mark.parametrize("target", ["cubin", "ptx", "ltoir"])
+def test_cached_compile_equals_uncached_compile(native_cache, options, target):
+    """The oracle rule: what comes out of the cache is byte-for-byte what the compiler makes."""
+    oracle = compile_uncached(options, target, ["scale<float>"])
+    program = cucore.Program(KERNEL, "c++", options)
+    miss = program.compile(target, ["scale<float>"], cache=native_cache)
+    assert program.last_cache_outcome == "miss"
+    hit = program.compile(target, ["scale<float>"], cache=native_cache)
+    assert program.last_cache_outcome == "hit"
+    assert miss.code == oracle.code == hit.code
+    assert hit.code_type == target
+    # Name expressions survive the cache (cuda.core refuses them with a cache).
+    assert hit.symbol_mapping == oracle.symbol_mapping
+    assert hit.symbol("scale<float>") == oracle.symbol("scale<float>") != "scale<float>"
+
+
+def test_hit_in_a_fresh_cache_object_over_the_same_storage(tmp_path, options):
+    oracle = compile_uncached(options)
+    for make in (lambda: cucore.FileStreamProgramCache(tmp_path / "d"),
+                 lambda: cucore.SQLiteProgramCache(tmp_path / "c.db")):
+        with make() as cache:
+            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+        with make() as cache:
+            program = cucore.Program(KERNEL, "c++", options)
+            assert program.compile("cubin", cache=cache).code == oracle.code
+            assert program.last_cache_outcome == "hit"
+            assert cache.stats["hits"] == 1
+
+
+def test_last_cache_key_is_make_program_cache_key(native_cache, options):
+    program = cucore.Program(KERNEL, "c++", options)
+    program.compile("cubin", ["scale<float>"], cache=native_cache)
+    key = cucore.make_program_cache_key(code=KERNEL, code_type="c++", options=options,
+                                        target_type="cubin", name_expressions=["scale<float>"],
+                                        cache=native_cache)
+    assert program.last_cache_key == key
+    assert native_cache[key].code == program.compile("cubin", ["scale<float>"]).code
+
+
+def test_native_cache_mapping_api(native_cache):
+    obj = cucore.ObjectCode(b"\x7fELF...", "cubin", name="k", symbol_mapping={"f<int>": "_Z1fIiEvv"})
+    native_cache["k"] = obj
+    got = native_cache[b"k"]
+    assert got == obj
+    assert (got.code, got.code_type, got.name, got.symbol_mapping) == (
+        b"\x7fELF...", "cubin", "k", {"f<int>": "_Z1fIiEvv"})
+    assert native_cache.get_bytes("k") == b"\x7fELF..."
+    assert len(native_cache) == 1 and native_cache.size_bytes > 0
+    with pytest.raises(KeyError):
+        native_cache[b"missing"]
+    assert native_cache.get(b"missing") is None
+    with pytest.raises(TypeError, match="no `in`"):
+        b"k" in native_cache  # noqa: B015
+    del native_cache["k"]
+    with pytest.raises(KeyError):
+        del native_cache["k"]
+    stats = native_cache.stats
+    assert stats["puts"] == 1 and stats["hits"] >= 2 and stats["misses"] >= 1
+    assert native_cache.verify() ["corrupt"] == 0
+
+
+def test_open_program_cache_specs(tmp_path):
+    assert isinstance(cucore.open_program_cache("memory"), cucore.InMemoryProgramCache)
+    assert isinstance(cucore.open_program_cache(f"sqlite:{tmp_path}/c.db"), cucore.SQLiteProgramCache)
+    assert isinstance(cucore.open_program_cache(f"dir:{tmp_path}/d"), cucore.FileStreamProgramCache)
+    assert cucore.open_program_cache("none") is None
+    with pytest.raises(ValueError):
+        cucore.open_program_cache("sqlite:")
+
+
+def test_compile_error_carries_the_log(options):
+    program = cucore.Program("__global__ void broken( { }", "c++", options)
+    with pytest.raises(cucore.CompileError) as info:
+        program.compile("cubin")
+    assert isinstance(info.value, cucore.Error)
+    assert "error" in info.value.log and info.value.log in str(info.value)
+    assert info.value.backend == "NVRTC"
+
+
+def test_compile_error_is_not_cached(native_cache, options):
+    with pytest.raises(cucore.CompileError):
+        cucore.Program("__global__ void broken( { }", "c++", options).compile("cubin", cache=native_cache)
+    assert len(native_cache) == 0
+
+
+def test_invalid_arguments_are_value_errors(options):
+    with pytest.raises(ValueError, match="fatbin"):
+        cucore.Program(KERNEL, "c++", options).compile("fatbin")
+    with pytest.raises(ValueError, match="fortran"):
+        cucore.Program(KERNEL, "fortran", options)
+    with pytest.raises(cucore.InvalidArgument):
+        cucore.Program(KERNEL, "c++", options).compile("cubin-ish")
+    with pytest.raises(ValueError, match="positive"):
+        cucore.InMemoryProgramCache(max_entries=0)
+
+
+def test_type_errors(options):
+    with pytest.raises(TypeError, match="code must be str"):
+        cucore.Program(b"bytes", "c++", options)
+    with pytest.raises(TypeError, match="name expressions must be str"):
+        cucore.Program(KERNEL, "c++", options).compile("cubin", [b"scale<float>"])
+    with pytest.raises(TypeError, match="debug"):
+        cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, debug="yes"))
+    with pytest.raises(TypeError, match="cache must be a cucore cache"):
+        cucore.Program(KERNEL, "c++", options).compile("cubin", cache={})
+
+
+def test_include_path_through_the_cache_tracks_the_header(tmp_path, native_cache):
+    # cuda.core refuses include_path with a cache; cucore's key tracks the headers.
+    (tmp_path / "inc").mkdir()
+    header = tmp_path / "inc" / "value.cuh"
+    header.write_text("#define VALUE 1\n")
+    src = '#include "value.cuh"\nextern "C" __global__ void k(int* x) { *x = VALUE; }\n'
+    opts = cucore.ProgramOptions(arch=ARCH, include_path=[tmp_path / "inc"])
+    first = cucore.Program(src, "c++", opts).compile("ptx", cache=native_cache)
+    header.write_text("#define VALUE 2\n")
+    program = cucore.Program(src, "c++", opts)
+    second = program.compile("ptx", cache=native_cache)
+    assert program.last_cache_outcome == "miss"
+    assert first.code != second.code
+    assert second.code == cucore.Program(src, "c++", opts).compile("ptx").code
+    report = program.last_cache_includes
+    assert report["tracked"] and report["files"] >= 1 and report["vouched"] == []
+
+
+def test_no_include_report_without_a_cache_or_headers(native_cache, options):
+    program = cucore.Program(KERNEL, "c++", options)
+    program.compile("ptx")
+    assert program.last_cache_includes is None and program.last_cache_key is None
+    program.compile("ptx", cache=native_cache)
+    assert program.last_cache_includes["tracked"] is False
+
+
+def test_in_memory_headers(options):
+    src = '#include "config.cuh"\nextern "C" __global__ void k(int* x) { *x = N; }\n'
+    opts = cucore.ProgramOptions(arch=ARCH, headers={"config.cuh": "#define N 7\n"})
+    ptx = cucore.Program(src, "c++", opts).compile("ptx").code
+    assert b"7" in ptx
+
+
+# --- the key ------------------------------------------------------------------------------------
+
+
+def key(**kw):
+    args = dict(code="a", code_type="c++", options=cucore.ProgramOptions(arch=ARCH), target_type="cubin")
+    args.update(kw)
+    return cucore.make_program_cache_key(**args)
+
+
+def test_key_is_32_bytes_and_deterministic():
+    assert isinstance(key(), bytes) and len(key()) == 32
+    assert key() == key()
+
+
+@pytest.mark.parametrize("change", [
+    dict(code="b"), dict(target_type="ptx"), dict(options=cucore.ProgramOptions(arch="sm_90")),
+    dict(options=cucore.ProgramOptions(arch=ARCH, debug=True)),
+    dict(options=cucore.ProgramOptions(arch=ARCH, name="other")), dict(extra_digest=b"x"),
+])
+def test_key_differs_on(change):
+    assert key(**change) != key()
+
+
+def test_key_name_expressions_order_insensitive_and_type_checked():
+    assert key(name_expressions=["a", "b"]) == key(name_expressions=("b", "a"))
+    assert key(name_expressions=["a"]) != key()
+    for bad in (123, 1.5, None, bytearray(b"a")):
+        with pytest.raises(TypeError):
+            key(name_expressions=[bad])
+
+
+def test_key_case_insensitive_types_and_code_rules():
+    assert key(code_type="C++", target_type="CUBIN") == key()
+    with pytest.raises(TypeError, match="code must be str"):
+        key(code=b"a")
+    with pytest.raises(ValueError):
+        key(target_type="fatbin")
+    with pytest.raises(ValueError):
+        key(code_type="ptx", target_type="ltoir")
+
+
+@pytest.mark.parametrize("option", ["create_pch", "time", "fdevice_time_trace"])
+def test_key_refuses_side_effect_options(option):
+    with pytest.raises(ValueError, match=option):
+        key(options=cucore.ProgramOptions(arch=ARCH, **{option: "out.file"}), extra_digest=b"d")
+
+
+def test_key_needs_extra_digest_for_pch():
+    with pytest.raises(cucore.ExtraDigestRequired) as info:
+        key(options=cucore.ProgramOptions(arch=ARCH, use_pch="x.pch"))
+    assert isinstance(info.value, ValueError)
+    assert len(key(options=cucore.ProgramOptions(arch=ARCH, use_pch="x.pch"), extra_digest=b"d")) == 32
+
+
+def test_explain_lists_the_fields():
+    fields = cucore.explain_program_cache_key(code="a", code_type="c++",
+                                              options=cucore.ProgramOptions(arch=ARCH),
+                                              target_type="cubin")
+    labels = [label for label, _ in fields]
+    assert labels[0] == "schema" and "code" in labels and "target_type" in labels
+
+
+def test_key_accepts_cuda_core_program_options():
+    import cuda.core as cuda_core
+
+    theirs = cuda_core.ProgramOptions(arch=ARCH, std="c++17", define_macro=[("N", "4"), "FAST"],
+                                      diag_suppress=177, ptxas_options="-v")
+    ours = cucore.ProgramOptions(arch=ARCH, std="c++17", define_macro=[("N", "4"), "FAST"],
+                                 diag_suppress=177, ptxas_options="-v")
+    assert key(options=theirs) == key(options=ours)
+    # ... and cucore compiles with them.
+    program = cucore.Program(KERNEL, "c++", theirs)
+    assert program.compile("ptx").code == cucore.Program(KERNEL, "c++", ours).compile("ptx").code
+
+
+def test_program_options_refuses_cuda_core_bundled_headers():
+    with pytest.raises(ValueError, match="use_bundled_headers"):
+        key(options=type("O", (), {"arch": ARCH, "use_bundled_headers": True})())
