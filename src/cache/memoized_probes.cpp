@@ -3,6 +3,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "cache/include_tracking.hpp"
 #include "cucore/cache/program_cache.hpp"
@@ -26,12 +29,50 @@ bool loaded_from(const Table& table, const file_identity& file) {
   return table.api && table.api->library && table.api->library->identity() == file;
 }
 
+// The identity of the library this process loaded for `table`, once it has: the compiler its
+// compiles use from then on, whatever the file on disk has become since.
+template <class Table>
+std::optional<file_identity> loaded_identity(const Table* table) {
+  if (table == nullptr || !table->api || !table->api->library) return std::nullopt;
+  return table->api->library->identity();
+}
+
+// The version for a loaded library: the memo's record for its identity, else the library's own
+// answer (remembered). Without an identity, only its own answer.
+template <class Probe, class Ask>
+Probe probe_loaded(compiler_version_memo& memo, std::string_view name,
+                   const std::optional<file_identity>& id, Ask&& ask) {
+  if (!id) return ask();
+  if (auto value = memo.lookup(name, *id)) {
+    if constexpr (std::is_same_v<Probe, version_probe>) {
+      return {true, *value};
+    } else {
+      return {true, linker_backend::nvjitlink, *value, {}};
+    }
+  }
+  Probe probe = ask();
+  if constexpr (std::is_same_v<Probe, version_probe>) {
+    if (probe.ok) memo.remember(name, *id, probe.value);
+  } else {
+    if (probe.ok && probe.backend == linker_backend::nvjitlink) {
+      memo.remember(name, *id, probe.version);
+    }
+  }
+  return probe;
+}
+
 }  // namespace
 
 memoized_compiler_probes::memoized_compiler_probes(std::filesystem::path memo_file)
     : memo_(memo_file), header_memo_(header_memo_file_beside(memo_file)) {}
 
 version_probe memoized_compiler_probes::nvrtc() const {
+  // Once this process has loaded NVRTC, that library compiles: its identity, not the file the
+  // search would find now (which may have been replaced), and no path search per key.
+  if (const auto* loaded = nvrtc_table_if_loaded()) {
+    return probe_loaded<version_probe>(memo_, "nvrtc", loaded_identity(loaded),
+                                       [] { return installed_compiler_probes().nvrtc(); });
+  }
   const auto file = located(toolkit::library::nvrtc);
   if (file) {
     if (auto value = memo_.lookup("nvrtc", *file)) return {true, *value};
@@ -44,6 +85,10 @@ version_probe memoized_compiler_probes::nvrtc() const {
 }
 
 version_probe memoized_compiler_probes::nvvm() const {
+  if (const auto* loaded = nvvm_table_if_loaded()) {
+    return probe_loaded<version_probe>(memo_, "nvvm", loaded_identity(loaded),
+                                       [] { return installed_compiler_probes().nvvm(); });
+  }
   const auto file = located(toolkit::library::nvvm);
   if (file) {
     if (auto value = memo_.lookup("nvvm", *file)) return {true, *value};
@@ -59,6 +104,10 @@ linker_probe memoized_compiler_probes::linker() const {
   // nvJitLink is the backend whenever it loads; a remembered nvJitLink identity means it loaded
   // from this very file before. The driver linker (no nvJitLink) is not memoized: linking with
   // it needs the driver loaded anyway.
+  if (const auto* loaded = nvjitlink_table_if_loaded(); loaded != nullptr && loaded->api) {
+    return probe_loaded<linker_probe>(memo_, "nvjitlink", loaded_identity(loaded),
+                                      [] { return installed_compiler_probes().linker(); });
+  }
   const auto file = located(toolkit::library::nvjitlink);
   if (file) {
     if (auto value = memo_.lookup("nvjitlink", *file)) {

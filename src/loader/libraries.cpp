@@ -2,6 +2,7 @@
 
 #include <cudaTypedefs.h>
 
+#include <atomic>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -212,17 +213,46 @@ const library_spec& library_spec_of(toolkit::library lib) {
 }
 
 // Leaked on purpose: see library_table.
+namespace {
+// Set once a table exists: whether this process has already tried to load the library, asked
+// without trying.
+std::atomic<const library_table<nvrtc_api>*> nvrtc_loaded{nullptr};
+std::atomic<const library_table<nvjitlink_api>*> nvjitlink_loaded{nullptr};
+std::atomic<const library_table<nvvm_api>*> nvvm_loaded{nullptr};
+}  // namespace
+
 const library_table<nvrtc_api>& nvrtc_table() {
-  static const auto* table = new library_table<nvrtc_api>(load_nvrtc());
+  static const auto* table = [] {
+    const auto* t = new library_table<nvrtc_api>(load_nvrtc());
+    nvrtc_loaded.store(t, std::memory_order_release);
+    return t;
+  }();
   return *table;
 }
 const library_table<nvjitlink_api>& nvjitlink_table() {
-  static const auto* table = new library_table<nvjitlink_api>(load_nvjitlink());
+  static const auto* table = [] {
+    const auto* t = new library_table<nvjitlink_api>(load_nvjitlink());
+    nvjitlink_loaded.store(t, std::memory_order_release);
+    return t;
+  }();
   return *table;
 }
 const library_table<nvvm_api>& nvvm_table() {
-  static const auto* table = new library_table<nvvm_api>(load_nvvm());
+  static const auto* table = [] {
+    const auto* t = new library_table<nvvm_api>(load_nvvm());
+    nvvm_loaded.store(t, std::memory_order_release);
+    return t;
+  }();
   return *table;
+}
+const library_table<nvrtc_api>* nvrtc_table_if_loaded() noexcept {
+  return nvrtc_loaded.load(std::memory_order_acquire);
+}
+const library_table<nvjitlink_api>* nvjitlink_table_if_loaded() noexcept {
+  return nvjitlink_loaded.load(std::memory_order_acquire);
+}
+const library_table<nvvm_api>* nvvm_table_if_loaded() noexcept {
+  return nvvm_loaded.load(std::memory_order_acquire);
 }
 const library_table<driver_api>& driver_table() {
   static const auto* table = new library_table<driver_api>(load_driver());

@@ -228,6 +228,11 @@ const library_table<nvrtc_api>& nvrtc_table();
 const library_table<nvjitlink_api>& nvjitlink_table();
 const library_table<nvvm_api>& nvvm_table();
 const library_table<driver_api>& driver_table();
+// The table when this process has already loaded (or tried to load) the library, else null;
+// never loads it.
+const library_table<nvrtc_api>* nvrtc_table_if_loaded() noexcept;
+const library_table<nvjitlink_api>* nvjitlink_table_if_loaded() noexcept;
+const library_table<nvvm_api>* nvvm_table_if_loaded() noexcept;
 
 // The table, or library_not_found naming `feature` (what the caller was doing).
 const nvrtc_api& nvrtc(std::string_view feature);
