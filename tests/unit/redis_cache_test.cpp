@@ -3,6 +3,7 @@
 // format verified on every read, damaged and wrong-type values planted with raw commands, the
 // server killed, paused and restarted, maxmemory, read-only consumers and ACL users, threads,
 // real processes sharing one server through the CLI, and real compiles through the tiered cache.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -657,6 +658,115 @@ TEST(TieredCache, CompileWithTheServerDownSucceeds) {
   EXPECT_EQ(again.last_cache_outcome(), cache_outcome::hit);
   EXPECT_EQ(logs.warnings("unavailable"), 1u) << logs.all();
 }
+
+#ifdef CUCORE_CLI_PATH
+// ---------------------------------------------------------------------------------------------
+// Real processes: the cucore tool, each run with its own local directory, one server
+
+struct cli_result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the tool with `env` added to this process's environment (less any CUCORE_REMOTE_CACHE,
+// and with CUCORE_CACHE_DIR inside `dir`), its output captured in files in `dir`.
+cli_result run_cli(const std::filesystem::path& dir, const std::vector<std::string>& args,
+                   const std::vector<std::string>& env = {}) {
+  const std::string out_file = (dir / "stdout.txt").string();
+  const std::string err_file = (dir / "stderr.txt").string();
+  std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.starts_with("CUCORE_REMOTE_CACHE=") || entry.starts_with("CUCORE_CACHE_DIR=")) {
+      continue;
+    }
+    env_text.emplace_back(entry);
+  }
+  env_text.push_back("CUCORE_CACHE_DIR=" + (dir / "default-cache").string());
+  env_text.insert(env_text.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  // The tool gets absolute paths: `dir` only holds what it printed.
+  pid_t pid = -1;
+  cli_result result;
+  if (::posix_spawn(&pid, CUCORE_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) == 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  result.out = testing::read_text(out_file);
+  result.err = testing::read_text(err_file);
+  return result;
+}
+
+// Two processes with separate local directories share one server: the first compiles and
+// stores, the second hits the remote tier and backfills its own directory; the server then dies
+// and a third process still compiles, with a cache miss and the same code.
+TEST(TieredCacheProcesses, CompileInOneProcessHitInAnother) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  temp_dir work;
+  const auto source = (work / "scale.cu").string();
+  testing::write_text(source, kSource);
+  auto compile = [&](const std::string& local, const std::string& output,
+                     const std::vector<std::string>& env = {}, const std::string& spec = "") {
+    std::vector<std::string> args = {"compile",  source,  "--arch", testing::kArch,
+                                     "--target", "cubin", "-o",     (work / output).string()};
+    if (!local.empty() || !spec.empty()) {
+      args.push_back("--cache");
+      args.push_back(spec.empty() ? (work / local).string() + "+" + server.url("/0") : spec);
+    }
+    return run_cli(work.path(), args, env);
+  };
+
+  const cli_result first = compile("a", "a.cubin");
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_TRUE(contains(first.out, "cache miss")) << first.out;
+  const cli_result second = compile("b", "b.cubin");
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_TRUE(contains(second.out, "cache hit")) << second.out;
+  EXPECT_EQ(testing::read_text(work / "a.cubin"), testing::read_text(work / "b.cubin"));
+  EXPECT_EQ(file_stream_program_cache(work / "b").size(), 1u);  // backfilled
+
+  // $CUCORE_REMOTE_CACHE behind the default cache.
+  const cli_result third = compile("", "c.cubin", {"CUCORE_REMOTE_CACHE=" + server.url("/0")});
+  ASSERT_EQ(third.status, 0) << third.err;
+  EXPECT_TRUE(contains(third.out, "cache hit")) << third.out;
+
+  const cli_result stats = run_cli(
+      work.path(), {"cache", "stats", "--cache", (work / "b").string() + "+" + server.url()});
+  ASSERT_EQ(stats.status, 0) << stats.err;
+  EXPECT_TRUE(contains(stats.out, "local    directory")) << stats.out;
+  EXPECT_TRUE(contains(stats.out, "remote   redis redis://127.0.0.1:")) << stats.out;
+  EXPECT_TRUE(contains(stats.out, "1 entry")) << stats.out;
+
+  server.kill();
+  const cli_result down = compile("d", "d.cubin");
+  ASSERT_EQ(down.status, 0) << down.err;
+  EXPECT_TRUE(contains(down.out, "cache miss")) << down.out;
+  EXPECT_TRUE(contains(down.err, "unavailable")) << down.err;
+  EXPECT_EQ(testing::read_text(work / "a.cubin"), testing::read_text(work / "d.cubin"));
+  const cli_result down_stats = run_cli(
+      work.path(), {"cache", "stats", "--cache", (work / "d").string() + "+" + server.url()});
+  EXPECT_EQ(down_stats.status, 0) << down_stats.err;
+  EXPECT_TRUE(contains(down_stats.out, "unreachable")) << down_stats.out;
+}
+#endif
 
 }  // namespace
 }  // namespace cucore
