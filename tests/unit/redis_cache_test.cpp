@@ -514,6 +514,7 @@ TEST(TieredCache, RemoteHitBackfillsTheLocalTier) {
                          std::make_unique<redis_program_cache>(options_for(server)));
   const object_code code = sample(3000, std::byte{9});
   a.put("k", code);
+  a.flush();  // the remote put is written behind
   EXPECT_EQ(a.local().size(), 1u);
   EXPECT_EQ(b.local().size(), 0u);
 
@@ -553,6 +554,7 @@ TEST(TieredCache, RemoteExceptionsAreMisses) {
   tiered_program_cache cache(std::make_unique<in_memory_program_cache>(), std::move(remote));
   EXPECT_FALSE(cache.get("k"));
   EXPECT_NO_THROW(cache.put("k", sample(10, std::byte{1})));
+  cache.flush();
   EXPECT_TRUE(cache.get("k"));  // the local tier has it
   EXPECT_EQ(cache.tier_stats().remote_errors, 2u);
   EXPECT_EQ(logs.warnings("remote cache tier"), 1u) << logs.all();
@@ -572,6 +574,7 @@ TEST(TieredCache, OpenSpecs) {
   ASSERT_NE(t, nullptr);
   EXPECT_NE(dynamic_cast<file_stream_program_cache*>(&t->local()), nullptr);
   tiered->put("k", sample(10, std::byte{1}));
+  t->flush();
   EXPECT_TRUE(remote_only->get("k"));
 
   auto mem = open_program_cache("memory+" + server.url());
@@ -595,6 +598,101 @@ TEST(TieredCache, OpenSpecs) {
   }
   ::unsetenv("CUCORE_REMOTE_CACHE");
   ::unsetenv("CUCORE_CACHE_DIR");
+}
+
+// Without write_behind the remote put is done when put returns.
+TEST(TieredCache, SynchronousRemotePuts) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  tiered_program_cache cache(std::make_unique<in_memory_program_cache>(),
+                             std::make_unique<redis_program_cache>(options_for(server)),
+                             {.write_behind = false});
+  cache.put("k", sample(10, std::byte{1}));
+  EXPECT_EQ(server.client().integer({"DBSIZE"}), 1);
+  EXPECT_EQ(cache.tier_stats().remote_puts_pending, 0u);
+  EXPECT_THROW(
+      tiered_program_cache(std::make_unique<in_memory_program_cache>(),
+                           std::make_unique<in_memory_program_cache>(), {.max_pending_puts = 0}),
+      invalid_argument);
+}
+
+// The destructor waits for the writer: a process that compiles and exits has stored remotely.
+TEST(TieredCache, DestructionFlushesWriteBehindPuts) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  {
+    tiered_program_cache cache(std::make_unique<in_memory_program_cache>(),
+                               std::make_unique<redis_program_cache>(options_for(server)));
+    for (int i = 0; i < 50; ++i) cache.put("k" + std::to_string(i), sample(1000, std::byte{1}));
+  }
+  EXPECT_EQ(server.client().integer({"DBSIZE"}), 50);
+}
+
+// A hung server does not hold up puts: they return at once, those beyond max_pending_puts are
+// dropped (the local tier has them), and closing waits about one command timeout, not one per
+// pending put.
+TEST(TieredCache, WriteBehindNeverWaitsForTheServer) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  log_capture logs;
+  auto remote_options = options_for(server);
+  remote_options.retry_initial = 5s;  // once it has timed out, the rest are dropped at once
+  remote_options.retry_max = 5s;
+  tiered_program_cache cache(std::make_unique<in_memory_program_cache>(),
+                             std::make_unique<redis_program_cache>(remote_options),
+                             {.max_pending_puts = 4});
+  cache.put("first", sample(10, std::byte{1}));
+  cache.flush();
+  server.pause();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) cache.put("k" + std::to_string(i), sample(10, std::byte{2}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 250ms);  // command_timeout is 300 ms
+  const tiered_cache_stats during = cache.tier_stats();
+  EXPECT_GT(during.remote_puts_dropped, 0u);
+  EXPECT_LE(during.remote_puts_pending, 5u);  // 4 waiting, 1 being written
+  EXPECT_EQ(logs.warnings("dropping puts"), 1u) << logs.all();
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(cache.local().get("k" + std::to_string(i)));
+  const auto closing = std::chrono::steady_clock::now();
+  cache.close();
+  EXPECT_LT(std::chrono::steady_clock::now() - closing, 2s);
+  server.resume();
+  // "first", and perhaps k0: the SET that timed out is still in the server's socket buffer, and
+  // a resumed server may run it before it sees the connection closed.
+  const long long stored = server.client().integer({"DBSIZE"});
+  EXPECT_GE(stored, 1);
+  EXPECT_LE(stored, 2);
+}
+
+// Threads putting and getting through one tiered cache (run under TSan by the tsan preset).
+TEST(TieredCache, ConcurrentThreadsWithWriteBehind) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  temp_dir dir;
+  tiered_program_cache cache(std::make_unique<file_stream_program_cache>(dir.path()),
+                             std::make_unique<redis_program_cache>(options_for(server)));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const int k = (i * 5 + t) % 20;
+        const std::string key = "k" + std::to_string(k);
+        if (auto hit = cache.get(key)) {
+          if (*hit != sample(64 + k, static_cast<std::byte>(k))) ++wrong;
+        } else {
+          cache.put(key, sample(64 + k, static_cast<std::byte>(k)));
+        }
+        if (i % 10 == 0) cache.flush();
+        (void)cache.tier_stats();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  cache.flush();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(server.client().integer({"DBSIZE"}), 20);
+  EXPECT_EQ(cache.tier_stats().remote_puts_pending, 0u);
+  EXPECT_EQ(cache.stats().errors, 0u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -625,6 +723,7 @@ TEST(TieredCache, CompileThroughTheTieredCacheEqualsAnUncachedCompile) {
   const object_code compiled = first.compile(code_type::cubin, names, &a);
   EXPECT_EQ(first.last_cache_outcome(), cache_outcome::miss);
   EXPECT_EQ(compiled, uncached);
+  a.flush();
 
   // Another machine: its own local directory, the same server.
   tiered_program_cache b(std::make_unique<file_stream_program_cache>(dir_b.path()),
