@@ -675,7 +675,7 @@ TEST(TieredCache, ConcurrentThreadsWithWriteBehind) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
-        const int k = (i * 5 + t) % 20;
+        const int k = (i + t * 5) % 20;
         const std::string key = "k" + std::to_string(k);
         if (auto hit = cache.get(key)) {
           if (*hit != sample(64 + k, static_cast<std::byte>(k))) ++wrong;
