@@ -7,11 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
