@@ -23,6 +23,7 @@
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
+#include "process_support.hpp"
 #include "redis_test_support.hpp"
 #include "test_support.hpp"
 
@@ -557,6 +558,36 @@ TEST(RedisCache, ConcurrentThreads) {
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_GT(hits.load(), 0);
   EXPECT_EQ(cache.stats().errors, 0u);
+}
+
+// Eight processes hammer one key, each writing its own value: every get returns one of the eight
+// whole values, never a mix or a damaged one.
+TEST(RedisCache, ProcessesHammerOneKey) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  constexpr int kProcesses = 8;
+  const auto reports = testing::run_children(kProcesses, [&](int child) -> std::string {
+    redis_program_cache cache(options_for(server));
+    int hits = 0;
+    for (int i = 0; i < 200; ++i) {
+      if (i % 2 == 0) {
+        cache.put("one", sample(20000 + static_cast<std::size_t>(child), std::byte{1}));
+      } else if (auto hit = cache.get("one")) {
+        ++hits;
+        const std::size_t writer = hit->size() - 20000;
+        if (writer >= kProcesses || *hit != sample(hit->size(), std::byte{1})) {
+          return "a wrong entry of " + std::to_string(hit->size()) + " bytes";
+        }
+      }
+    }
+    if (hits == 0) return "no hit";
+    if (cache.stats().errors != 0 || cache.stats().corrupt_dropped != 0) {
+      return "errors " + std::to_string(cache.stats().errors) + ", corrupt " +
+             std::to_string(cache.stats().corrupt_dropped);
+    }
+    return "";
+  });
+  for (int i = 0; i < kProcesses; ++i) EXPECT_EQ(reports[static_cast<std::size_t>(i)], "") << i;
 }
 
 // ---------------------------------------------------------------------------------------------
