@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libsqlite3-dev libxxhash-dev
+  libhiredis-dev redis-server
   clang-format clang libclang-rt-14-dev
   python3 python3-venv python3-dev
 )

@@ -21,7 +21,9 @@
 #include "compile_options.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/object_code.hpp"
 #include "json_writer.hpp"
@@ -30,8 +32,10 @@ namespace cucore::cli {
 namespace {
 
 // The cache to work on; memory and none are refused (there would be nothing to look at).
-constexpr option_spec cache_dir_option{cache_option.name, "", cache_option.value_name,
-                                       "DIR, dir:DIR or sqlite:FILE (default: see above)"};
+constexpr option_spec cache_dir_option{
+    cache_option.name, "", cache_option.value_name,
+    "DIR, dir:DIR, sqlite:FILE, redis://URL or LOCAL+redis://URL "
+    "(default: see above)"};
 constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
 constexpr option_spec output_option{"-o", "--output", "FILE",
                                     "export: the file to write the code to"};
@@ -149,34 +153,108 @@ void print_counts(const std::vector<std::pair<std::string_view, std::uint64_t>>&
 // ---------------------------------------------------------------------------------------------
 // Subcommands
 
-int stats(program_cache& cache, const arguments& args) {
-  const std::size_t entries = cache.size();
-  const std::uint64_t bytes = cache.size_bytes();
-  std::optional<std::string> backend, location;
+// The backend's name and where it is ("root", "file" or "url"), where the tool knows it.
+struct backend_info {
+  std::optional<std::string> backend;
+  std::string_view location_name;
+  std::optional<std::string> location;
+};
+
+backend_info backend_of(program_cache& cache) {
   if (auto* dir = dynamic_cast<file_stream_program_cache*>(&cache)) {
-    backend = "directory";
-    location = dir->root().string();
-  } else if (auto* db = dynamic_cast<sqlite_program_cache*>(&cache)) {
-    backend = "sqlite";
-    location = db->file().string();
+    return {"directory", "root", dir->root().string()};
   }
+  if (auto* db = dynamic_cast<sqlite_program_cache*>(&cache)) {
+    return {"sqlite", "file", db->file().string()};
+  }
+  if (auto* redis = dynamic_cast<redis_program_cache*>(&cache)) {
+    return {"redis", "url", redis->url()};
+  }
+  if (dynamic_cast<tiered_program_cache*>(&cache)) return {"tiered", "", std::nullopt};
+  return {};
+}
+
+// One tier of a tiered cache: its counts, or why it could not be counted (a remote tier that is
+// down must not make `cache stats` fail, nor read as empty).
+struct tier_report {
+  std::string_view tier;
+  program_cache* cache;
+  std::optional<std::size_t> entries;
+  std::optional<std::uint64_t> bytes;
+  std::string error;
+};
+
+tier_report count_tier(std::string_view tier, program_cache& cache) {
+  tier_report r{tier, &cache, std::nullopt, std::nullopt, {}};
+  try {
+    r.entries = cache.size();
+    r.bytes = cache.size_bytes();
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+int stats(program_cache& cache, const arguments& args) {
+  const backend_info info = backend_of(cache);
+  std::vector<tier_report> tiers;
+  if (auto* tiered = dynamic_cast<tiered_program_cache*>(&cache)) {
+    tiers.push_back(count_tier("local", tiered->local()));
+    tiers.push_back(count_tier("remote", tiered->remote()));
+  }
+  // A tiered cache's own counts are its local tier's (tiered.hpp); those are already counted.
+  const std::size_t entries = tiers.empty() ? cache.size() : tiers[0].entries.value_or(0);
+  const std::uint64_t bytes = tiers.empty() ? cache.size_bytes() : tiers[0].bytes.value_or(0);
+  if (!tiers.empty() && !tiers[0].error.empty()) throw cucore::error(tiers[0].error);
   if (args.has("--json")) {
     json_writer json;
     json.begin_object();
     json.key("description").value(cache.description());
-    json.key("backend").value(backend);
-    if (backend == "directory") json.key("root").value(location);
-    if (backend == "sqlite") json.key("file").value(location);
+    json.key("backend").value(info.backend);
+    if (info.location) json.key(info.location_name).value(info.location);
     json.key("entries").value(entries);
     json.key("size_bytes").value(bytes);
+    if (!tiers.empty()) {
+      json.key("tiers").begin_array();
+      for (const tier_report& t : tiers) {
+        const backend_info tier_info = backend_of(*t.cache);
+        json.begin_object();
+        json.key("tier").value(t.tier);
+        json.key("description").value(t.cache->description());
+        json.key("backend").value(tier_info.backend);
+        if (tier_info.location) json.key(tier_info.location_name).value(tier_info.location);
+        if (t.entries) {
+          json.key("entries").value(*t.entries);
+          json.key("size_bytes").value(*t.bytes);
+        } else {
+          json.key("error").value(t.error);
+        }
+        json.end_object();
+      }
+      json.end_array();
+    }
     json.end_object();
     std::cout << json.str() << '\n';
     return exit_success;
   }
   constexpr std::size_t width = 9;  // "entries" and two spaces
   std::cout << pad("cache", width) << cache.description() << '\n';
-  if (backend == "directory") std::cout << pad("root", width) << *location << '\n';
-  if (backend == "sqlite") std::cout << pad("file", width) << *location << '\n';
+  if (!tiers.empty()) {
+    for (const tier_report& t : tiers) {
+      std::cout << pad(std::string(t.tier), width) << t.cache->description() << '\n';
+      std::cout << pad("", width);
+      if (t.entries) {
+        std::cout << *t.entries << (*t.entries == 1 ? " entry, " : " entries, ")
+                  << human_size(*t.bytes) << " (" << *t.bytes << " bytes)\n";
+      } else {
+        std::cout << "unreachable: " << t.error << '\n';
+      }
+    }
+    return exit_success;
+  }
+  if (info.location) {
+    std::cout << pad(std::string(info.location_name), width) << *info.location << '\n';
+  }
   std::cout << pad("entries", width) << entries << '\n';
   std::cout << pad("size", width) << human_size(bytes) << " (" << bytes << " bytes)\n";
   return exit_success;
@@ -332,9 +410,17 @@ const std::vector<subcommand>& subcommands() {
       {"stats",
        "stats [--cache SPEC] [--json]",
        "where the cache is, its entries and size",
-       "Prints the cache's location (for the directory cache its root, for SQLite its file), its\n"
-       "number of entries and their total size. --json: {\"description\", \"backend\", \"root\"\n"
-       "or \"file\", \"entries\", \"size_bytes\"}.",
+       "Prints the cache's location (for the directory cache its root, for SQLite its file, for\n"
+       "Redis its URL without the password), its number of entries and their total size. A\n"
+       "tiered cache (LOCAL+redis://...) shows each tier; a remote tier that cannot be reached\n"
+       "is reported as such. --json: {\"description\", \"backend\", \"root\", \"file\" or "
+       "\"url\",\n"
+       "\"entries\", \"size_bytes\"}, and for a tiered cache \"tiers\": [{\"tier\": \"local\" or\n"
+       "\"remote\", \"description\", \"backend\", ..., \"entries\" and \"size_bytes\" or "
+       "\"error\"}];\n"
+       "its own entries and size_bytes are the local tier's. On a tiered cache ls, verify, trim\n"
+       "and clear work on the local tier (name the Redis URL alone for the remote one); show and\n"
+       "export read through both tiers.",
        "",
        {cache_dir_option, json_option},
        0,

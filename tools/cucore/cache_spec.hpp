@@ -14,15 +14,19 @@
 namespace cucore::cli {
 
 inline constexpr option_spec cache_option{
-    "--cache", "", "SPEC", "DIR, dir:DIR, sqlite:FILE, memory or none (default: see above)"};
+    "--cache", "", "SPEC",
+    "DIR, dir:DIR, sqlite:FILE, memory, none, redis://URL or LOCAL+redis://URL (default: see "
+    "above)"};
 
 // The sentences every command with --cache prints about it: a macro, so that the commands'
 // descriptions (string literals) can include it.
 #define CUCORE_CLI_CACHE_SPEC_HELP                                                                \
   "--cache DIR (or dir:DIR) uses the directory cache at DIR, sqlite:FILE the SQLite cache in\n"   \
-  "FILE, memory an in-process one (empty in every run of the tool), none no cache. The default\n" \
-  "is the directory cache at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else\n"              \
-  "~/.cache/cucore."
+  "FILE, memory an in-process one (empty in every run of the tool), none no cache,\n"             \
+  "redis://[user:password@]host:port/db a Redis server, and LOCAL+redis://... the cache LOCAL\n"  \
+  "names in front of a Redis server (docs/cache-remote.md). The default is the directory cache\n" \
+  "at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore; with\n"               \
+  "$CUCORE_REMOTE_CACHE set to a redis:// URL, that server is the default cache's remote tier."
 
 // The spec given with --cache, or "" (the default cache) without it. A spec that names nothing
 // ("sqlite:", "dir:") is a usage error.

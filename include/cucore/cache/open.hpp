@@ -8,10 +8,18 @@
 
 namespace cucore {
 
-// "memory" → in_memory_program_cache; "sqlite:FILE" → sqlite_program_cache; "none" or "off" →
-// nullptr (no cache); "dir:DIR" or any other text → file_stream_program_cache at that directory.
-// An empty spec opens the directory cache at default_cache_dir(). Throws invalid_argument for
-// "sqlite:" without a file, and whatever the backend's constructor throws.
+// Specs (docs/cache-remote.md has the remote ones):
+//   ""              the directory cache at default_cache_dir(); with $CUCORE_REMOTE_CACHE set to a
+//                   redis:// URL, that directory cache in front of the Redis tier
+//   "memory"        in_memory_program_cache
+//   "sqlite:FILE"   sqlite_program_cache
+//   "none", "off"   nullptr (no cache)
+//   "redis://..."   redis_program_cache alone (see redis_url for the URL's syntax)
+//   "LOCAL+redis://..."  tiered_program_cache: the cache LOCAL names (any spec above but none and
+//                   a Redis one; empty: the default directory) in front of the Redis tier
+//   "dir:DIR" or any other text: file_stream_program_cache at that directory.
+// Throws invalid_argument for "sqlite:" without a file, a malformed Redis URL (in the spec or in
+// $CUCORE_REMOTE_CACHE, which the message names), and whatever the backend's constructor throws.
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec);
 
 }  // namespace cucore
