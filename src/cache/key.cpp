@@ -64,9 +64,9 @@ std::string render(std::string_view payload) {
 // A field as hashed, kept for explain(), which renders it only when asked (a hit never does).
 struct recorded_field {
   enum class form : std::uint8_t { raw, shown, content };
-  std::string label;
-  std::string payload;  // raw: the payload; shown: the text to show; content: the source if
-                        // shown as is, else empty
+  std::string_view label;  // a string literal: every label is one (no allocation per field)
+  std::string payload;     // raw: the payload; shown: the text to show; content: the source if
+                           // shown as is, else empty
   form how = form::raw;
   std::size_t content_size = 0;
   digest content_digest{};
@@ -74,15 +74,17 @@ struct recorded_field {
   key_field rendered() const {
     switch (how) {
       case form::raw:
-        return {label, render(payload)};
+        return {std::string(label), render(payload)};
       case form::shown:
-        return {label, payload};
+        return {std::string(label), payload};
       case form::content:
-        if (content_size == payload.size() && shown_as_is(payload)) return {label, payload};
-        return {label, "<" + std::to_string(content_size) + " bytes, sha256 " +
-                           to_hex(content_digest) + ">"};
+        if (content_size == payload.size() && shown_as_is(payload)) {
+          return {std::string(label), payload};
+        }
+        return {std::string(label), "<" + std::to_string(content_size) + " bytes, sha256 " +
+                                        to_hex(content_digest) + ">"};
     }
-    return {label, payload};
+    return {std::string(label), payload};
   }
 };
 
@@ -94,9 +96,10 @@ class field_hasher {
     framed_.reserve(1024);
   }
 
+  // Labels are string literals: explain() keeps them by reference.
   void add(std::string_view label, std::string_view payload) {
     add_raw(label, payload);
-    fields_.push_back({std::string(label), std::string(payload), recorded_field::form::raw});
+    fields_.push_back({label, std::string(payload), recorded_field::form::raw});
   }
   void add(std::string_view label, std::size_t count) { add(label, std::to_string(count)); }
 
@@ -107,7 +110,7 @@ class field_hasher {
     const digest d = sha256(content);
     const std::string_view payload(reinterpret_cast<const char*>(d.data()), d.size());
     add_raw(label, payload);
-    recorded_field f{std::string(label), {}, recorded_field::form::content, content.size(), d};
+    recorded_field f{label, {}, recorded_field::form::content, content.size(), d};
     if (shown_as_is(content)) f.payload = content;
     fields_.push_back(std::move(f));
   }
@@ -115,7 +118,7 @@ class field_hasher {
   // A field whose payload people read as `shown`.
   void add_shown(std::string_view label, std::string_view payload, std::string shown) {
     add_raw(label, payload);
-    fields_.push_back({std::string(label), std::move(shown), recorded_field::form::shown});
+    fields_.push_back({label, std::move(shown), recorded_field::form::shown});
   }
 
   std::size_t field_count() const { return fields_.size(); }
