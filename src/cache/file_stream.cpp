@@ -44,19 +44,6 @@ const detail::file_stream_test_hooks* hooks() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Names
 
-// Lower-case hex SHA-256 of `data`: 64 characters.
-std::array<char, 64> sha256_hex(std::span<const std::byte> data) {
-  const detail::sha256_digest digest = detail::sha256(data);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::array<char, 64> out{};
-  for (unsigned i = 0; i < 32; ++i) {
-    const auto b = static_cast<unsigned>(digest[i]);
-    out[2 * i] = kHex[b >> 4];
-    out[2 * i + 1] = kHex[b & 0xf];
-  }
-  return out;
-}
-
 std::string hex64(std::uint64_t v) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(16, '0');
@@ -212,7 +199,7 @@ void walk_tmp(const std::string& tmp_dir, F&& f) {
 
 // Whether `item`'s location is where its key puts it: entries/<hex[0:2]>/<hex[2:]>.
 bool location_matches(const walk_item& item, std::span<const std::byte> key) {
-  const auto hex = sha256_hex(key);
+  const auto hex = detail::sha256_hex(key);
   return item.shard == std::string_view(hex.data(), 2) &&
          item.name == std::string_view(hex.data() + 2, 62);
 }
@@ -415,7 +402,7 @@ cache_stats file_stream_program_cache::stats() const {
 }
 
 std::string file_stream_program_cache::entry_path(cache_key_ref key, std::string* shard_dir) const {
-  const auto hex = sha256_hex(key.bytes());
+  const auto hex = detail::sha256_hex(key.bytes());
   std::string path;
   path.reserve(entries_dir_.size() + 66);
   path.append(entries_dir_).append(1, '/').append(hex.data(), 2);

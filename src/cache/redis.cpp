@@ -94,18 +94,6 @@ std::optional<long long> parse_integer(std::string_view text, long long min, lon
 // ---------------------------------------------------------------------------------------------
 // Keys
 
-std::string sha256_hex(std::span<const std::byte> data) {
-  const detail::sha256_digest digest = detail::sha256(data);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(64, '0');
-  for (unsigned i = 0; i < 32; ++i) {
-    const auto b = static_cast<unsigned>(digest[i]);
-    out[2 * i] = kHex[b >> 4];
-    out[2 * i + 1] = kHex[b & 0xf];
-  }
-  return out;
-}
-
 // `text` with the glob characters SCAN's MATCH knows escaped.
 std::string glob_escape(std::string_view text) {
   std::string out;
@@ -352,7 +340,8 @@ void redis_program_cache::check_open() const {
 }
 
 std::string redis_program_cache::redis_key(cache_key_ref key) const {
-  return options_.key_prefix + sha256_hex(key.bytes());
+  const auto hex = detail::sha256_hex(key.bytes());
+  return options_.key_prefix + std::string(hex.data(), hex.size());
 }
 
 void redis_program_cache::note_error(std::string_view what) noexcept {

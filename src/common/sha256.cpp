@@ -180,6 +180,18 @@ sha256_digest sha256_libcrypto(std::span<const std::byte> data) {
   return out;
 }
 
+std::array<char, 64> sha256_hex(std::span<const std::byte> data) {
+  const sha256_digest digest = sha256(data);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::array<char, 64> out{};
+  for (unsigned i = 0; i < 32; ++i) {
+    const auto b = static_cast<unsigned>(digest[i]);
+    out[2 * i] = kHex[b >> 4];
+    out[2 * i + 1] = kHex[b & 0xf];
+  }
+  return out;
+}
+
 sha256_digest sha256(std::span<const std::byte> data) {
   if (sha256_shani_available()) {  // as fast as libcrypto, without its start-up
     sha256_hasher hasher;

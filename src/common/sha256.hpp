@@ -68,6 +68,9 @@ class sha256_hasher {
 // Throws cucore::error if libcrypto fails.
 sha256_digest sha256(std::span<const std::byte> data);
 
+// Lower-case hex of sha256(data): 64 characters (entry names, remote keys).
+std::array<char, 64> sha256_hex(std::span<const std::byte> data);
+
 // libcrypto's SHA-256, for any length (tests compare the two).
 sha256_digest sha256_libcrypto(std::span<const std::byte> data);
 
