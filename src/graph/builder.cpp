@@ -383,8 +383,10 @@ void embed_into_capture(graph_builder::impl& i,
                         const std::shared_ptr<detail::graph_state>& source) {
   require_capturing(i, "embed");
   const auto& s = i.graph;
-  detail::check_whole_graph(*source, "embed");
   const auto& api = detail::graph_driver();
+  // A view is embedded through a whole copy of it, which holds its owners.
+  const auto whole = detail::whole_copy_of_view(api, *source);
+  const detail::graph_state& from = whole ? *whole : *source;
   detail::scoped_context scope(api, i.dev.ordinal());
   detail::node_meta meta;
   auto body = detail::make_body(*s);
@@ -395,12 +397,12 @@ void embed_into_capture(graph_builder::impl& i,
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
   detail::check_driver(
-      api.cuGraphAddChildGraphNode(&node, info.graph, info.deps, info.count, source->graph),
+      api.cuGraphAddChildGraphNode(&node, info.graph, info.deps, info.count, from.graph),
       "cuGraphAddChildGraphNode");
   try {
     detail::check_driver(api.cuGraphChildGraphNodeGetGraph(node, &body_ptr->graph),
                          "cuGraphChildGraphNodeGetGraph");
-    detail::import_clone_metadata(api, *body_ptr, *source);
+    detail::import_clone_metadata(api, *body_ptr, from);
     detail::check_driver(api.cuStreamUpdateCaptureDependencies(i.stream, &node, nullptr, 1,
                                                                CU_STREAM_SET_CAPTURE_DEPENDENCIES),
                          "cuStreamUpdateCaptureDependencies");

@@ -330,8 +330,10 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
   const auto& s = self.factory_state();
   const auto& source = graph_access::state(child);
   if (!source) throw invalid_argument("embed: the child graph_definition is empty");
-  check_whole_graph(*source, "embed");
   if (source->graph == s->graph) throw invalid_argument("embed: a graph cannot embed itself");
+  // A view is embedded through a whole copy of it (whole_copy_of_view), which holds its owners.
+  const auto whole = whole_copy_of_view(graph_driver(), *source);
+  const graph_state& from = whole ? *whole : *source;
   node_meta meta;
   auto body = make_body(*s);
   graph_state* body_ptr = body.get();
@@ -339,14 +341,14 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
   return add_node(
       s, self.factory_dependencies(), {}, "cuGraphAddChildGraphNode", std::move(meta),
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
-        CUresult r = a.cuGraphAddChildGraphNode(out, g, d, n, source->graph);
+        CUresult r = a.cuGraphAddChildGraphNode(out, g, d, n, from.graph);
         if (r != CUDA_SUCCESS) {
-          check_driver(r, "cuGraphAddChildGraphNode", conditional_graph_rule(a, *source, r, true));
+          check_driver(r, "cuGraphAddChildGraphNode", conditional_graph_rule(a, from, r, true));
         }
         // The embedded clone's metadata, so destroy() inside it releases its references.
         try {
           r = a.cuGraphChildGraphNodeGetGraph(*out, &body_ptr->graph);
-          if (r == CUDA_SUCCESS) import_clone_metadata(a, *body_ptr, *source);
+          if (r == CUDA_SUCCESS) import_clone_metadata(a, *body_ptr, from);
         } catch (...) {
           a.cuGraphDestroyNode(*out);
           throw;
@@ -835,17 +837,7 @@ std::vector<std::pair<graph_node, graph_node>> graph_definition::edges() const {
 }
 
 graph_definition graph_definition::clone() const {
-  const auto& s = factory_state();
-  detail::check_whole_graph(*s, "clone");
-  const auto& api = detail::graph_driver();
-  CUgraph c = nullptr;
-  const CUresult r = api.cuGraphClone(&c, s->graph);
-  if (r != CUDA_SUCCESS) {
-    detail::check_driver(r, "cuGraphClone", detail::conditional_graph_rule(api, *s, r, true));
-  }
-  auto copy = detail::adopt_root_graph(c, s->device);
-  detail::import_clone_metadata(api, *copy, *s);
-  return graph_definition(std::move(copy));
+  return graph_definition(detail::clone_whole(detail::graph_driver(), *factory_state()));
 }
 
 graph graph_definition::instantiate(const graph_instantiate_options& options) const {

@@ -92,8 +92,11 @@ void graph::upload(stream_ref s) const {
 void graph::update(const graph_definition& source) {
   CUgraphExec exec = handle();
   CUgraph g = source.handle();  // throws for an empty or destroyed definition
-  detail::check_whole_graph(*detail::graph_access::state(source), "graph::update");
   const auto& api = detail::graph_driver();
+  // From a view, through a whole copy of it: the executable graph takes the references of the
+  // graph it is updated from, and a view's owners are held by its ancestors.
+  const auto whole = detail::whole_copy_of_view(api, *detail::graph_access::state(source));
+  if (whole) g = whole->graph;
   detail::scoped_context scope(api, state_->device);
   CUgraphExecUpdateResultInfo info{};
   const CUresult r = api.cuGraphExecUpdate(exec, g, &info);

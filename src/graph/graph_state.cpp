@@ -71,17 +71,6 @@ void check_usable(const graph_state& s) {
   }
 }
 
-void check_whole_graph(const graph_state& s, const char* operation) {
-  check_usable(s);
-  if (s.parent == nullptr) return;
-  throw invalid_argument(
-      std::string(operation) +
-      ": the graph_definition is a view of a child or conditional-body graph inside another "
-      "graph, whose nodes' owners are held by the top graph, not by this view; a copy of it "
-      "would not keep them alive. Use the top graph_definition, or build this part as a graph "
-      "of its own and embed that");
-}
-
 CUgraph attachment_holder(const graph_state& s) noexcept {
   const graph_state* top = &s;
   while (top->parent != nullptr) top = top->parent;
@@ -90,10 +79,35 @@ CUgraph attachment_holder(const graph_state& s) noexcept {
 
 namespace {
 
-// `top_source`/`top_clone`: the graphs the whole import started from, where CUDA copied the
-// references of attachments held by the source's top graph.
+// Where the references of a copy's attachments end up. `path`: each source graph from the copied
+// one down to the one being imported, with its copy (CUDA copied the references these hold).
+// `outer`: the graphs above the copied one when it is a view (its ancestors hold the references
+// of nodes added through it); CUDA copied none of those, so the copy's top graph retains new ones.
+struct import_scope {
+  std::vector<std::pair<CUgraph, CUgraph>> path;
+  std::vector<CUgraph> outer;
+  CUgraph top_copy = nullptr;
+};
+
+// The copy's holder of `object`, held by `holder` in the source; nullptr when it is held where
+// the copy cannot name it (the reference stays with that graph).
+CUgraph copied_holder(const driver_api& api, const import_scope& scope, CUgraph holder,
+                      CUuserObject object) {
+  for (const auto& [from, to] : scope.path) {
+    if (from == holder) return to;
+  }
+  for (CUgraph g : scope.outer) {
+    if (g != holder) continue;
+    check_driver(api.cuGraphRetainUserObject(scope.top_copy, object, 1, 0),
+                 "cuGraphRetainUserObject");
+    return scope.top_copy;
+  }
+  return nullptr;
+}
+
 void import_into(const driver_api& api, graph_state& clone, const graph_state& source,
-                 CUgraph top_source, CUgraph top_clone) {
+                 import_scope& scope) {
+  scope.path.emplace_back(source.graph, clone.graph);
   for (const auto& [node, m] : source.meta) {
     CUgraphNode cloned = nullptr;
     if (api.cuGraphNodeFindInClone(&cloned, node, clone.graph) != CUDA_SUCCESS || !cloned) {
@@ -101,12 +115,9 @@ void import_into(const driver_api& api, graph_state& clone, const graph_state& s
     }
     node_meta& copy = clone.meta[cloned];
     if (m.attachment != nullptr) {
-      // The same user object; the clone's graph holds its own reference to it.
-      copy.attachment = m.attachment;
-      copy.holder = m.holder == source.graph ? clone.graph
-                    : m.holder == top_source ? top_clone
-                                             : nullptr;
-      if (copy.holder == nullptr) copy.attachment = nullptr;  // held where we cannot name it
+      // The same user object; a graph of the copy holds its own reference to it.
+      copy.holder = copied_holder(api, scope, m.holder, m.attachment);
+      copy.attachment = copy.holder != nullptr ? m.attachment : nullptr;
     }
     copy.conditional = m.conditional;
     copy.condition = m.condition;
@@ -115,10 +126,11 @@ void import_into(const driver_api& api, graph_state& clone, const graph_state& s
       check_driver(api.cuGraphChildGraphNodeGetGraph(cloned, &child),
                    "cuGraphChildGraphNodeGetGraph");
       auto body = make_body(clone, child, cloned);
-      import_into(api, *body, *m.bodies[0], top_source, top_clone);
+      import_into(api, *body, *m.bodies[0], scope);
       copy.bodies.push_back(std::move(body));
     }
   }
+  scope.path.pop_back();
 }
 
 void collect_inside(const graph_state& body, std::vector<const graph_state*>& inside) {
@@ -133,7 +145,30 @@ void collect_inside(const graph_state& body, std::vector<const graph_state*>& in
 }  // namespace
 
 void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source) {
-  import_into(api, clone, source, attachment_holder(source), clone.graph);
+  import_scope scope;
+  scope.top_copy = clone.graph;
+  for (const graph_state* up = source.parent; up != nullptr; up = up->parent) {
+    scope.outer.push_back(up->graph);
+  }
+  import_into(api, clone, source, scope);
+}
+
+std::shared_ptr<graph_state> clone_whole(const driver_api& api, const graph_state& s) {
+  check_usable(s);
+  CUgraph c = nullptr;
+  const CUresult r = api.cuGraphClone(&c, s.graph);
+  if (r != CUDA_SUCCESS) {
+    check_driver(r, "cuGraphClone", conditional_graph_rule(api, s, r, true));
+  }
+  auto copy = adopt_root_graph(c, s.device);
+  import_clone_metadata(api, *copy, s);  // on failure, destroying the copy drops what it retained
+  return copy;
+}
+
+std::shared_ptr<graph_state> whole_copy_of_view(const driver_api& api, const graph_state& s) {
+  check_usable(s);
+  if (s.parent == nullptr) return nullptr;
+  return clone_whole(api, s);
 }
 
 std::vector<std::pair<CUgraph, CUuserObject>> releases_for(const graph_state& s, CUgraphNode node) {
@@ -295,7 +330,10 @@ std::string_view conditional_graph_rule(const driver_api& api, const graph_state
 
 cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
                                 const graph_instantiate_options& o) {
-  check_whole_graph(s, "instantiate");
+  // A view's executable graph is made from a whole copy, which holds every owner (the copy goes,
+  // the executable graph keeps its own references).
+  const auto whole = whole_copy_of_view(api, s);
+  const graph_state& source = whole ? *whole : s;
   scoped_context scope(api, s.device);
   CUDA_GRAPH_INSTANTIATE_PARAMS p{};
   if (o.auto_free_on_launch) p.flags |= CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
@@ -306,7 +344,7 @@ cucore::graph instantiate_graph(const driver_api& api, const graph_state& s,
     p.hUploadStream = o.upload_stream->handle();
   }
   CUgraphExec exec = nullptr;
-  const CUresult r = api.cuGraphInstantiateWithParams(&exec, s.graph, &p);
+  const CUresult r = api.cuGraphInstantiateWithParams(&exec, source.graph, &p);
   if (r != CUDA_SUCCESS || p.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS) {
     if (exec != nullptr) api.cuGraphExecDestroy(exec);
     const char* why = instantiate_result_text(p.result_out);

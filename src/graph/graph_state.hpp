@@ -80,12 +80,6 @@ std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_vie
 std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state, CUgraphNode node);
 // Throws for a destroyed child or branch graph.
 void check_usable(const graph_state& s);
-// Throws unless `s` is a whole graph (not a view of a child or conditional body graph inside
-// another). Clones, embeds, executables and updates copy only the user-object references of the
-// graph they are given, and the owners of nodes added through a view are held by the top graph
-// (attachment_holder), so a copy of a view would run nodes whose owners it does not hold.
-void check_whole_graph(const graph_state& s, const char* operation);
-
 // The graph that holds the attachments of nodes added to `s`: the top of its hierarchy. CUDA
 // refuses user-object references on conditional body graphs, and the top graph's references are
 // the ones CUDA copies into clones, embeds and executable graphs, so every attachment of a
@@ -94,8 +88,18 @@ CUgraph attachment_holder(const graph_state& s) noexcept;
 
 // Copies the metadata of `source` into `clone` (cuGraphClone of it, or an embed of it), found
 // through cuGraphNodeFindInClone; recurses into child graphs. CUDA already copied the user-object
-// references (into `clone`'s graph); this lets destroy() on the clone release the clone's own.
+// references that `source`'s graphs hold; this lets destroy() on the clone release the clone's
+// own. When `source` is a view, the references its ancestors hold for its nodes are not copied by
+// CUDA: `clone`'s graph retains new ones here.
 void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source);
+
+// A top-level copy of `s` (cuGraphClone) that holds a reference to every owner of its nodes, also
+// when `s` is a view of a child or body graph whose owners its ancestors hold.
+std::shared_ptr<graph_state> clone_whole(const driver_api& api, const graph_state& s);
+// Throws for a destroyed view. nullptr for a top graph; for a view, clone_whole(s): clones,
+// embeds, executable graphs and updates copy only the references of the graph they are given, so
+// those made from a view are made from a whole copy of it.
+std::shared_ptr<graph_state> whole_copy_of_view(const driver_api& api, const graph_state& s);
 
 // The attachment references to release when `node` of `s` is destroyed: its own and those of every
 // node in its child or body graphs that are held by a graph outside them (the top graph).
