@@ -38,6 +38,22 @@ graph detail::graph_access::executable(CUgraphExec exec, int device) {
   return graph(std::move(s));
 }
 
+std::shared_ptr<const void> detail::graph_access::executable_owner(const graph& g) {
+  return g.state_;
+}
+
+// Here rather than in runtime/launch.cpp: only the graph module knows what keeps a graph alive.
+void kernel_arguments::push(const graph& g) {
+  if (!g.valid()) {
+    throw invalid_argument(
+        "kernel argument: the cucore::graph is empty (default-constructed, moved from or "
+        "closed); pass an instantiated graph");
+  }
+  CUgraphExec exec = g.handle();
+  push_owner(detail::graph_access::executable_owner(g));
+  push_bytes(&exec, sizeof(exec), alignof(CUgraphExec));
+}
+
 namespace {
 
 const char* update_result_text(CUgraphExecUpdateResult r) noexcept {

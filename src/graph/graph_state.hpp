@@ -231,6 +231,8 @@ struct graph_access {
     return graph_condition(h, g);
   }
   static cucore::graph executable(CUgraphExec exec, int device);
+  // What keeps `g`'s executable graph alive (nullptr for an empty graph).
+  static std::shared_ptr<const void> executable_owner(const cucore::graph& g);
   static const std::shared_ptr<graph_state>& builder_state(const graph_builder& b);
 };
 

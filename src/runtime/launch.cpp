@@ -69,7 +69,11 @@ void detail::check_launch_arguments(const kernel& k, const kernel_arguments& arg
 
 void kernel_arguments::push(const buffer& b) {
   device_address address = b.address();
-  std::shared_ptr<const void> owner = b.owner();
+  push_owner(b.owner());
+  push_bytes(&address, sizeof(address), alignof(device_address));
+}
+
+void kernel_arguments::push_owner(std::shared_ptr<const void> owner) {
   if (owner_count_ < inline_owners_.size()) {
     inline_owners_[owner_count_] = std::move(owner);
   } else {
@@ -79,7 +83,6 @@ void kernel_arguments::push(const buffer& b) {
     heap_owners_.push_back(std::move(owner));
   }
   ++owner_count_;
-  push_bytes(&address, sizeof(address), alignof(device_address));
 }
 
 std::size_t kernel_arguments::size_of(std::size_t index) const {

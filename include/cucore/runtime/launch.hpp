@@ -16,6 +16,7 @@
 namespace cucore {
 
 class graph_condition;  // cucore/graph/definition.hpp
+class graph;            // cucore/graph/graph.hpp
 
 // Grid, block or cluster extents. Every component must be at least 1.
 struct dim3 {
@@ -66,6 +67,10 @@ class kernel_arguments {
   void push(const buffer& b);
   // A conditional node's condition, seen by the kernel as a cudaGraphConditionalHandle.
   void push(const graph_condition& c);
+  // An executable graph, seen by the kernel as a cudaGraphExec_t (for a device-side
+  // cudaGraphLaunch); owners() keeps it alive, so a graph node launching it keeps it launchable.
+  // Throws invalid_argument for an empty graph.
+  void push(const graph& g);
 
   std::size_t count() const noexcept { return slot_count_; }
   std::size_t size_of(std::size_t index) const;
@@ -89,6 +94,7 @@ class kernel_arguments {
     std::size_t size = 0;
   };
   void push_bytes(const void* data, std::size_t size, std::size_t alignment);
+  void push_owner(std::shared_ptr<const void> owner);
   std::byte* bytes() noexcept { return heap_bytes_.empty() ? inline_bytes_ : heap_bytes_.data(); }
   const std::byte* bytes() const noexcept {
     return heap_bytes_.empty() ? inline_bytes_ : heap_bytes_.data();
