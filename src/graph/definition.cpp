@@ -330,6 +330,8 @@ graph_node node_factory<D>::embed(const graph_definition& child) const {
   const auto& s = self.factory_state();
   const auto& source = graph_access::state(child);
   if (!source) throw invalid_argument("embed: the child graph_definition is empty");
+  // Usable first: a destroyed view's handle may since belong to another graph.
+  check_usable(*source);
   if (source->graph == s->graph) throw invalid_argument("embed: a graph cannot embed itself");
   // A view is embedded through a whole copy of it (whole_copy_of_view), which holds its owners.
   const auto whole = whole_copy_of_view(graph_driver(), *source);

@@ -144,6 +144,16 @@ void collect_inside(const graph_state& body, std::vector<const graph_state*>& in
 
 }  // namespace
 
+namespace {
+
+bool is_conditional_body(const graph_state& s) {
+  if (s.parent == nullptr) return false;
+  const auto it = s.parent->meta.find(s.owner_node);
+  return it != s.parent->meta.end() && it->second.conditional.has_value();
+}
+
+}  // namespace
+
 void import_clone_metadata(const driver_api& api, graph_state& clone, const graph_state& source) {
   import_scope scope;
   scope.top_copy = clone.graph;
@@ -158,7 +168,14 @@ std::shared_ptr<graph_state> clone_whole(const driver_api& api, const graph_stat
   CUgraph c = nullptr;
   const CUresult r = api.cuGraphClone(&c, s.graph);
   if (r != CUDA_SUCCESS) {
-    check_driver(r, "cuGraphClone", conditional_graph_rule(api, s, r, true));
+    check_driver(
+        r, "cuGraphClone",
+        is_conditional_body(s) && r == CUDA_ERROR_NOT_SUPPORTED
+            ? "CUDA does not clone a conditional node's body graph on its own, so a view of "
+              "a body cannot be cloned, embedded, instantiated or used to update: build "
+              "the body's work as a graph of its own, embed it into the body, and copy "
+              "that graph"
+            : conditional_graph_rule(api, s, r, true));
   }
   auto copy = adopt_root_graph(c, s.device);
   import_clone_metadata(api, *copy, s);  // on failure, destroying the copy drops what it retained
