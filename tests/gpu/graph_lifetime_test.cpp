@@ -751,39 +751,50 @@ TEST_F(GraphLifetime, InFlightLaunchKeepsOwnersUntilItFinishes) {
   EXPECT_TRUE(expires_within(wt));
 }
 
-TEST_F(GraphLifetime, EventRecordNodeAloneKeepsTheEventAlive) {
+// One row per event node kind: a graph of that node alone holds the event.
+struct event_node_kind {
+  const char* name;                                        // the test's name
+  void (*prepare)(event& e, const stream& s);              // before the node is added
+  void (*add)(const graph_definition& g, const event& e);  // adds the node
+  int launches;
+};
+
+void PrintTo(const event_node_kind& k, std::ostream* os) {
+  *os << k.name;
+}
+
+const event_node_kind kEventNodeKinds[] = {
+    {"EventRecordNode", [](event&, const stream&) {},
+     [](const graph_definition& g, const event& e) { g.record(e); }, 2},
+    {"EventWaitNode", [](event& e, const stream& s) { e.record(s); },
+     [](const graph_definition& g, const event& e) { g.wait(e).empty(); }, 1},
+};
+
+class GraphLifetimeEventNode : public GraphLifetime,
+                               public ::testing::WithParamInterface<event_node_kind> {};
+
+TEST_P(GraphLifetimeEventNode, AloneKeepsTheEventAlive) {
+  const event_node_kind& kind = GetParam();
   std::optional<event> e(std::in_place, dev());
+  kind.prepare(*e, s());
   const std::weak_ptr<const void> we = e->owner();
   std::optional<graph_definition> g(std::in_place, dev());
-  g->record(*e);
+  kind.add(*g, *e);
   e.reset();
   EXPECT_TRUE(still_alive_after(we));
   graph exec = g->instantiate();
   g.reset();
-  exec.launch(s());
-  exec.launch(s());
+  for (int i = 0; i < kind.launches; ++i) exec.launch(s());
   s().synchronize();
   EXPECT_TRUE(still_alive_after(we));
   exec.close();
   EXPECT_TRUE(expires_within(we));
 }
 
-TEST_F(GraphLifetime, EventWaitNodeAloneKeepsTheEventAlive) {
-  std::optional<event> e(std::in_place, dev());
-  e->record(s());
-  const std::weak_ptr<const void> we = e->owner();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->wait(*e).empty();
-  e.reset();
-  EXPECT_TRUE(still_alive_after(we));
-  graph exec = g->instantiate();
-  g.reset();
-  exec.launch(s());
-  s().synchronize();
-  EXPECT_TRUE(still_alive_after(we));
-  exec.close();
-  EXPECT_TRUE(expires_within(we));
-}
+INSTANTIATE_TEST_SUITE_P(Events, GraphLifetimeEventNode, ::testing::ValuesIn(kEventNodeKinds),
+                         [](const ::testing::TestParamInfo<event_node_kind>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // ---- destroying nodes
 // ----------------------------------------------------------------------------
