@@ -42,6 +42,7 @@ namespace {
 
 using gpu_testing::contains;
 using gpu_testing::cover;
+using gpu_testing::doubled;
 using gpu_testing::expires_within;
 using gpu_testing::fail_nth_call;
 using gpu_testing::fresh_seed;
@@ -50,6 +51,7 @@ using gpu_testing::invalid_argument_message;
 using gpu_testing::kPoison;
 using gpu_testing::random_values;
 using gpu_testing::still_alive_after;
+using gpu_testing::upload;
 
 using bkind = graph_builder::kind;
 using bstate = graph_builder::state;
@@ -82,11 +84,11 @@ class BuilderCallback : public builder_test {};
 class BuilderGuard : public builder_test {};
 class BuilderUpdate : public builder_test {};
 
-template <class T>
-buffer on_device(const std::vector<T>& host, const stream& s) {
-  buffer b(host.size() * sizeof(T), s);
-  b.copy_from(host, s);
-  return b;
+// kN random floats from `seed`, and a device buffer holding them (uploaded on `s`).
+std::pair<std::vector<float>, buffer> random_on_device(std::uint64_t seed, const stream& s) {
+  std::vector<float> host = random_values<float>(kN, seed);
+  buffer b = upload(host, s);
+  return {std::move(host), std::move(b)};
 }
 
 buffer poisoned(std::size_t n, const stream& s) {
@@ -118,21 +120,17 @@ std::vector<float> plus(const std::vector<float>& v, int times) {
   return out;
 }
 
-std::vector<float> doubled(const std::vector<float>& v) {
-  std::vector<float> out(v.size());
-  std::transform(v.begin(), v.end(), out.begin(), [](float x) { return 2.0f * x; });
-  return out;
-}
-
-// Exact comparison (kernels that add 1 or double are exact); reports the first difference.
-::testing::AssertionResult same(const std::vector<float>& got, const std::vector<float>& want) {
+// Whether match(got[i], want[i]) holds for every element; reports the first difference.
+template <class Want, class Match>
+::testing::AssertionResult every_element(const std::vector<float>& got,
+                                         const std::vector<Want>& want, Match match) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   }
   std::size_t bad = 0;
   std::size_t first = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) {
+    if (!match(got[i], want[i])) {
       if (bad++ == 0) first = i;
     }
   }
@@ -140,29 +138,53 @@ std::vector<float> doubled(const std::vector<float>& v) {
   return ::testing::AssertionFailure()
          << bad << " of " << got.size() << " differ; first at " << first << ": got " << got[first]
          << ", want " << want[first];
+}
+
+// Exact comparison (kernels that add 1 or double are exact).
+::testing::AssertionResult same(const std::vector<float>& got, const std::vector<float>& want) {
+  return every_element(got, want, [](float g, float w) { return g == w; });
 }
 
 // Within `tolerance` (for axpy, which the device may fuse).
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want,
                                 double tolerance) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  return every_element(got, want,
+                       [tolerance](float g, double w) { return std::fabs(g - w) <= tolerance; });
+}
+
+// got = a * u + rest, computed in double, within 8 float epsilons of the terms' magnitudes (the
+// device may fuse the multiply and the add).
+::testing::AssertionResult near_axpy(const std::vector<float>& got, float a,
+                                     const std::vector<double>& u,
+                                     const std::vector<double>& rest) {
+  std::vector<double> want(u.size());
+  double bound = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    want[i] = static_cast<double>(a) * u[i] + rest[i];
+    bound = std::max(bound, std::fabs(static_cast<double>(a) * u[i]) + std::fabs(rest[i]));
   }
-  std::size_t bad = 0;
-  std::size_t first = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= tolerance)) {
-      if (bad++ == 0) first = i;
-    }
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << bad << " of " << got.size() << " differ; first at " << first << ": got " << got[first]
-         << ", want " << want[first];
+  return near(got, want, 8 * std::numeric_limits<float>::epsilon() * bound);
 }
 
 std::vector<int> read_ints(const buffer& b, const stream& s) {
   return b.to_vector<int>(s);
+}
+
+// A new condition of the builder's graph, set (by a captured kernel) from the unsigned in `from`
+// at every launch.
+graph_condition condition_from(const graph_builder& b, const buffer& from) {
+  const graph_condition cond = b.create_condition();
+  launch(b.stream(), cover(1), graph_kernel("set_condition_from"), cond, from);
+  return cond;
+}
+
+// A finished builder capturing `y += 1` (one kernel node).
+graph_builder capture_add_one(const device& d, const buffer& y) {
+  graph_builder b(d);
+  b.begin_building();
+  launch(b.stream(), cover(kN), graph_kernel("add_one"), y, kN);
+  b.end_building();
+  return b;
 }
 
 // A finished builder capturing `out = 2 * in; out += 1` (two kernel nodes).
@@ -219,15 +241,13 @@ TEST_F(BuilderCapture, StraightCaptureRunsOnFreshDataAtEveryLaunch) {
     x.copy_from(hx, s);
     y.fill(kPoison, s);
     exec.launch(s);
-    std::vector<double> want(kN);
-    double bound = 0;
+    std::vector<double> u(kN);
+    std::vector<double> rest(kN);
     for (int i = 0; i < kN; ++i) {
-      const double rest = 2.0 * hx[i] + 1.0;
-      want[i] = static_cast<double>(a) * hx[i] + rest;
-      bound = std::max(bound, std::fabs(static_cast<double>(a) * hx[i]) + std::fabs(rest));
+      u[i] = hx[i];
+      rest[i] = 2.0 * hx[i] + 1.0;
     }
-    EXPECT_TRUE(
-        near(y.to_vector<float>(s), want, 8 * std::numeric_limits<float>::epsilon() * bound));
+    EXPECT_TRUE(near_axpy(y.to_vector<float>(s), a, u, rest));
   }
 }
 
@@ -243,12 +263,8 @@ TEST_F(BuilderCapture, BeginBuildingTwiceIsRefused) {
 
 TEST_F(BuilderCapture, NoResumeAfterEndAndRelaunchesAccumulate) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
-  graph_builder b(dev());
-  b.begin_building();
-  launch(b.stream(), cover(kN), graph_kernel("add_one"), y, kN);
-  b.end_building();
+  auto [y0, y] = random_on_device(seed, s);
+  graph_builder b = capture_add_one(dev(), y);
   graph exec = b.complete();
   exec.launch(s);
   EXPECT_TRUE(same(y.to_vector<float>(s), plus(y0, 1)));
@@ -347,16 +363,13 @@ TEST_F(BuilderCapture, SplitJoinDiamondComputesBothBranches) {
     w.fill(kPoison, s);
     exec.launch(s);
     EXPECT_TRUE(same(v.to_vector<float>(s), doubled(hx)));
-    std::vector<double> want(kN);
-    double bound = 0;
+    std::vector<double> two_x(kN);
+    std::vector<double> rest(kN);
     for (int i = 0; i < kN; ++i) {
-      const double two_x = 2.0 * hx[i];
-      const double rest = static_cast<double>(hx[i] + 1.0f);
-      want[i] = static_cast<double>(a) * two_x + rest;
-      bound = std::max(bound, std::fabs(static_cast<double>(a) * two_x) + std::fabs(rest));
+      two_x[i] = 2.0 * hx[i];
+      rest[i] = static_cast<double>(hx[i] + 1.0f);
     }
-    EXPECT_TRUE(
-        near(w.to_vector<float>(s), want, 8 * std::numeric_limits<float>::epsilon() * bound));
+    EXPECT_TRUE(near_axpy(w.to_vector<float>(s), a, two_x, rest));
   }
 }
 
@@ -369,7 +382,7 @@ TEST_F(BuilderCapture, ForksOfForksJoinBackIntoThePrimary) {
   std::vector<buffer> outs;
   for (std::uint64_t i = 0; i < 4; ++i) {
     y0.push_back(random_values<float>(kN, seed + i));
-    ys.push_back(on_device(y0.back(), s));
+    ys.push_back(upload(y0.back(), s));
     outs.push_back(poisoned(kN, s));
   }
 
@@ -406,8 +419,7 @@ TEST_F(BuilderCapture, ForksOfForksJoinBackIntoThePrimary) {
 TEST_F(BuilderCapture, EveryCaptureModeCaptures) {
   SEED_TRACE();
   const kernel add_one = graph_kernel("add_one");
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   launch(s, cover(kN), add_one, y, kN);  // loads the kernel before any capture
   s.synchronize();
   int expected = 1;
@@ -430,8 +442,7 @@ TEST_F(BuilderCapture, EveryCaptureModeCaptures) {
 TEST_F(BuilderCapture, BuilderOnACallersStreamLeavesItUsable) {
   SEED_TRACE();
   const kernel add_one = graph_kernel("add_one");
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   s.synchronize();  // y is ready for the other stream
 
   stream caller(dev());
@@ -468,14 +479,10 @@ TEST_F(BuilderCapture, CloseIsIdempotentAndLaterCallsAreRefused) {
   EXPECT_THROW(none.begin_building(), invalid_argument);
   EXPECT_NO_THROW(none.close());
 
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   graph_builder finished = capture_twice_plus_one(dev(), y, y);  // y = 2y + 1, for embed below
 
-  graph_builder b(dev());
-  b.begin_building();
-  launch(b.stream(), cover(kN), graph_kernel("add_one"), y, kN);
-  b.end_building();
+  graph_builder b = capture_add_one(dev(), y);
   graph exec = b.complete();
   b.close();
   b.close();
@@ -546,8 +553,8 @@ TEST_F(BuilderConditional, IfThenRunsTheBodyOnlyWhenTheConditionIsSet) {
   const kernel twice = graph_kernel("twice");
   const auto y0 = random_values<float>(kN, seed);
   const auto z0 = random_values<float>(kN, seed + 1);
-  buffer y = on_device(y0, s);
-  buffer z = on_device(z0, s);
+  buffer y = upload(y0, s);
+  buffer z = upload(z0, s);
   buffer w = poisoned(kN, s);
   buffer flag(sizeof(unsigned), s);
 
@@ -591,15 +598,13 @@ TEST_F(BuilderConditional, IfThenRunsTheBodyOnlyWhenTheConditionIsSet) {
 
 TEST_F(BuilderConditional, IfElseRunsExactlyOneBranch) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   buffer z = poisoned(kN, s);
   buffer flag(sizeof(unsigned), s);
 
   graph_builder b(dev());
   b.begin_building();
-  const graph_condition cond = b.create_condition();
-  launch(b.stream(), cover(1), graph_kernel("set_condition_from"), cond, flag);
+  const graph_condition cond = condition_from(b, flag);
   auto [then_body, else_body] = b.if_else(cond);
   EXPECT_EQ(then_body.builder_kind(), bkind::conditional_body);
   EXPECT_EQ(else_body.builder_kind(), bkind::conditional_body);
@@ -633,8 +638,7 @@ TEST_F(BuilderConditional, WhileLoopRunsUntilTheBodyClearsTheCondition) {
   SEED_TRACE();
   const int limit = 1 + static_cast<int>(seed % 16);
   SCOPED_TRACE(::testing::Message() << "limit " << limit);
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   buffer counter = ints(1, s, -12345);
 
   graph_builder b(dev());
@@ -686,8 +690,7 @@ TEST_F(BuilderConditional, SwitchSelectsOneBranchAndSkipsAllWhenOutOfRange) {
   graph_builder b(dev());
   b.begin_building();
   counters.fill(0, b.stream());
-  const graph_condition cond = b.create_condition();
-  launch(b.stream(), cover(1), graph_kernel("set_condition_from"), cond, selector);
+  const graph_condition cond = condition_from(b, selector);
   std::vector<graph_builder> cases = b.switch_(cond, 3);
   ASSERT_EQ(cases.size(), 3u);
   for (unsigned i = 0; i < 3; ++i) {
@@ -722,8 +725,7 @@ TEST_F(BuilderConditional, ConditionalOnAForkedBuilder) {
   counters.fill(0, b.stream());
   std::vector<graph_builder> forks = b.split(2);
   graph_builder& f = forks[0];
-  const graph_condition cond = f.create_condition();
-  launch(f.stream(), cover(1), graph_kernel("set_condition_from"), cond, flag);
+  const graph_condition cond = condition_from(f, flag);
   graph_builder body = f.if_then(cond);
   body.begin_building();
   launch(body.stream(), cover(1), bump, element(counters, 0));
@@ -872,8 +874,7 @@ TEST_F(BuilderView, RefusedAfterClose) {
 
 TEST_F(BuilderView, ViewSharesOwnershipAndOutlivesTheBuilder) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer y = poisoned(kN, s);
   std::optional<graph_definition> closed_view;
   std::optional<graph_definition> destroyed_view;
@@ -896,13 +897,9 @@ TEST_F(BuilderView, ViewSharesOwnershipAndOutlivesTheBuilder) {
 
 TEST_F(BuilderView, NodesAddedThroughTheViewRunWithComplete) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   buffer z = poisoned(kN, s);
-  graph_builder b(dev());
-  b.begin_building();
-  launch(b.stream(), cover(kN), graph_kernel("add_one"), y, kN);
-  b.end_building();
+  graph_builder b = capture_add_one(dev(), y);
   graph_definition view = b.graph_definition();
   const std::vector<graph_node> captured = view.nodes();
   ASSERT_EQ(captured.size(), 1u);
@@ -921,8 +918,7 @@ TEST_F(BuilderView, NodesAddedThroughTheViewRunWithComplete) {
 
 TEST_F(BuilderView, ConditionalBodyViewIsValidBeforeAndAfterCapture) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   const kernel add_one = graph_kernel("add_one");
   graph_builder b(dev());
   b.begin_building();
@@ -954,14 +950,12 @@ TEST_F(BuilderView, ConditionalBodyViewIsValidBeforeAndAfterCapture) {
 
 TEST_F(BuilderView, HybridConditionalBodyBuiltOnlyThroughItsView) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   buffer z = poisoned(kN, s);
   buffer flag(sizeof(unsigned), s);
   graph_builder b(dev());
   b.begin_building();
-  const graph_condition cond = b.create_condition();
-  launch(b.stream(), cover(1), graph_kernel("set_condition_from"), cond, flag);
+  const graph_condition cond = condition_from(b, flag);
   graph_builder body = b.if_then(cond);
   graph_definition body_view = body.graph_definition();  // never begin_building() on the body
   EXPECT_EQ(body_view.node_count(), 0u);
@@ -992,8 +986,7 @@ TEST_F(BuilderView, HybridConditionalBodyBuiltOnlyThroughItsView) {
 
 TEST_F(BuilderEmbed, EmbedsAFinishedChildBuilder) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer y = poisoned(kN, s);
   buffer z = poisoned(kN, s);
   const kernel add_one = graph_kernel("add_one");
@@ -1021,8 +1014,7 @@ TEST_F(BuilderEmbed, EmbedsAFinishedChildBuilder) {
 
 TEST_F(BuilderEmbed, EmbedsAGraphDefinition) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer y = poisoned(kN, s);
   buffer z = poisoned(kN, s);
   std::optional<graph_definition> child{std::in_place, dev()};
@@ -1071,8 +1063,7 @@ TEST_F(BuilderEmbed, EmbeddingAnUnfinishedBuilderIsRefused) {
 
 TEST_F(BuilderCallback, LambdaRunsAtEveryLaunchInCaptureOrder) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   std::atomic<int> calls{0};
   graph_builder b(dev());
   b.begin_building();
@@ -1234,8 +1225,7 @@ TEST_F(BuilderCallback, CallbackNeedsABuildingBuilder) {
 TEST_F(BuilderGuard, AnExceptionInsideTheGuardEndsTheCapture) {
   SEED_TRACE();
   const kernel add_one = graph_kernel("add_one");
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   s.synchronize();
   stream caller(dev());
   graph_builder b(caller);
@@ -1263,8 +1253,7 @@ TEST_F(BuilderGuard, AnExceptionInsideTheGuardEndsTheCapture) {
 
 TEST_F(BuilderGuard, EndFinishesTheCaptureNormally) {
   SEED_TRACE();
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   graph_builder b(dev());
   {
     capture_guard guard(b, capture_mode::thread_local_);
@@ -1286,8 +1275,7 @@ TEST_F(BuilderGuard, EndFinishesTheCaptureNormally) {
 TEST_F(BuilderGuard, DestroyingABuilderMidCaptureLeavesItsStreamUsable) {
   SEED_TRACE();
   const kernel add_one = graph_kernel("add_one");
-  const auto y0 = random_values<float>(kN, seed);
-  buffer y = on_device(y0, s);
+  auto [y0, y] = random_on_device(seed, s);
   s.synchronize();
   stream caller(dev());
   {
@@ -1319,8 +1307,7 @@ TEST_F(BuilderGuard, DestroyingABuilderMidCaptureLeavesItsStreamUsable) {
 
 TEST_F(BuilderUpdate, UpdateFromABuilderRedirectsKernelArguments) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer first = poisoned(kN, s);
   buffer second = poisoned(kN, s);
   const std::vector<float> want = plus(doubled(x0), 1);
@@ -1361,8 +1348,7 @@ TEST_F(BuilderUpdate, UpdateFromAnUnfinishedOrClosedBuilderIsRefused) {
 
 TEST_F(BuilderUpdate, TopologyMismatchIsACudaErrorAndLeavesTheGraphUnchanged) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer y = poisoned(kN, s);
   buffer other = poisoned(kN, s);
   graph exec = capture_twice_plus_one(dev(), x, y).complete();
@@ -1388,8 +1374,7 @@ TEST_F(BuilderUpdate, TopologyMismatchIsACudaErrorAndLeavesTheGraphUnchanged) {
 
 TEST_F(BuilderUpdate, UpdateFromADefinition) {
   SEED_TRACE();
-  const auto x0 = random_values<float>(kN, seed);
-  buffer x = on_device(x0, s);
+  auto [x0, x] = random_on_device(seed, s);
   buffer first = poisoned(kN, s);
   buffer second = poisoned(kN, s);
   graph exec = capture_twice_plus_one(dev(), x, first).complete();

@@ -50,18 +50,19 @@ using gpu_testing::invalid_argument_message;
 using gpu_testing::kPoison;
 using gpu_testing::random_values;
 using gpu_testing::still_alive_after;
+using gpu_testing::upload;
 
-class GraphDefinition : public gpu_testing::gpu_test {};
+// A fresh seed for every test, named in every failure's trace.
+class GraphDefinition : public gpu_testing::gpu_test {
+ protected:
+  const std::uint64_t seed = fresh_seed();
+
+ private:
+  const ::testing::ScopedTrace seed_trace_{__FILE__, __LINE__, "seed " + std::to_string(seed)};
+};
 
 // One thread: the condition setters and counters.
 const launch_config kOne{.grid = 1, .block = 1};
-
-template <class T>
-buffer upload(const std::vector<T>& host, const stream& s) {
-  buffer b(host.size() * sizeof(T), s);
-  b.copy_from(host, s);
-  return b;
-}
 
 // Elements that differ from the expectation by more than a float rounding or two (the device
 // contracts a * x + y into an FMA).
@@ -80,6 +81,66 @@ int mismatches(const std::vector<T>& got, const std::vector<T>& want) {
   for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
   return bad;
 }
+
+// Random x and y of n elements, uploaded on `s`, and a random a: the inputs of axpy (y = a * x +
+// y).
+struct axpy_problem {
+  std::vector<float> x0;
+  std::vector<float> y0;
+  float a;
+  buffer x;
+  buffer y;
+
+  axpy_problem(int n, std::uint64_t seed, const stream& s)
+      : x0(random_values<float>(n, seed)),
+        y0(random_values<float>(n, seed + 1)),
+        a(random_values<float>(1, seed + 2)[0]),
+        x(upload(x0, s)),
+        y(upload(y0, s)) {}
+
+  // y after `runs` axpy runs (each a * x0[i] + the previous y[i]).
+  std::vector<float> y_after(int runs) const {
+    std::vector<float> want = y0;
+    for (int r = 0; r < runs; ++r) {
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = a * x0[i] + want[i];
+    }
+    return want;
+  }
+};
+
+// Random y and z of n elements, uploaded on `s`.
+struct y_and_z {
+  std::vector<float> y0;
+  std::vector<float> z0;
+  buffer y;
+  buffer z;
+
+  y_and_z(int n, std::uint64_t seed, const stream& s)
+      : y0(random_values<float>(n, seed)),
+        z0(random_values<float>(n, seed + 1)),
+        y(upload(y0, s)),
+        z(upload(z0, s)) {}
+
+  // y once both were incremented and z was added to y: (z0 + 1) + (y0 + 1).
+  std::vector<float> incremented_sum() const {
+    std::vector<float> want(y0.size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = (z0[i] + 1.0f) + (y0[i] + 1.0f);
+    return want;
+  }
+};
+
+// A graph of one add_one kernel node over random y (n elements, uploaded on `s`).
+struct add_one_graph {
+  std::vector<float> y0;
+  buffer y;
+  graph_definition def;
+  graph_node node;
+
+  add_one_graph(const device& dev, const stream& s, int n, std::uint64_t seed)
+      : y0(random_values<float>(n, seed)), y(upload(y0, s)), def(dev) {
+    node = def.launch(cover(n), graph_kernel("add_one"), y, n);
+  }
+};
 
 std::unordered_set<graph_node> as_set(const std::vector<graph_node>& v) {
   return {v.begin(), v.end()};
@@ -450,41 +511,32 @@ TEST_F(GraphDefinition, ConditionalNodeParametersReadBack) {
 TEST_F(GraphDefinition, LaunchChainRunsInDependencyOrder) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 5000;
-  auto y0 = random_values<float>(n, seed);
-  buffer y = upload(y0, s);
-  graph_definition def(dev);
-  graph_node n1 = def.launch(cover(n), graph_kernel("add_one"), y, n);
-  graph_node n2 = n1.launch(cover(n), graph_kernel("twice"), y, y, n);
-  graph_node n3 = n2.launch(cover(n), graph_kernel("add_one"), y, n);
+  add_one_graph chain(dev, s, n, seed);
+  graph_node n1 = chain.node;
+  graph_node n2 = n1.launch(cover(n), graph_kernel("twice"), chain.y, chain.y, n);
+  graph_node n3 = n2.launch(cover(n), graph_kernel("add_one"), chain.y, n);
   EXPECT_TRUE(n1.predecessors().empty());
   EXPECT_TRUE(as_set(n2.predecessors()) == (std::unordered_set<graph_node>{n1}));
   EXPECT_TRUE(as_set(n3.predecessors()) == (std::unordered_set<graph_node>{n2}));
   EXPECT_TRUE(as_set(n1.successors()) == (std::unordered_set<graph_node>{n2}));
-  EXPECT_EQ(def.edges().size(), 2u);
+  EXPECT_EQ(chain.def.edges().size(), 2u);
 
-  graph g = def.instantiate();
+  graph g = chain.def.instantiate();
   g.launch(s);
   std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = 2.0f * (y0[i] + 1.0f) + 1.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  for (int i = 0; i < n; ++i) want[i] = 2.0f * (chain.y0[i] + 1.0f) + 1.0f;
+  EXPECT_EQ(far_off(chain.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, JoinMergesBranches) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 4099;
-  auto y0 = random_values<float>(n, seed);
-  auto z0 = random_values<float>(n, seed + 1);
-  buffer y = upload(y0, s);
-  buffer z = upload(z0, s);
+  y_and_z v(n, seed, s);
   graph_definition def(dev);
-  graph_node b1 = def.launch(cover(n), graph_kernel("add_one"), y, n);
-  graph_node b2 = def.launch(cover(n), graph_kernel("add_one"), z, n);
+  graph_node b1 = def.launch(cover(n), graph_kernel("add_one"), v.y, n);
+  graph_node b2 = def.launch(cover(n), graph_kernel("add_one"), v.z, n);
   graph_node j = b1.join({b2});
   EXPECT_EQ(j.kind(), graph_node_kind::empty);
   EXPECT_TRUE(as_set(j.predecessors()) == (std::unordered_set<graph_node>{b1, b2}));
@@ -495,14 +547,12 @@ TEST_F(GraphDefinition, JoinMergesBranches) {
   // A join from the graph is an empty node after the listed ones.
   graph_node from_def = def.join({b1, b2});
   EXPECT_TRUE(as_set(from_def.predecessors()) == (std::unordered_set<graph_node>{b1, b2}));
-  graph_node tail = j.launch(cover(n), graph_kernel("axpy"), 1.0f, z, y, n);
+  graph_node tail = j.launch(cover(n), graph_kernel("axpy"), 1.0f, v.z, v.y, n);
   EXPECT_TRUE(as_set(tail.predecessors()) == (std::unordered_set<graph_node>{j}));
 
   graph g = def.instantiate();
   g.launch(s);
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = (z0[i] + 1.0f) + (y0[i] + 1.0f);
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  EXPECT_EQ(far_off(v.y.to_vector<float>(s), v.incremented_sum()), 0);
 }
 
 TEST_F(GraphDefinition, AllocateAndDeallocateRefuseZero) {
@@ -625,33 +675,24 @@ TEST_F(GraphDefinition, SelfEdgeIsRefusedByTheDriver) {
 TEST_F(GraphDefinition, KernelNodeRunsAxpy) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = (1 << 16) + 5;
-  auto x0 = random_values<float>(n, seed);
-  auto y0 = random_values<float>(n, seed + 1);
-  const float a = random_values<float>(1, seed + 2)[0];
-  buffer x = upload(x0, s);
-  buffer y = upload(y0, s);
-  buffer y2 = upload(y0, s);
+  axpy_problem p(n, seed, s);
+  buffer y2 = upload(p.y0, s);
   graph_definition def(dev);
-  def.launch(cover(n), graph_kernel("axpy"), a, x, y, n);
+  def.launch(cover(n), graph_kernel("axpy"), p.a, p.x, p.y, n);
   // The kernel_arguments overload.
-  kernel_arguments args(a, x, y2, n);
+  kernel_arguments args(p.a, p.x, y2, n);
   def.launch(cover(n), graph_kernel("axpy"), args);
   graph g = def.instantiate();
   g.launch(s);
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = a * x0[i] + y0[i];
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  const std::vector<float> want = p.y_after(1);
+  EXPECT_EQ(far_off(p.y.to_vector<float>(s), want), 0);
   EXPECT_EQ(far_off(y2.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, MemsetNodesFillDeviceMemory) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 gen(seed);
   const std::uint32_t v32 = fresh_nonzero(gen, {});
   const auto v16 = static_cast<std::uint16_t>(1 + v32 % 0xfffe);
@@ -693,8 +734,6 @@ TEST_F(GraphDefinition, MemsetNodesFillDeviceMemory) {
 TEST_F(GraphDefinition, MemcpyNodeCopiesDeviceToDevice) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const std::size_t n = 30000;
   auto src0 = random_values<float>(n, seed);
   buffer src = upload(src0, s);
@@ -718,8 +757,6 @@ TEST_F(GraphDefinition, MemcpyNodeCopiesDeviceToDevice) {
 TEST_F(GraphDefinition, MemcpyNodesCopyThroughPinnedHostMemory) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 20000;
   const std::size_t bytes = n * sizeof(float);
   pinned_buffer up(bytes);
@@ -754,46 +791,34 @@ TEST_F(GraphDefinition, MemcpyNodesCopyThroughPinnedHostMemory) {
 TEST_F(GraphDefinition, ChildGraphNodesRunTheChild) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 7777;
-  auto x0 = random_values<float>(n, seed);
-  auto y0 = random_values<float>(n, seed + 1);
-  const float a = random_values<float>(1, seed + 2)[0];
-  buffer x = upload(x0, s);
-  buffer y = upload(y0, s);
+  axpy_problem p(n, seed, s);
   graph_definition child(dev);
-  child.launch(cover(n), graph_kernel("axpy"), a, x, y, n);
+  child.launch(cover(n), graph_kernel("axpy"), p.a, p.x, p.y, n);
 
   graph_definition def(dev);
   graph_node first = def.embed(child);
   graph_node second = first.embed(child);
-  second.launch(cover(n), graph_kernel("add_one"), y, n);
+  second.launch(cover(n), graph_kernel("add_one"), p.y, n);
   graph g = def.instantiate();
   g.launch(s);
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = a * x0[i] + (a * x0[i] + y0[i]) + 1.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  std::vector<float> want = p.y_after(2);
+  for (float& w : want) w = w + 1.0f;
+  EXPECT_EQ(far_off(p.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, HostCallbackLambdaRunsAfterTheWorkBeforeIt) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 3000;
-  auto x0 = random_values<float>(n, seed);
-  auto y0 = random_values<float>(n, seed + 1);
-  const float a = random_values<float>(1, seed + 2)[0];
-  buffer x = upload(x0, s);
-  buffer y = upload(y0, s);
+  axpy_problem p(n, seed, s);
   pinned_buffer staged(n * sizeof(float));
   std::atomic<int> calls{0};
   std::vector<float> seen;
 
   graph_definition def(dev);
-  graph_node k = def.launch(cover(n), graph_kernel("axpy"), a, x, y, n);
-  graph_node copy = k.memcpy(staged, y, n * sizeof(float));
+  graph_node k = def.launch(cover(n), graph_kernel("axpy"), p.a, p.x, p.y, n);
+  graph_node copy = k.memcpy(staged, p.y, n * sizeof(float));
   // The callback reads what the copy before it wrote.
   float* staged_data = staged.span<float>().data();
   graph_node cb = copy.callback([&calls, &seen, staged_data, n] {
@@ -803,14 +828,10 @@ TEST_F(GraphDefinition, HostCallbackLambdaRunsAfterTheWorkBeforeIt) {
   EXPECT_EQ(cb.kind(), graph_node_kind::host_callback);
   graph g = def.instantiate();
   const int launches = 3;
-  std::vector<float> want = y0;
-  for (int l = 0; l < launches; ++l) {
-    g.launch(s);
-    for (int i = 0; i < n; ++i) want[i] = a * x0[i] + want[i];
-  }
+  for (int l = 0; l < launches; ++l) g.launch(s);
   s.synchronize();
   EXPECT_EQ(calls.load(), launches);
-  EXPECT_EQ(far_off(seen, want), 0);
+  EXPECT_EQ(far_off(seen, p.y_after(launches)), 0);
 }
 
 struct callback_payload {
@@ -836,8 +857,6 @@ void count_null_user_data(void* data) {
 TEST_F(GraphDefinition, HostCallbackFunctionWithCopiedUserData) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   std::atomic<int> total{0};
   callback_payload payload{&total, static_cast<int>(1 + seed % 1000)};
   const int add = payload.add;
@@ -879,8 +898,6 @@ TEST_F(GraphDefinition, EventRecordAndWaitNodesOrderGraphsOnTwoStreams) {
   stream s1(dev);
   stream s2(dev);
   stream s3(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 1 << 16;
   auto in0 = random_values<float>(n, seed);
   buffer in = upload(in0, s1);
@@ -929,41 +946,30 @@ TEST_F(GraphDefinition, EventRecordAndWaitNodesOrderGraphsOnTwoStreams) {
 TEST_F(GraphDefinition, AllocatedMemoryIsUsableUntilItsFreeNode) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 12345;
   const std::size_t bytes = n * sizeof(float);
-  auto x0 = random_values<float>(n, seed);
-  auto y0 = random_values<float>(n, seed + 1);
-  const float a = random_values<float>(1, seed + 2)[0];
-  buffer x = upload(x0, s);
-  buffer y = upload(y0, s);
+  axpy_problem p(n, seed, s);
 
   graph_definition def(dev);
   graph_node alloc = def.allocate(bytes);
   const device_address tmp = alloc.alloc_params().address;
-  graph_node copy = alloc.memcpy(tmp, x, bytes);
-  graph_node k = copy.launch(cover(n), graph_kernel("axpy"), a, tmp, y, n);
+  graph_node copy = alloc.memcpy(tmp, p.x, bytes);
+  graph_node k = copy.launch(cover(n), graph_kernel("axpy"), p.a, tmp, p.y, n);
   graph_node freed = k.deallocate(tmp);
   EXPECT_EQ(freed.free_address(), tmp);
   EXPECT_TRUE(as_set(freed.predecessors()) == (std::unordered_set<graph_node>{k}));
 
   graph g = def.instantiate();
   g.launch(s);
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = a * x0[i] + y0[i];
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  EXPECT_EQ(far_off(p.y.to_vector<float>(s), p.y_after(1)), 0);
   // Freed by its node: the graph runs again.
   g.launch(s);
-  for (int i = 0; i < n; ++i) want[i] = a * x0[i] + want[i];
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  EXPECT_EQ(far_off(p.y.to_vector<float>(s), p.y_after(2)), 0);
 }
 
 TEST_F(GraphDefinition, IfThenRunsItsBodyOnlyWhenTheConditionIsTrue) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   buffer flag(sizeof(unsigned), s);
   buffer body_count = upload(std::vector<int>{0}, s);
   buffer after_count = upload(std::vector<int>{0}, s);
@@ -990,8 +996,6 @@ TEST_F(GraphDefinition, IfThenRunsItsBodyOnlyWhenTheConditionIsTrue) {
 TEST_F(GraphDefinition, IfElseRunsOneOfItsBranches) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 gen(seed);
   const std::uint32_t then_value = fresh_nonzero(gen, {});
   const std::uint32_t else_value = fresh_nonzero(gen, {then_value});
@@ -1014,8 +1018,6 @@ TEST_F(GraphDefinition, IfElseRunsOneOfItsBranches) {
 TEST_F(GraphDefinition, WhileLoopRunsUntilTheBodyClearsTheCondition) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int limit = 1 + static_cast<int>(seed % 50);
   buffer counter = upload(std::vector<int>{0}, s);
   buffer after = upload(std::vector<int>{0}, s);
@@ -1054,8 +1056,6 @@ TEST_F(GraphDefinition, WhileLoopWithAFalseDefaultRunsZeroTimes) {
 TEST_F(GraphDefinition, SwitchRunsTheSelectedBranchAndSkipsAllOutOfRange) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 gen(seed);
   const unsigned count = 4;
   std::vector<std::uint32_t> values;
@@ -1123,87 +1123,100 @@ struct y_rig {
   }
 };
 
-TEST_F(GraphDefinition, YRigBaseline) {
-  device dev(0);
-  stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  y_rig rig(dev, s, seed);
-  EXPECT_EQ(rig.def.node_count(), 3u);
-  EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{rig.a1, rig.a2}));
-  rig.run_and_check(s, [](float y, float z) { return std::pair{(y + 1) + (z + 1), z + 1}; });
+// One row per change to the Y: what it does (with its checks of the new topology), and what y and z
+// hold after one launch of the changed graph.
+struct y_rig_change {
+  const char* name;  // the test's name
+  void (*change)(y_rig& rig);
+  std::pair<float, float> (*want)(float y, float z);
+};
+
+void PrintTo(const y_rig_change& c, std::ostream* os) {
+  *os << c.name;
 }
 
-TEST_F(GraphDefinition, YRigDestroyFirstArm) {
+const y_rig_change kYRigChanges[] = {
+    {"Baseline",
+     [](y_rig& rig) {
+       EXPECT_EQ(rig.def.node_count(), 3u);
+       EXPECT_TRUE(as_set(rig.joint.predecessors()) ==
+                   (std::unordered_set<graph_node>{rig.a1, rig.a2}));
+     },
+     [](float y, float z) {
+       return std::pair{(y + 1) + (z + 1), z + 1};
+     }},
+    {"DestroyFirstArm",
+     [](y_rig& rig) {
+       rig.a1.destroy();
+       EXPECT_EQ(rig.def.node_count(), 2u);
+       EXPECT_EQ(rig.def.edges().size(), 1u);
+       EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{rig.a2}));
+     },
+     [](float y, float z) {
+       return std::pair{y + (z + 1), z + 1};
+     }},
+    {"DestroySecondArm",
+     [](y_rig& rig) {
+       rig.a2.destroy();
+       EXPECT_EQ(rig.def.node_count(), 2u);
+       EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{rig.a1}));
+     },
+     [](float y, float z) {
+       return std::pair{(y + 1) + z, z};
+     }},
+    {"DestroyJoint",
+     [](y_rig& rig) {
+       rig.joint.destroy();
+       EXPECT_EQ(rig.def.node_count(), 2u);
+       EXPECT_TRUE(rig.def.edges().empty());
+       EXPECT_TRUE(rig.a1.successors().empty());
+     },
+     [](float y, float z) {
+       return std::pair{y + 1, z + 1};
+     }},
+    {"InsertNodeBetweenArmAndJoint",
+     [](y_rig& rig) {
+       // b: y = 2 * y, between a1 and the joint.
+       graph_node b =
+           rig.def.launch(cover(y_rig::n), graph_kernel("twice"), rig.y, rig.y, y_rig::n);
+       b.set_predecessors(std::vector<graph_node>{rig.a1});
+       b.add_successor(rig.joint);
+       rig.a1.remove_successor(rig.joint);
+       EXPECT_TRUE(as_set(rig.a1.successors()) == (std::unordered_set<graph_node>{b}));
+       EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{b, rig.a2}));
+       EXPECT_EQ(rig.def.edges().size(), 3u);
+     },
+     [](float y, float z) {
+       return std::pair{2 * (y + 1) + (z + 1), z + 1};
+     }},
+};
+
+class GraphDefinitionYRig : public GraphDefinition,
+                            public ::testing::WithParamInterface<y_rig_change> {};
+
+TEST_P(GraphDefinitionYRig, RunsAsChanged) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   y_rig rig(dev, s, seed);
-  rig.a1.destroy();
-  EXPECT_EQ(rig.def.node_count(), 2u);
-  EXPECT_EQ(rig.def.edges().size(), 1u);
-  EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{rig.a2}));
-  rig.run_and_check(s, [](float y, float z) { return std::pair{y + (z + 1), z + 1}; });
+  GetParam().change(rig);
+  rig.run_and_check(s, GetParam().want);
 }
 
-TEST_F(GraphDefinition, YRigDestroySecondArm) {
-  device dev(0);
-  stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  y_rig rig(dev, s, seed);
-  rig.a2.destroy();
-  EXPECT_EQ(rig.def.node_count(), 2u);
-  EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{rig.a1}));
-  rig.run_and_check(s, [](float y, float z) { return std::pair{(y + 1) + z, z}; });
-}
-
-TEST_F(GraphDefinition, YRigDestroyJoint) {
-  device dev(0);
-  stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  y_rig rig(dev, s, seed);
-  rig.joint.destroy();
-  EXPECT_EQ(rig.def.node_count(), 2u);
-  EXPECT_TRUE(rig.def.edges().empty());
-  EXPECT_TRUE(rig.a1.successors().empty());
-  rig.run_and_check(s, [](float y, float z) { return std::pair{y + 1, z + 1}; });
-}
-
-TEST_F(GraphDefinition, YRigInsertNodeBetweenArmAndJoint) {
-  device dev(0);
-  stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  y_rig rig(dev, s, seed);
-  // b: y = 2 * y, between a1 and the joint.
-  graph_node b = rig.def.launch(cover(y_rig::n), graph_kernel("twice"), rig.y, rig.y, y_rig::n);
-  b.set_predecessors(std::vector<graph_node>{rig.a1});
-  b.add_successor(rig.joint);
-  rig.a1.remove_successor(rig.joint);
-  EXPECT_TRUE(as_set(rig.a1.successors()) == (std::unordered_set<graph_node>{b}));
-  EXPECT_TRUE(as_set(rig.joint.predecessors()) == (std::unordered_set<graph_node>{b, rig.a2}));
-  EXPECT_EQ(rig.def.edges().size(), 3u);
-  rig.run_and_check(s, [](float y, float z) { return std::pair{2 * (y + 1) + (z + 1), z + 1}; });
-}
+INSTANTIATE_TEST_SUITE_P(Changes, GraphDefinitionYRig, ::testing::ValuesIn(kYRigChanges),
+                         [](const ::testing::TestParamInfo<y_rig_change>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST_F(GraphDefinition, SetPredecessorsAndSuccessorsReplaceEdges) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 2048;
-  auto y0 = random_values<float>(n, seed);
-  auto z0 = random_values<float>(n, seed + 1);
-  buffer y = upload(y0, s);
-  buffer z = upload(z0, s);
+  y_and_z v(n, seed, s);
   graph_definition def(dev);
   // A line a -> b -> c, rewired into a fan-in (a, b) -> c.
-  graph_node a = def.launch(cover(n), graph_kernel("add_one"), y, n);
-  graph_node b = a.launch(cover(n), graph_kernel("add_one"), z, n);
-  graph_node c = b.launch(cover(n), graph_kernel("axpy"), 1.0f, z, y, n);
+  graph_node a = def.launch(cover(n), graph_kernel("add_one"), v.y, n);
+  graph_node b = a.launch(cover(n), graph_kernel("add_one"), v.z, n);
+  graph_node c = b.launch(cover(n), graph_kernel("axpy"), 1.0f, v.z, v.y, n);
   c.set_predecessors(std::vector<graph_node>{a, b});
   b.remove_predecessor(a);
   auto edges = def.edges();
@@ -1228,9 +1241,7 @@ TEST_F(GraphDefinition, SetPredecessorsAndSuccessorsReplaceEdges) {
 
   graph g = def.instantiate();
   g.launch(s);
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = (z0[i] + 1.0f) + (y0[i] + 1.0f);
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  EXPECT_EQ(far_off(v.y.to_vector<float>(s), v.incremented_sum()), 0);
 }
 
 TEST_F(GraphDefinition, DestroyedNodeIsInvalidForEveryCopy) {
@@ -1593,116 +1604,89 @@ TEST_F(GraphDefinition, DestroyingAChildNodeInvalidatesItsView) {
 TEST_F(GraphDefinition, MultipleInstantiationsAreIndependent) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 3333;
-  auto y0 = random_values<float>(n, seed);
-  buffer y = upload(y0, s);
-  graph_definition def(dev);
-  graph_node first = def.launch(cover(n), graph_kernel("add_one"), y, n);
-  graph g1 = def.instantiate();
-  graph g2 = def.instantiate();
+  add_one_graph one(dev, s, n, seed);
+  graph g1 = one.def.instantiate();
+  graph g2 = one.def.instantiate();
   EXPECT_NE(g1.handle(), g2.handle());
   g1.launch(s);
   g2.launch(s);
   g1.launch(s);
   // Changing the definition changes neither executable; a new one sees the change.
-  first.launch(cover(n), graph_kernel("add_one"), y, n);
+  one.node.launch(cover(n), graph_kernel("add_one"), one.y, n);
   g1.launch(s);
-  graph g3 = def.instantiate();
+  graph g3 = one.def.instantiate();
   g3.launch(s);
   std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = y0[i] + 6.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  for (int i = 0; i < n; ++i) want[i] = one.y0[i] + 6.0f;
+  EXPECT_EQ(far_off(one.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, UploadedGraphRelaunchesAccumulate) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 1000;
-  auto y0 = random_values<float>(n, seed);
-  buffer y = upload(y0, s);
-  graph_definition def(dev);
-  def.launch(cover(n), graph_kernel("add_one"), y, n);
-  graph g = def.instantiate();
+  add_one_graph one(dev, s, n, seed);
+  graph g = one.def.instantiate();
   g.upload(s);
   const int launches = 3;
   for (int i = 0; i < launches; ++i) g.launch(s);
   std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = y0[i] + 1.0f + 1.0f + 1.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  for (int i = 0; i < n; ++i) want[i] = one.y0[i] + 1.0f + 1.0f + 1.0f;
+  EXPECT_EQ(far_off(one.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, InstantiateWithUploadStreamAndNodePriority) {
   device dev(0);
   stream s(dev);
   stream other(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 1000;
-  auto y0 = random_values<float>(n, seed);
-  buffer y = upload(y0, s);
-  s.synchronize();
-  graph_definition def(dev);
-  def.launch(cover(n), graph_kernel("add_one"), y, n);
+  add_one_graph one(dev, s, n, seed);
+  s.synchronize();  // the upload of y
   graph_instantiate_options options;
   options.upload_stream = stream_ref(other);
   options.use_node_priority = true;
-  graph g = def.instantiate(options);
+  graph g = one.def.instantiate(options);
   other.synchronize();
   g.launch(s);
   g.launch(s);
   std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = y0[i] + 2.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  for (int i = 0; i < n; ++i) want[i] = one.y0[i] + 2.0f;
+  EXPECT_EQ(far_off(one.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, DeviceLaunchableGraphRunsFromTheHost) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 1000;
-  auto y0 = random_values<float>(n, seed);
-  buffer y = upload(y0, s);
-  graph_definition def(dev);
-  def.launch(cover(n), graph_kernel("add_one"), y, n);
+  add_one_graph one(dev, s, n, seed);
   graph_instantiate_options options;
   options.device_launch = true;
-  graph g = def.instantiate(options);
+  graph g = one.def.instantiate(options);
   g.upload(s);
   g.launch(s);
   std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = y0[i] + 1.0f;
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  for (int i = 0; i < n; ++i) want[i] = one.y0[i] + 1.0f;
+  EXPECT_EQ(far_off(one.y.to_vector<float>(s), want), 0);
 }
 
 TEST_F(GraphDefinition, AutoFreeOnLaunchRelaunchesAnUnfreedAllocation) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 5000;
   const std::size_t bytes = n * sizeof(float);
-  auto x0 = random_values<float>(n, seed);
-  auto y0 = random_values<float>(n, seed + 1);
-  const float a = random_values<float>(1, seed + 2)[0];
-  buffer x = upload(x0, s);
-  buffer y = upload(y0, s);
+  axpy_problem p(n, seed, s);
   graph_definition def(dev);
   graph_node alloc = def.allocate(bytes);
   const device_address tmp = alloc.alloc_params().address;
-  alloc.memcpy(tmp, x, bytes).launch(cover(n), graph_kernel("axpy"), a, tmp, y, n);  // no free
+  alloc.memcpy(tmp, p.x, bytes)
+      .launch(cover(n), graph_kernel("axpy"), p.a, tmp, p.y, n);  // no free
   graph_instantiate_options options;
   options.auto_free_on_launch = true;
   graph g = def.instantiate(options);
   g.launch(s);
   g.launch(s);  // frees the first launch's allocation first
-  std::vector<float> want(n);
-  for (int i = 0; i < n; ++i) want[i] = a * x0[i] + (a * x0[i] + y0[i]);
-  EXPECT_EQ(far_off(y.to_vector<float>(s), want), 0);
+  EXPECT_EQ(far_off(p.y.to_vector<float>(s), p.y_after(2)), 0);
   // The last launch's allocation stays allocated until something frees it (destroying the graph
   // does not): a graph of one free node does, so the test leaks nothing (memcheck --leak-check).
   graph_definition release(dev);
@@ -1744,8 +1728,6 @@ TEST_F(GraphDefinition, DebugDotPrintWritesAGraph) {
 TEST_F(GraphDefinition, CloneIsIndependent) {
   device dev(0);
   stream s(dev);
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
   const int n = 2000;
   auto y0 = random_values<float>(n, seed);
   buffer y = upload(y0, s);

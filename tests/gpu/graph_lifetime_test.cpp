@@ -50,6 +50,7 @@ namespace cucore {
 namespace {
 
 using gpu_testing::cover;
+using gpu_testing::doubled;
 using gpu_testing::expires_within;
 using gpu_testing::fail_nth_call;
 using gpu_testing::fresh_seed;
@@ -60,6 +61,7 @@ using gpu_testing::launches_may_block;
 using gpu_testing::random_values;
 using gpu_testing::still_alive_after;
 using gpu_testing::test_kernels;
+using gpu_testing::watched_owners;
 
 constexpr int kN = 3000;  // not a multiple of the block size
 constexpr std::size_t kBytes = kN * sizeof(float);
@@ -96,10 +98,24 @@ std::vector<float> round_data(std::uint64_t seed, int round) {
   return ::testing::AssertionSuccess();
 }
 
-std::vector<float> doubled(const std::vector<float>& v) {
-  std::vector<float> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = 2.0f * v[i];
-  return out;
+// Calls launch_and_check(data, round) for kRounds launches, each on fresh data and under a trace
+// naming the launch.
+template <class F>
+void each_round(std::uint64_t seed, F&& launch_and_check) {
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("launch " + std::to_string(round));
+    launch_and_check(round_data(seed, round), round);
+  }
+}
+
+// One launch of `exec` on `s`: `in` gets `data` and `out` is poisoned first. Returns what out
+// holds after the launch.
+std::vector<float> launch_with(const graph& exec, buffer& in, buffer& out,
+                               const std::vector<float>& data, const stream& s) {
+  in.copy_from(data, s);
+  out.fill(kPoison, s);
+  exec.launch(s);
+  return out.to_vector<float>(s);
 }
 
 class GraphLifetime : public gpu_testing::gpu_test {
@@ -136,19 +152,12 @@ struct sample {
   std::weak_ptr<int> token;
   std::unique_ptr<std::atomic<int>> calls = std::make_unique<std::atomic<int>>(0);
 
+  watched_owners owners() const {
+    return {{"x", x}, {"y", y}, {"the kernel", kernel}, {"the callback's token", token}};
+  }
   // After a moment in which the release thread could have dropped them.
-  bool all_alive() const {
-    return still_alive_after(x) && !y.expired() && !kernel.expired() && !token.expired();
-  }
-  ::testing::AssertionResult all_expire() const {
-    const char* late = !expires_within(x)        ? "x"
-                       : !expires_within(y)      ? "y"
-                       : !expires_within(kernel) ? "the kernel"
-                       : !expires_within(token)  ? "the callback's token"
-                                                 : nullptr;
-    if (late != nullptr) return ::testing::AssertionFailure() << late << " was never released";
-    return ::testing::AssertionSuccess();
-  }
+  ::testing::AssertionResult all_alive() const { return owners().alive_after(); }
+  ::testing::AssertionResult all_expire() const { return owners().expire_within(); }
 };
 
 sample add_sample(const graph_definition& g, const stream& s) {
@@ -176,9 +185,7 @@ sample add_sample(const graph_definition& g, const stream& s) {
 // Launches `exec` kRounds times on fresh data: out must be 2 * in and the callback must run once
 // per launch.
 void run_sample(const graph& exec, sample& smp, const stream& s, std::uint64_t seed) {
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const std::vector<float> data = round_data(seed, round);
+  each_round(seed, [&](const std::vector<float>& data, int) {
     smp.in.copy_from(data, s);
     smp.out.fill(kPoison, s);
     const int before = smp.calls->load();
@@ -186,7 +193,14 @@ void run_sample(const graph& exec, sample& smp, const stream& s, std::uint64_t s
     const std::vector<float> got = smp.out.to_vector<float>(s);
     EXPECT_TRUE(all_match(got, doubled(data)));
     EXPECT_EQ(smp.calls->load(), before + 1);
-  }
+  });
+}
+
+// run_sample on a new executable graph of `def`, destroyed again at the end.
+void run_new_executable(const graph_definition& def, sample& smp, const stream& s,
+                        std::uint64_t seed) {
+  graph exec = def.instantiate();
+  run_sample(exec, smp, s, seed);
 }
 
 // ---- each kind of node keeps its owners, dropped before or after instantiation
@@ -194,129 +208,271 @@ void run_sample(const graph& exec, sample& smp, const stream& s, std::uint64_t s
 
 enum class drop_point { before_instantiate, after_instantiate };
 
+std::string drop_point_name(drop_point p) {
+  return p == drop_point::before_instantiate ? "DroppedBeforeInstantiate"
+                                             : "DroppedAfterInstantiate";
+}
+
+// Instantiates `g`, calling drop() at `point` around it.
+template <class Drop>
+graph instantiate_dropping_at(drop_point point, const graph_definition& g, Drop&& drop) {
+  if (point == drop_point::before_instantiate) drop();
+  graph exec = g.instantiate();
+  if (point == drop_point::after_instantiate) drop();
+  return exec;
+}
+
+// A graph of one node kind whose owners the test drops. The constructor allocates on `s`, adds
+// the nodes to `g` and keeps the host-side owners; drop() drops them (the graph holds them alone
+// after that); launch_and_check() runs one launch on fresh data and checks its results. The test
+// GraphLifetimeNodeKind.KeepsItsOwners drives every kind through the same lifetime.
+struct node_kind_graph {
+  explicit node_kind_graph(const stream& on) : s(on) {}
+  node_kind_graph(const node_kind_graph&) = delete;
+  node_kind_graph& operator=(const node_kind_graph&) = delete;
+  virtual ~node_kind_graph() = default;
+  virtual void drop() = 0;
+  virtual void launch_and_check(const graph& exec, const std::vector<float>& data, int round) = 0;
+
+  const stream& s;
+  watched_owners owners;  // what the test dropped: the graphs must keep it
+};
+
+// A kernel writes through a buffer argument the test dropped; memcpy nodes move the data in and out
+// of buffers the test keeps.
+struct kernel_with_buffer_arguments final : node_kind_graph {
+  buffer in;
+  buffer out;
+  std::optional<buffer> x;
+  std::optional<buffer> y;
+  std::optional<kernel> k;
+  kernel_with_buffer_arguments(const stream& on, const graph_definition& g, std::uint64_t)
+      : node_kind_graph(on),
+        in(kBytes, s),
+        out(kBytes, s),
+        x(std::in_place, kBytes, s),
+        y(std::in_place, kBytes, s),
+        k(graph_kernel("twice")) {
+    owners = {{"x", x->owner()}, {"y", y->owner()}, {"the kernel", k->owner()}};
+    g.memcpy(*x, in, kBytes).launch(cover(kN), *k, *x, *y, kN).memcpy(out, *y, kBytes);
+  }
+  void drop() override {
+    x->close();
+    y.reset();
+    k.reset();
+  }
+  void launch_and_check(const graph& exec, const std::vector<float>& data, int) override {
+    EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s), doubled(data)));
+  }
+};
+
+// Both operands of the middle copy are buffers the test dropped.
+struct memcpy_between_dropped_buffers final : node_kind_graph {
+  buffer in;
+  buffer out;
+  std::optional<buffer> a;
+  std::optional<buffer> b;
+  memcpy_between_dropped_buffers(const stream& on, const graph_definition& g, std::uint64_t)
+      : node_kind_graph(on),
+        in(kBytes, s),
+        out(kBytes, s),
+        a(std::in_place, kBytes, s),
+        b(std::in_place, kBytes, s) {
+    owners = {{"a", a->owner()}, {"b", b->owner()}};
+    g.memcpy(*a, in, kBytes).memcpy(*b, *a, kBytes).memcpy(out, *b, kBytes);
+  }
+  void drop() override {
+    a.reset();
+    b->close();
+  }
+  void launch_and_check(const graph& exec, const std::vector<float>& data, int) override {
+    EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s), data));
+  }
+};
+
+// A memset fills a dropped buffer, a kernel adds fresh data to it, a copy brings it back:
+// out = a * in + v.
+struct memset_of_a_dropped_buffer final : node_kind_graph {
+  std::vector<float> constants;
+  float a;
+  float v;
+  buffer in;
+  buffer out;
+  std::optional<buffer> y;
+  memset_of_a_dropped_buffer(const stream& on, const graph_definition& g, std::uint64_t seed)
+      : node_kind_graph(on),
+        constants(random_values<float>(2, seed ^ 0x5eedull)),
+        a(constants[0]),
+        v(constants[1]),
+        in(kBytes, s),
+        out(kBytes, s),
+        y(std::in_place, kBytes, s) {
+    owners = {{"y", y->owner()}};
+    g.memset(*y, v, kN)
+        .launch(cover(kN), graph_kernel("axpy"), a, in, *y, kN)
+        .memcpy(out, *y, kBytes);
+  }
+  void drop() override { y.reset(); }
+  void launch_and_check(const graph& exec, const std::vector<float>& data, int) override {
+    const std::vector<float> got = launch_with(exec, in, out, data, s);
+    std::vector<float> want(kN);
+    for (int i = 0; i < kN; ++i) want[i] = a * data[i] + v;
+    EXPECT_TRUE(all_match(got, want, 1e-5f));
+  }
+};
+
+// The callable of the lambda host callback: a C++ lambda with state of its own (a vector of factors
+// and a token) that reads pinned memory a copy node filled and writes host memory.
+auto scaling_lambda(std::vector<float> factors, std::shared_ptr<int> token, const float* src,
+                    float* dst, std::atomic<int>* calls) {
+  return [factors = std::move(factors), token = std::move(token), src, dst, calls] {
+    if (*token != 7) return;
+    for (std::size_t i = 0; i < factors.size(); ++i) dst[i] = src[i] * factors[i];
+    calls->fetch_add(1);
+  };
+}
+
+struct host_callback_lambda final : node_kind_graph {
+  std::vector<float> factors;
+  buffer in;
+  pinned_buffer staged;
+  std::vector<float> result;
+  std::atomic<int> calls{0};
+  std::optional<decltype(scaling_lambda({}, nullptr, nullptr, nullptr, nullptr))> fn;
+  host_callback_lambda(const stream& on, const graph_definition& g, std::uint64_t seed)
+      : node_kind_graph(on),
+        factors(random_values<float>(kN, seed ^ 0xfac7ull)),
+        in(kBytes, s),
+        staged(kBytes),
+        result(kN, kPoison) {
+    auto token = std::make_shared<int>(7);
+    owners = {{"the lambda's token", token}};
+    fn.emplace(scaling_lambda(factors, token, staged.span<float>().data(), result.data(), &calls));
+    token.reset();
+    g.memcpy(staged, in, kBytes).callback(*fn);  // copies the lambda
+  }
+  void drop() override { fn.reset(); }
+  void launch_and_check(const graph& exec, const std::vector<float>& data, int round) override {
+    in.copy_from(data, s);
+    std::fill(result.begin(), result.end(), kPoison);
+    exec.launch(s);
+    s.synchronize();
+    EXPECT_EQ(calls.load(), round + 1);
+    std::vector<float> want(kN);
+    for (int i = 0; i < kN; ++i) want[i] = data[i] * factors[i];
+    EXPECT_TRUE(all_match(result, want));
+  }
+};
+
+// The kernel comes from an object_code of its own (not the shared test library): dropping the code
+// and the kernel must not unload the library while the graph can launch it.
+struct kernel_from_its_own_library final : node_kind_graph {
+  std::optional<object_code> code;
+  std::optional<kernel> k;
+  buffer in;
+  buffer out;
+  kernel_from_its_own_library(const stream& on, const graph_definition& g, std::uint64_t)
+      : node_kind_graph(on),
+        code(object_code::from_cubin(graph_kernels().code(), "lifetime.cubin")),
+        k(code->get_kernel("twice")),
+        in(kBytes, s),
+        out(kBytes, s) {
+    owners = {{"the kernel", k->owner()}};
+    g.launch(cover(kN), *k, in, out, kN);
+  }
+  void drop() override {
+    k.reset();
+    code.reset();
+  }
+  void launch_and_check(const graph& exec, const std::vector<float>& data, int) override {
+    EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s), doubled(data)));
+  }
+};
+
+// Which of the definition and the executable graph is destroyed first (the other must still hold
+// the owners then).
+enum class first_destroyed { definition, executable };
+
+// One row per node kind: a new kind is one more row (and its node_kind_graph).
+struct node_kind {
+  const char* name;  // the test's name
+  std::unique_ptr<node_kind_graph> (*make)(const stream&, const graph_definition&, std::uint64_t);
+  first_destroyed first;
+  const char* still_held_because;  // the note when the first one is gone
+};
+
+void PrintTo(const node_kind& k, std::ostream* os) {
+  *os << k.name;
+}
+
+template <class T>
+std::unique_ptr<node_kind_graph> make_node_kind_graph(const stream& s, const graph_definition& g,
+                                                      std::uint64_t seed) {
+  return std::make_unique<T>(s, g, seed);
+}
+
+const node_kind kNodeKinds[] = {
+    {"KernelNodeKeepsItsBufferArguments", &make_node_kind_graph<kernel_with_buffer_arguments>,
+     first_destroyed::definition, "the executable graph still runs the kernel"},
+    {"MemcpyNodesKeepTheirBufferOperands", &make_node_kind_graph<memcpy_between_dropped_buffers>,
+     first_destroyed::executable, "the definition still holds the copies"},
+    {"MemsetNodeKeepsItsDestination", &make_node_kind_graph<memset_of_a_dropped_buffer>,
+     first_destroyed::definition, ""},
+    {"HostCallbackKeepsItsLambda", &make_node_kind_graph<host_callback_lambda>,
+     first_destroyed::definition, ""},
+    {"KernelNodeKeepsTheKernelsLibraryLoaded", &make_node_kind_graph<kernel_from_its_own_library>,
+     first_destroyed::definition, ""},
+};
+
+class GraphLifetimeNodeKind
+    : public GraphLifetime,
+      public ::testing::WithParamInterface<std::tuple<node_kind, drop_point>> {};
+
+// The owners live through instantiation and kRounds launches on fresh data, while either the
+// definition or the executable graph is left, and are released once both are gone.
+TEST_P(GraphLifetimeNodeKind, KeepsItsOwners) {
+  const auto& [kind, point] = GetParam();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::optional<graph_definition> g(std::in_place, dev());
+  const std::unique_ptr<node_kind_graph> nodes = kind.make(s(), *g, seed);
+
+  graph exec = instantiate_dropping_at(point, *g, [&] { nodes->drop(); });
+  EXPECT_TRUE(nodes->owners.alive_after());
+  each_round(seed, [&](const std::vector<float>& data, int round) {
+    nodes->launch_and_check(exec, data, round);
+  });
+  if (kind.first == first_destroyed::definition) {
+    g.reset();
+    EXPECT_TRUE(nodes->owners.alive_after()) << kind.still_held_because;
+    exec.close();
+  } else {
+    exec.close();
+    EXPECT_TRUE(nodes->owners.alive_after()) << kind.still_held_because;
+    g.reset();
+  }
+  EXPECT_TRUE(nodes->owners.expire_within());
+}
+
+INSTANTIATE_TEST_SUITE_P(Owners, GraphLifetimeNodeKind,
+                         ::testing::Combine(::testing::ValuesIn(kNodeKinds),
+                                            ::testing::Values(drop_point::before_instantiate,
+                                                              drop_point::after_instantiate)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_" +
+                                  drop_point_name(std::get<1>(info.param));
+                         });
+
+// The node kinds whose lifetime does not fit the table: two graphs on two streams, and user data
+// the graph copied (nothing to watch).
 class GraphLifetimeDrop : public GraphLifetime, public ::testing::WithParamInterface<drop_point> {
  protected:
   // Calls drop() at the parameter's point around instantiating `g`.
   template <class Drop>
   graph instantiate_dropping(const graph_definition& g, Drop&& drop) {
-    if (GetParam() == drop_point::before_instantiate) drop();
-    graph exec = g.instantiate();
-    if (GetParam() == drop_point::after_instantiate) drop();
-    return exec;
+    return instantiate_dropping_at(GetParam(), g, std::forward<Drop>(drop));
   }
 };
-
-// A kernel writes through a buffer argument the test dropped; memcpy nodes move the data in and out
-// of buffers the test keeps.
-TEST_P(GraphLifetimeDrop, KernelNodeKeepsItsBufferArguments) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> x(std::in_place, kBytes, s());
-  std::optional<buffer> y(std::in_place, kBytes, s());
-  std::optional<kernel> k(graph_kernel("twice"));
-  const std::weak_ptr<const void> wx = x->owner();
-  const std::weak_ptr<const void> wy = y->owner();
-  const std::weak_ptr<const void> wk = k->owner();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->memcpy(*x, in, kBytes).launch(cover(kN), *k, *x, *y, kN).memcpy(out, *y, kBytes);
-
-  graph exec = instantiate_dropping(*g, [&] {
-    x->close();
-    y.reset();
-    k.reset();
-  });
-  EXPECT_TRUE(still_alive_after(wx));
-  EXPECT_FALSE(wy.expired());
-  EXPECT_FALSE(wk.expired());
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), doubled(data)));
-  }
-  g.reset();
-  EXPECT_TRUE(still_alive_after(wx)) << "the executable graph still runs the kernel";
-  EXPECT_FALSE(wy.expired());
-  EXPECT_FALSE(wk.expired());
-  exec.close();
-  EXPECT_TRUE(expires_within(wx));
-  EXPECT_TRUE(expires_within(wy));
-  EXPECT_TRUE(expires_within(wk));
-}
-
-// Both operands of the middle copy are buffers the test dropped.
-TEST_P(GraphLifetimeDrop, MemcpyNodesKeepTheirBufferOperands) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> a(std::in_place, kBytes, s());
-  std::optional<buffer> b(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wa = a->owner();
-  const std::weak_ptr<const void> wb = b->owner();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->memcpy(*a, in, kBytes).memcpy(*b, *a, kBytes).memcpy(out, *b, kBytes);
-
-  graph exec = instantiate_dropping(*g, [&] {
-    a.reset();
-    b->close();
-  });
-  EXPECT_TRUE(still_alive_after(wa));
-  EXPECT_FALSE(wb.expired());
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), data));
-  }
-  exec.close();
-  EXPECT_TRUE(still_alive_after(wa)) << "the definition still holds the copies";
-  EXPECT_FALSE(wb.expired());
-  g.reset();
-  EXPECT_TRUE(expires_within(wa));
-  EXPECT_TRUE(expires_within(wb));
-}
-
-// A memset fills a dropped buffer, a kernel adds fresh data to it, a copy brings it back:
-// out = a * in + v.
-TEST_P(GraphLifetimeDrop, MemsetNodeKeepsItsDestination) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const auto constants = random_values<float>(2, seed ^ 0x5eedull);
-  const float a = constants[0];
-  const float v = constants[1];
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> y(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wy = y->owner();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->memset(*y, v, kN)
-      .launch(cover(kN), graph_kernel("axpy"), a, in, *y, kN)
-      .memcpy(out, *y, kBytes);
-
-  graph exec = instantiate_dropping(*g, [&] { y.reset(); });
-  EXPECT_TRUE(still_alive_after(wy));
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    std::vector<float> want(kN);
-    for (int i = 0; i < kN; ++i) want[i] = a * data[i] + v;
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), want, 1e-5f));
-  }
-  g.reset();
-  EXPECT_TRUE(still_alive_after(wy));
-  exec.close();
-  EXPECT_TRUE(expires_within(wy));
-}
 
 // Graph A (on one stream) computes into a dropped buffer and records a dropped event; graph B (on
 // another stream) waits for that event, then copies the result out. A slow kernel makes a missing
@@ -345,16 +501,14 @@ TEST_P(GraphLifetimeDrop, EventRecordAndWaitNodesKeepTheirEvent) {
   });
   EXPECT_TRUE(still_alive_after(we));
   EXPECT_FALSE(wy.expired());
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
+  each_round(seed, [&](const std::vector<float>& data, int) {
     in.copy_from(data, s());
     out.fill(kPoison, other);
     exec_producer.launch(s());
     exec_consumer->launch(other);
     EXPECT_TRUE(all_match(out.to_vector<float>(other), doubled(data)));
     s().synchronize();
-  }
+  });
   // The producer's side (the record node) goes first: the wait node still holds the event.
   producer.reset();
   exec_producer.close();
@@ -364,50 +518,6 @@ TEST_P(GraphLifetimeDrop, EventRecordAndWaitNodesKeepTheirEvent) {
   consumer.reset();
   EXPECT_TRUE(expires_within(we));
   EXPECT_TRUE(expires_within(wy));
-}
-
-// A C++ lambda with state of its own (a vector of factors and a token) reads pinned memory a copy
-// node filled and writes host memory.
-TEST_P(GraphLifetimeDrop, HostCallbackKeepsItsLambda) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  const std::vector<float> factors = random_values<float>(kN, seed ^ 0xfac7ull);
-  buffer in(kBytes, s());
-  pinned_buffer staged(kBytes);
-  std::vector<float> result(kN, kPoison);
-  std::atomic<int> calls{0};
-  auto token = std::make_shared<int>(7);
-  const std::weak_ptr<int> wt = token;
-  auto make = [&] {
-    return [factors, token, src = staged.span<float>().data(), dst = result.data(), &calls] {
-      if (*token != 7) return;
-      for (std::size_t i = 0; i < factors.size(); ++i) dst[i] = src[i] * factors[i];
-      calls.fetch_add(1);
-    };
-  };
-  std::optional<decltype(make())> fn(make());
-  token.reset();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->memcpy(staged, in, kBytes).callback(*fn);  // copies the lambda
-
-  graph exec = instantiate_dropping(*g, [&] { fn.reset(); });
-  EXPECT_TRUE(still_alive_after(wt));
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    std::fill(result.begin(), result.end(), kPoison);
-    exec.launch(s());
-    s().synchronize();
-    EXPECT_EQ(calls.load(), round + 1);
-    std::vector<float> want(kN);
-    for (int i = 0; i < kN; ++i) want[i] = data[i] * factors[i];
-    EXPECT_TRUE(all_match(result, want));
-  }
-  g.reset();
-  EXPECT_TRUE(still_alive_after(wt));
-  exec.close();
-  EXPECT_TRUE(expires_within(wt));
 }
 
 // A C function with user data the graph copied: the caller's struct is scribbled over once dropped.
@@ -440,9 +550,7 @@ TEST_P(GraphLifetimeDrop, HostCallbackKeepsACopyOfItsUserData) {
       .callback(&run_scale_job, std::as_bytes(std::span<const scale_job, 1>(&job, 1)));
 
   graph exec = instantiate_dropping(*g, [&] { std::memset(&job, 0xff, sizeof job); });
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
+  each_round(seed, [&](const std::vector<float>& data, int round) {
     in.copy_from(data, s());
     std::fill(result.begin(), result.end(), kPoison);
     exec.launch(s());
@@ -451,7 +559,7 @@ TEST_P(GraphLifetimeDrop, HostCallbackKeepsACopyOfItsUserData) {
     std::vector<float> want(kN);
     for (int i = 0; i < kN; ++i) want[i] = data[i] * factor;
     EXPECT_TRUE(all_match(result, want));
-  }
+  });
   // The executable graph keeps its own copy once the definition is gone.
   g.reset();
   in.copy_from(round_data(seed, kRounds), s());
@@ -460,46 +568,11 @@ TEST_P(GraphLifetimeDrop, HostCallbackKeepsACopyOfItsUserData) {
   EXPECT_EQ(calls.load(), kRounds + 1);
 }
 
-// The kernel comes from an object_code of its own (not the shared test library): dropping the code
-// and the kernel must not unload the library while the graph can launch it.
-TEST_P(GraphLifetimeDrop, KernelNodeKeepsTheKernelsLibraryLoaded) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  std::optional<object_code> code(
-      object_code::from_cubin(graph_kernels().code(), "lifetime.cubin"));
-  std::optional<kernel> k(code->get_kernel("twice"));
-  const std::weak_ptr<const void> wk = k->owner();
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->launch(cover(kN), *k, in, out, kN);
-
-  graph exec = instantiate_dropping(*g, [&] {
-    k.reset();
-    code.reset();
-  });
-  EXPECT_TRUE(still_alive_after(wk));
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), doubled(data)));
-  }
-  g.reset();
-  EXPECT_TRUE(still_alive_after(wk));
-  exec.close();
-  EXPECT_TRUE(expires_within(wk));
-}
-
 INSTANTIATE_TEST_SUITE_P(Owners, GraphLifetimeDrop,
                          ::testing::Values(drop_point::before_instantiate,
                                            drop_point::after_instantiate),
                          [](const ::testing::TestParamInfo<drop_point>& info) {
-                           return info.param == drop_point::before_instantiate
-                                      ? std::string("DroppedBeforeInstantiate")
-                                      : std::string("DroppedAfterInstantiate");
+                           return drop_point_name(info.param);
                          });
 
 // ---- lifetimes across definitions, clones, embeds and executable graphs
@@ -551,10 +624,7 @@ TEST_F(GraphLifetime, CloneKeepsOwnersAfterTheSourceIsDestroyed) {
   std::optional<graph_definition> copy(g->clone());
   g.reset();
   EXPECT_TRUE(smp.all_alive());
-  {
-    graph exec = copy->instantiate();
-    run_sample(exec, smp, s(), seed);
-  }
+  run_new_executable(*copy, smp, s(), seed);
   EXPECT_TRUE(smp.all_alive());
   copy.reset();
   EXPECT_TRUE(smp.all_expire());
@@ -572,10 +642,7 @@ TEST_F(GraphLifetime, SourceKeepsOwnersAfterItsCloneIsDestroyed) {
     run_sample(exec, smp, s(), seed);
   }
   EXPECT_TRUE(smp.all_alive()) << "the source still holds them";
-  {
-    graph exec = g->instantiate();
-    run_sample(exec, smp, s(), seed);
-  }
+  run_new_executable(*g, smp, s(), seed);
   g.reset();
   EXPECT_TRUE(smp.all_expire());
 }
@@ -589,10 +656,7 @@ TEST_F(GraphLifetime, EmbeddedChildKeepsOwnersAfterTheChildDefinitionIsDestroyed
   parent->empty().embed(*child).empty();
   child.reset();
   EXPECT_TRUE(smp.all_alive()) << "the parent's embedded copy holds them";
-  {
-    graph exec = parent->instantiate();
-    run_sample(exec, smp, s(), seed);
-  }
+  run_new_executable(*parent, smp, s(), seed);
   EXPECT_TRUE(smp.all_alive());
   parent.reset();
   EXPECT_TRUE(smp.all_expire());
@@ -687,39 +751,50 @@ TEST_F(GraphLifetime, InFlightLaunchKeepsOwnersUntilItFinishes) {
   EXPECT_TRUE(expires_within(wt));
 }
 
-TEST_F(GraphLifetime, EventRecordNodeAloneKeepsTheEventAlive) {
+// One row per event node kind: a graph of that node alone holds the event.
+struct event_node_kind {
+  const char* name;                                        // the test's name
+  void (*prepare)(event& e, const stream& s);              // before the node is added
+  void (*add)(const graph_definition& g, const event& e);  // adds the node
+  int launches;
+};
+
+void PrintTo(const event_node_kind& k, std::ostream* os) {
+  *os << k.name;
+}
+
+const event_node_kind kEventNodeKinds[] = {
+    {"EventRecordNode", [](event&, const stream&) {},
+     [](const graph_definition& g, const event& e) { g.record(e); }, 2},
+    {"EventWaitNode", [](event& e, const stream& s) { e.record(s); },
+     [](const graph_definition& g, const event& e) { g.wait(e).empty(); }, 1},
+};
+
+class GraphLifetimeEventNode : public GraphLifetime,
+                               public ::testing::WithParamInterface<event_node_kind> {};
+
+TEST_P(GraphLifetimeEventNode, AloneKeepsTheEventAlive) {
+  const event_node_kind& kind = GetParam();
   std::optional<event> e(std::in_place, dev());
+  kind.prepare(*e, s());
   const std::weak_ptr<const void> we = e->owner();
   std::optional<graph_definition> g(std::in_place, dev());
-  g->record(*e);
+  kind.add(*g, *e);
   e.reset();
   EXPECT_TRUE(still_alive_after(we));
   graph exec = g->instantiate();
   g.reset();
-  exec.launch(s());
-  exec.launch(s());
+  for (int i = 0; i < kind.launches; ++i) exec.launch(s());
   s().synchronize();
   EXPECT_TRUE(still_alive_after(we));
   exec.close();
   EXPECT_TRUE(expires_within(we));
 }
 
-TEST_F(GraphLifetime, EventWaitNodeAloneKeepsTheEventAlive) {
-  std::optional<event> e(std::in_place, dev());
-  e->record(s());
-  const std::weak_ptr<const void> we = e->owner();
-  std::optional<graph_definition> g(std::in_place, dev());
-  g->wait(*e).empty();
-  e.reset();
-  EXPECT_TRUE(still_alive_after(we));
-  graph exec = g->instantiate();
-  g.reset();
-  exec.launch(s());
-  s().synchronize();
-  EXPECT_TRUE(still_alive_after(we));
-  exec.close();
-  EXPECT_TRUE(expires_within(we));
-}
+INSTANTIATE_TEST_SUITE_P(Events, GraphLifetimeEventNode, ::testing::ValuesIn(kEventNodeKinds),
+                         [](const ::testing::TestParamInfo<event_node_kind>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // ---- destroying nodes
 // ----------------------------------------------------------------------------
@@ -761,10 +836,7 @@ TEST_F(GraphLifetime, CloneTakenBeforeANodeIsDestroyedKeepsItsOwners) {
   }
   EXPECT_EQ(g->node_count(), 3u);
   EXPECT_TRUE(still_alive_after(smp.token)) << "the clone holds its own reference";
-  {
-    graph exec = copy->instantiate();
-    run_sample(exec, smp, s(), seed);  // the clone's callback still runs
-  }
+  run_new_executable(*copy, smp, s(), seed);  // the clone's callback still runs
   copy.reset();
   EXPECT_TRUE(expires_within(smp.token));
   EXPECT_FALSE(smp.x.expired()) << "the source's other nodes still hold theirs";
@@ -812,15 +884,10 @@ TEST_F(GraphLifetime, DestroyedNodesOwnersSurviveInAnExistingExecutable) {
   ASSERT_EQ(g.node_count(), 1u);
   EXPECT_TRUE(still_alive_after(wa)) << "the executable graph still runs the copies";
   EXPECT_FALSE(wt.expired());
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), data));
+  each_round(seed, [&](const std::vector<float>& data, int round) {
+    EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s()), data));
     EXPECT_EQ(calls.load(), round + 1);
-  }
+  });
   exec.close();
   EXPECT_TRUE(expires_within(wa)) << "the definition (still alive) kept a destroyed node's owners";
   EXPECT_TRUE(expires_within(wt));
@@ -899,14 +966,9 @@ TEST_F(GraphLifetime, ConditionalBodyKeepsItsOwnersAndNodeDestroyReleasesThem) {
   EXPECT_TRUE(still_alive_after(wz)) << "the body's nodes hold it";
   {
     graph exec = g.instantiate();
-    for (int round = 0; round < kRounds; ++round) {
-      SCOPED_TRACE("launch " + std::to_string(round));
-      const auto data = round_data(seed, round);
-      in.copy_from(data, s());
-      out.fill(kPoison, s());
-      exec.launch(s());
-      EXPECT_TRUE(all_match(out.to_vector<float>(s()), doubled(data)));
-    }
+    each_round(seed, [&](const std::vector<float>& data, int) {
+      EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s()), doubled(data)));
+    });
     cond.destroy();
     EXPECT_TRUE(still_alive_after(wz)) << "the executable graph still runs the body";
     const auto data = round_data(seed, kRounds);
@@ -945,9 +1007,7 @@ TEST_F(GraphLifetime, KernelNodeTheDriverRefusesKeepsNothing) {
   std::optional<buffer> x(std::in_place, kBytes, s());
   std::optional<buffer> y(std::in_place, kBytes, s());
   std::optional<kernel> k(graph_kernel("twice"));
-  const std::weak_ptr<const void> wx = x->owner();
-  const std::weak_ptr<const void> wy = y->owner();
-  const std::weak_ptr<const void> wk = k->owner();
+  const watched_owners owners{{"x", x->owner()}, {"y", y->owner()}, {"the kernel", k->owner()}};
   graph_definition g(dev());
   g.empty();
   const launch_config too_wide{dim3(1), dim3(2048)};
@@ -955,9 +1015,7 @@ TEST_F(GraphLifetime, KernelNodeTheDriverRefusesKeepsNothing) {
   x.reset();
   y.reset();
   k.reset();
-  EXPECT_TRUE(expires_within(wx));
-  EXPECT_TRUE(expires_within(wy));
-  EXPECT_TRUE(expires_within(wk));
+  EXPECT_TRUE(owners.expire_within());
   EXPECT_EQ(g.node_count(), 1u);
 }
 
@@ -966,8 +1024,7 @@ TEST_F(GraphLifetime, KernelNodeTheDriverRefusesKeepsNothing) {
 TEST_F(GraphLifetime, KernelNodeWhoseClusterTheDriverRefusesKeepsNothing) {
   std::optional<buffer> x(std::in_place, kBytes, s());
   std::optional<kernel> k(graph_kernel("twice"));
-  const std::weak_ptr<const void> wx = x->owner();
-  const std::weak_ptr<const void> wk = k->owner();
+  const watched_owners owners{{"x", x->owner()}, {"the kernel", k->owner()}};
   graph_definition g(dev());
   launch_config clustered{dim3(64), dim3(32)};
   clustered.cluster = dim3(64);
@@ -975,8 +1032,7 @@ TEST_F(GraphLifetime, KernelNodeWhoseClusterTheDriverRefusesKeepsNothing) {
   EXPECT_EQ(g.node_count(), 0u) << "the node the driver added was not removed";
   x.reset();
   k.reset();
-  EXPECT_TRUE(expires_within(wx));
-  EXPECT_TRUE(expires_within(wk));
+  EXPECT_TRUE(owners.expire_within());
 }
 
 // Adds cucore refuses before calling the driver keep nothing either.
@@ -984,9 +1040,7 @@ TEST_F(GraphLifetime, AddsCucoreRefusesKeepNothing) {
   std::optional<buffer> small(std::in_place, 64, s());
   std::optional<buffer> big(std::in_place, kBytes, s());
   auto token = std::make_shared<int>(4);
-  const std::weak_ptr<const void> w_small = small->owner();
-  const std::weak_ptr<const void> w_big = big->owner();
-  const std::weak_ptr<int> wt = token;
+  const watched_owners owners{{"small", small->owner()}, {"big", big->owner()}, {"token", token}};
   graph_definition g(dev());
   // More bytes than the destination holds.
   EXPECT_THROW(g.memcpy(*small, *big, kBytes), invalid_argument);
@@ -1000,9 +1054,7 @@ TEST_F(GraphLifetime, AddsCucoreRefusesKeepNothing) {
   small.reset();
   big.reset();
   token.reset();
-  EXPECT_TRUE(expires_within(w_small));
-  EXPECT_TRUE(expires_within(w_big));
-  EXPECT_TRUE(expires_within(wt));
+  EXPECT_TRUE(owners.expire_within());
 }
 
 // ---- memory_operand rules
@@ -1046,19 +1098,14 @@ TEST_F(GraphLifetime, RawAddressWithAnOwnerRetainsTheOwner) {
   EXPECT_TRUE(still_alive_after(w)) << "the graph retains the explicit owners";
   graph exec = g->instantiate();
   g.reset();
-  for (int round = 0; round < kRounds; ++round) {
-    SCOPED_TRACE("launch " + std::to_string(round));
-    const auto data = round_data(seed, round);
-    in.copy_from(data, s());
-    out.fill(kPoison, s());
-    exec.launch(s());
-    const auto got = out.to_vector<float>(s());
+  each_round(seed, [&](const std::vector<float>& data, int) {
+    const auto got = launch_with(exec, in, out, data, s());
     // out's first half gets raw's second half, which is data's second half; the rest is untouched.
     EXPECT_TRUE(all_match(std::vector<float>(got.begin(), got.begin() + kN / 2),
                           std::vector<float>(data.begin() + kN / 2, data.end())));
     EXPECT_TRUE(all_match(std::vector<float>(got.begin() + kN / 2, got.end()),
                           std::vector<float>(kN - kN / 2, kPoison)));
-  }
+  });
   EXPECT_TRUE(still_alive_after(w));
   exec.close();
   EXPECT_TRUE(expires_within(w));
@@ -1090,9 +1137,8 @@ TEST_F(GraphLifetime, OffsetPinnedAndHostOperandsRetainTheirMemory) {
   std::optional<pinned_buffer> pinned(std::in_place, half);
   auto pageable = std::make_shared<std::vector<float>>(data.begin() + kN / 2, data.end());
   std::memcpy(pinned->data(), data.data(), half);
-  const std::weak_ptr<const void> w_mid = mid->owner();
-  const std::weak_ptr<const void> w_pinned = pinned->owner();
-  const std::weak_ptr<std::vector<float>> w_pageable = pageable;
+  const watched_owners owners{
+      {"mid", mid->owner()}, {"pinned", pinned->owner()}, {"pageable", pageable}};
   std::optional<graph_definition> g(std::in_place, dev());
   {
     const memory_operand mid_second(*mid, half);
@@ -1105,9 +1151,7 @@ TEST_F(GraphLifetime, OffsetPinnedAndHostOperandsRetainTheirMemory) {
   mid.reset();
   pinned.reset();
   pageable.reset();
-  EXPECT_TRUE(still_alive_after(w_mid));
-  EXPECT_FALSE(w_pinned.expired());
-  EXPECT_FALSE(w_pageable.expired());
+  EXPECT_TRUE(owners.alive_after());
   graph exec = g->instantiate();
   g.reset();
   for (int round = 0; round < kRounds; ++round) {
@@ -1116,9 +1160,7 @@ TEST_F(GraphLifetime, OffsetPinnedAndHostOperandsRetainTheirMemory) {
     EXPECT_TRUE(all_match(out.to_vector<float>(s()), data)) << "launch " << round;
   }
   exec.close();
-  EXPECT_TRUE(expires_within(w_mid));
-  EXPECT_TRUE(expires_within(w_pinned));
-  EXPECT_TRUE(expires_within(w_pageable));
+  EXPECT_TRUE(owners.expire_within());
 }
 
 // ---- executable graph update

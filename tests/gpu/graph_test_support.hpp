@@ -7,9 +7,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cucore/error.hpp"
@@ -113,6 +116,57 @@ bool still_alive_after(const std::weak_ptr<T>& w,
                        std::chrono::milliseconds settle = std::chrono::milliseconds(200)) {
   std::this_thread::sleep_for(settle);
   return !w.expired();
+}
+
+// Weak references to owners a test dropped, each with a name for the failure message: the checks
+// that the graphs keep them all alive, and that they are all released in the end.
+class watched_owners {
+ public:
+  watched_owners() = default;
+  watched_owners(std::initializer_list<std::pair<std::string, std::weak_ptr<const void>>> owners)
+      : owners_(owners) {}
+
+  // Every one still alive after `settle` (one wait for all: the release thread had time to drop
+  // any of them that it was going to).
+  ::testing::AssertionResult alive_after(
+      std::chrono::milliseconds settle = std::chrono::milliseconds(200)) const {
+    std::this_thread::sleep_for(settle);
+    std::string gone;
+    for (const auto& [name, w] : owners_) {
+      if (w.expired()) gone += (gone.empty() ? "" : ", ") + name;
+    }
+    if (!gone.empty()) return ::testing::AssertionFailure() << "released too early: " << gone;
+    return ::testing::AssertionSuccess();
+  }
+
+  // Every one released within `timeout` (each waited for in turn, as expires_within does).
+  ::testing::AssertionResult expire_within(
+      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
+    std::string late;
+    for (const auto& [name, w] : owners_) {
+      if (!expires_within(w, timeout)) late += (late.empty() ? "" : ", ") + name;
+    }
+    if (!late.empty()) return ::testing::AssertionFailure() << "never released: " << late;
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::weak_ptr<const void>>> owners_;
+};
+
+// out[i] = 2 * v[i]: what the `twice` kernel computes.
+inline std::vector<float> doubled(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = 2.0f * v[i];
+  return out;
+}
+
+// A device buffer holding `host` (uploaded on `s`).
+template <class T>
+buffer upload(const std::vector<T>& host, const stream& s) {
+  buffer b(host.size() * sizeof(T), s);
+  b.copy_from(host, s);
+  return b;
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
