@@ -113,9 +113,10 @@ void check_operand(const memory_operand& op, std::size_t bytes, const char* side
   }
 }
 
-// The CUfunction of a kernel in the primary context of `device` (current). Graphs add many nodes
-// of one kernel, so the last answer is kept per thread, tied to the kernel's loaded state: a weak
-// reference to it, so a library unloaded (and its handle reused) never matches.
+// The CUfunction of a kernel in the primary context of `device`. Graphs add many nodes of one
+// kernel, so the last answer is kept per thread, tied to the kernel's loaded state: a weak
+// reference to it, so a library unloaded (and its handle reused) never matches. Only a miss asks
+// the driver (in the device's context).
 CUfunction function_of(const driver_api& api, CUkernel handle,
                        const std::shared_ptr<const void>& kernel_owner, int device) {
   struct last_function {
@@ -128,6 +129,7 @@ CUfunction function_of(const driver_api& api, CUkernel handle,
   const bool same_owner = !last.owner.expired() && !last.owner.owner_before(kernel_owner) &&
                           !kernel_owner.owner_before(last.owner);
   if (same_owner && last.handle == handle && last.device == device) return last.function;
+  scoped_context scope(api, device);
   CUfunction function = nullptr;
   check_driver(api.cuKernelGetFunction(&function, handle), "cuKernelGetFunction");
   last = {kernel_owner, handle, device, function};
@@ -141,15 +143,36 @@ CUfunction function_of(const driver_api& api, CUkernel handle,
 template <class D>
 graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
                                    const kernel_arguments& args) const {
+  return launch_owned(config, k, args, nullptr);
+}
+
+template <class D>
+graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
+                                   kernel_arguments&& args) const {
+  return launch_owned(config, k, args, &args);
+}
+
+template <class D>
+graph_node node_factory<D>::launch_owned(const launch_config& config, const kernel& k,
+                                         const kernel_arguments& args,
+                                         kernel_arguments* take) const {
   const D& self = static_cast<const D&>(*this);
   const auto& s = self.factory_state();
   CUkernel handle = k.handle();  // throws for an empty kernel
   check_launch_config(config);
   check_launch_arguments(k, args);
+  check_usable(*s);
+  std::shared_ptr<const void> kernel_owner = k.owner();
+  // The kernel's function in the graph device's context (a CUkernel in `func` is refused inside
+  // conditional bodies).
+  const CUfunction function = function_of(graph_driver(), handle, kernel_owner, s->device);
   owner_list owners;
-  const std::shared_ptr<const void> kernel_owner = k.owner();
-  owners.push(kernel_owner);
-  for (const auto& o : args.owners()) owners.push(o);
+  owners.push(std::move(kernel_owner));
+  if (take != nullptr) {
+    for (auto& o : take->movable_owners()) owners.push(std::move(o));
+  } else {
+    for (const auto& o : args.owners()) owners.push(o);
+  }
   argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};
   p.gridDimX = config.grid.x;
@@ -160,12 +183,10 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
   p.blockDimZ = config.block.z;
   p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
   p.kernelParams = pointers.data();
+  p.func = function;
   return add_node(
       s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
-        // The kernel's function in the graph device's context, current here (a CUkernel in `func`
-        // is refused inside conditional bodies).
-        p.func = function_of(a, handle, kernel_owner, s->device);
         CUresult r = a.cuGraphAddKernelNode(out, g, d, n, &p);
         if (r != CUDA_SUCCESS) return r;
         CUkernelNodeAttrValue v{};

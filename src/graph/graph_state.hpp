@@ -13,6 +13,7 @@
 #include <array>
 #include <initializer_list>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -52,13 +53,18 @@ struct graph_state {
   graph_state* parent = nullptr;
   CUgraphNode owner_node = nullptr;  // the node of `parent` this graph belongs to
   bool invalid = false;              // that node was destroyed
+  // The maps' entries and buckets come from a pool of the graph's own: an add takes its entry
+  // from a free list rather than the heap, and a destroyed graph hands its blocks back at once.
+  // Declared before the maps, so it outlives them.
+  std::pmr::unsynchronized_pool_resource meta_pool;
+  using meta_map = std::pmr::unordered_map<CUgraphNode, node_meta>;
   // Per node known to cucore (added through it, or named by a graph_node since).
-  std::unordered_map<CUgraphNode, node_meta> meta;
+  meta_map meta{&meta_pool};
   // Bodies of destroyed nodes, kept at stable addresses for the views that still point at them.
   std::vector<std::unique_ptr<graph_state>> graveyard;
   // Always empty: a node's entry is made here and extracted before the CUDA call that adds the
   // node (keeping the bucket array, so an add allocates only its entry).
-  std::unordered_map<CUgraphNode, node_meta> meta_staging;
+  meta_map meta_staging{&meta_pool};
 
   graph_state() = default;
   graph_state(const graph_state&) = delete;
@@ -208,7 +214,7 @@ void make_room_for_one(Map& m) {
 
 // A map entry for a node about to be added to `s`, with room made for it in `s->meta`: after the
 // CUDA call succeeds, set its key and insert it (neither allocates nor throws).
-using meta_entry = std::unordered_map<CUgraphNode, node_meta>::node_type;
+using meta_entry = graph_state::meta_map::node_type;
 inline meta_entry stage_meta(graph_state& s, node_meta meta) {
   s.meta_staging.emplace(nullptr, std::move(meta));
   meta_entry entry = s.meta_staging.extract(s.meta_staging.begin());

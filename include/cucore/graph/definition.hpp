@@ -184,6 +184,8 @@ class node_factory {
   // allocation alive.
   graph_node launch(const launch_config& config, const kernel& k,
                     const kernel_arguments& args) const;
+  // The same, taking the arguments' owners over instead of copying them.
+  graph_node launch(const launch_config& config, const kernel& k, kernel_arguments&& args) const;
   template <class... Args>
   graph_node launch(const launch_config& config, const kernel& k, const Args&... args) const;
 
@@ -236,6 +238,9 @@ class node_factory {
   graph_node switch_(const graph_condition& c, unsigned count) const;
 
  protected:
+  // `take`: the arguments to take the owners of (the rvalue overload), else null (copied).
+  graph_node launch_owned(const launch_config& config, const kernel& k,
+                          const kernel_arguments& args, kernel_arguments* take) const;
   graph_node callback_erased(host_function fn, void* data, std::shared_ptr<const void> fn_owner,
                              std::shared_ptr<const void> data_owner) const;
   graph_node conditional(const graph_condition& c, conditional_kind kind, unsigned count) const;

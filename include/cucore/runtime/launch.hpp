@@ -85,6 +85,13 @@ class kernel_arguments {
                ? std::span<const std::shared_ptr<const void>>(inline_owners_.data(), owner_count_)
                : std::span<const std::shared_ptr<const void>>(heap_owners_);
   }
+  // The same, to move from: a graph node given these arguments as an rvalue takes them over
+  // (saving a reference-count round trip per owner).
+  std::span<std::shared_ptr<const void>> movable_owners() noexcept {
+    return owner_count_ <= inline_owners_.size()
+               ? std::span<std::shared_ptr<const void>>(inline_owners_.data(), owner_count_)
+               : std::span<std::shared_ptr<const void>>(heap_owners_);
+  }
 
  private:
   // The usual launch (a few arguments, a buffer or two) lives inline: building one allocates
