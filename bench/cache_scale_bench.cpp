@@ -1,0 +1,245 @@
+// Program cache benchmarks for writes and for scale, each beside its floor or its small-cache
+// counterpart measured in the same run:
+//   directory put                 vs write + rename of the same bytes (with and without fsync)
+//   hit, miss, put, trim, stats   at 1k and at 100k entries of 4 KiB, directory and SQLite,
+//                                 through the API with random keys
+// The 100k-entry caches are built once per process (with fsync off for the directory: the layout
+// is the same) and take a while: filter with --benchmark_filter to measure one backend.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/sqlite.hpp"
+#include "cucore/object_code.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kEntryBytes = 4 << 10;
+
+std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> b(n);
+  for (auto& x : b) x = static_cast<std::byte>(rng());
+  return b;
+}
+
+// A key of 32 random bytes.
+std::string random_key(std::mt19937_64& rng) {
+  std::string k(32, '\0');
+  for (auto& c : k) c = static_cast<char>(rng());
+  return k;
+}
+
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    std::string pattern = (fs::temp_directory_path() / "cucore-scale-bench-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
+    return fs::path(pattern);
+  }();
+  return dir;
+}
+
+// ---- directory put against write + rename ------------------------------------------------
+
+// Puts of new keys (each a new file, as a compile miss writes).
+void BM_DirectoryPut(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const bool sync = state.range(1) != 0;
+  const fs::path root =
+      scratch() / ("put-" + std::to_string(size) + (sync ? "-fsync" : "-nofsync"));
+  cucore::file_stream_cache_options o;
+  o.fsync = sync;
+  cucore::file_stream_program_cache cache(root, o);
+  const cucore::object_code code(cucore::code_type::cubin, random_bytes(size, 1));
+  std::mt19937_64 rng(11);
+  for (auto _ : state) cache.put(random_key(rng), code);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * size));
+}
+BENCHMARK(BM_DirectoryPut)
+    ->ArgsProduct({{4 << 10, 256 << 10}, {0, 1}})
+    ->ArgNames({"bytes", "fsync"})
+    ->Unit(benchmark::kMicrosecond);
+
+// The floor: the same bytes written to a new temp file (O_EXCL), fdatasync'ed (with fsync), renamed
+// into one of 256 shard directories, and that directory fsync'ed (with fsync): what an atomic,
+// durable file write costs on this file system, without the entry format or its checksum.
+void BM_WriteRenameFloor(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const bool sync = state.range(1) != 0;
+  const fs::path root =
+      scratch() / ("raw-put-" + std::to_string(size) + (sync ? "-fsync" : "-nofsync"));
+  fs::create_directories(root / "tmp");
+  std::vector<int> shard_fds;
+  for (int i = 0; i < 256; ++i) {
+    const fs::path shard = root / "entries" / std::to_string(i);
+    fs::create_directories(shard);
+    shard_fds.push_back(::open(shard.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  }
+  const auto bytes = random_bytes(size, 1);
+  const std::string tmp = (root / "tmp" / "staging").string();
+  std::uint64_t n = 0;
+  for (auto _ : state) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    std::size_t done = 0;
+    while (done < size) {
+      const auto w = ::write(fd, bytes.data() + done, size - done);
+      if (w <= 0) state.SkipWithError("write failed");
+      if (w <= 0) break;
+      done += static_cast<std::size_t>(w);
+    }
+    if (sync) ::fdatasync(fd);
+    ::close(fd);
+    const int shard = static_cast<int>(n % 256);
+    const std::string name = std::to_string(n++);
+    ::renameat(AT_FDCWD, tmp.c_str(), shard_fds[static_cast<std::size_t>(shard)], name.c_str());
+    if (sync) ::fsync(shard_fds[static_cast<std::size_t>(shard)]);
+  }
+  for (int fd : shard_fds) ::close(fd);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * size));
+}
+BENCHMARK(BM_WriteRenameFloor)
+    ->ArgsProduct({{4 << 10, 256 << 10}, {0, 1}})
+    ->ArgNames({"bytes", "fsync"})
+    ->Unit(benchmark::kMicrosecond);
+
+// ---- scale: 1k and 100k entries ---------------------------------------------------------------
+
+enum backend : int { directory = 0, sqlite = 1 };
+
+struct populated_cache {
+  std::unique_ptr<cucore::program_cache> cache;
+  std::vector<std::string> keys;  // stored
+  fs::path where;
+};
+
+std::unique_ptr<cucore::program_cache> open_cache(backend b, const fs::path& where, bool fsync) {
+  if (b == directory) {
+    cucore::file_stream_cache_options o;
+    o.fsync = fsync;
+    return std::make_unique<cucore::file_stream_program_cache>(where, o);
+  }
+  return std::make_unique<cucore::sqlite_program_cache>(where);
+}
+
+// The cache of `entries` entries of 4 KiB for backend `b`, built on first use.
+populated_cache& cache_with(backend b, std::size_t entries) {
+  static std::map<std::pair<int, std::size_t>, populated_cache> built;
+  auto [it, fresh] = built.try_emplace({b, entries});
+  populated_cache& p = it->second;
+  if (!fresh) return p;
+  p.where = scratch() / ((b == directory ? "dir-" : "db-") + std::to_string(entries) +
+                         (b == directory ? "" : ".db"));
+  {
+    // Built without fsync (the same files result), then reopened with the defaults.
+    auto builder = open_cache(b, p.where, false);
+    std::mt19937_64 rng(entries);
+    for (std::size_t i = 0; i < entries; ++i) {
+      p.keys.push_back(random_key(rng));
+      builder->put(p.keys.back(),
+                   cucore::object_code(cucore::code_type::cubin, random_bytes(kEntryBytes, i)));
+    }
+  }
+  p.cache = open_cache(b, p.where, true);
+  return p;
+}
+
+backend backend_of(const benchmark::State& state) {
+  return static_cast<backend>(state.range(0));
+}
+std::size_t entries_of(const benchmark::State& state) {
+  return static_cast<std::size_t>(state.range(1));
+}
+
+void BM_ScaleHit(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  std::mt19937_64 rng(3);
+  for (auto _ : state) {
+    auto got = p.cache->get(p.keys[rng() % p.keys.size()]);
+    if (!got) state.SkipWithError("a stored entry missed");
+    benchmark::DoNotOptimize(got);
+  }
+}
+
+void BM_ScaleMiss(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  std::mt19937_64 rng(5);
+  std::vector<std::string> absent;
+  for (int i = 0; i < 1024; ++i) absent.push_back(random_key(rng) + "-absent");
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(p.cache->get(absent[i++ & 1023]));
+}
+
+// New keys with the defaults (fsync on for the directory); the cache grows by the iterations.
+void BM_ScalePut(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  const cucore::object_code code(cucore::code_type::cubin, random_bytes(kEntryBytes, 7));
+  std::mt19937_64 rng(7 + entries_of(state));
+  for (auto _ : state) p.cache->put(random_key(rng) + "-put", code);
+}
+
+// trim() with nothing to evict: the cost of finding out (the directory scans every file).
+void BM_ScaleTrimNothing(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  for (auto _ : state) benchmark::DoNotOptimize(p.cache->trim(std::uint64_t(1) << 62));
+}
+
+// trim() evicting 16 entries (put back, untimed, after each).
+void BM_ScaleTrim16(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  const cucore::object_code code(cucore::code_type::cubin, random_bytes(kEntryBytes, 9));
+  std::mt19937_64 rng(9 + entries_of(state));
+  const std::uint64_t total = p.cache->size_bytes();
+  const std::uint64_t entry = total / p.cache->size();
+  for (auto _ : state) {
+    const std::uint64_t now = p.cache->size_bytes();
+    benchmark::DoNotOptimize(p.cache->trim(now - 16 * entry + entry / 2));
+    state.PauseTiming();
+    for (int i = 0; i < 16; ++i) p.cache->put(random_key(rng) + "-refill", code);
+    state.ResumeTiming();
+  }
+}
+
+// What `cucore cache stats` needs besides the counters: the entry count and the bytes.
+void BM_ScaleStats(benchmark::State& state) {
+  auto& p = cache_with(backend_of(state), entries_of(state));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(p.cache->size());
+    benchmark::DoNotOptimize(p.cache->size_bytes());
+  }
+}
+
+void scale_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"sqlite", "entries"});
+  for (int backend : {directory, sqlite}) {
+    for (int entries : {1000, 100000}) b->Args({backend, entries});
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_ScaleHit)->Apply(scale_args);
+BENCHMARK(BM_ScaleMiss)->Apply(scale_args);
+BENCHMARK(BM_ScalePut)->Apply(scale_args);
+BENCHMARK(BM_ScaleTrimNothing)->Apply(scale_args);
+BENCHMARK(BM_ScaleTrim16)->Apply(scale_args);
+BENCHMARK(BM_ScaleStats)->Apply(scale_args);
+
+}  // namespace
+
+BENCHMARK_MAIN();
