@@ -99,6 +99,14 @@ struct file_stream_cache_options {
   // (the first failure of each kind at warning level, repeats at debug level), counts it in
   // stats().errors and returns as if the entry was not cached; `strict` throws cucore::error.
   write_failure_policy on_write_failure = write_failure_policy::warn;
+  // Whom the cache trusts (see "Trust model" above and cache_access).
+  cache_access access = cache_access::private_to_user;
+  // Permission bits removed from what the cache creates (ccache's umask): directories get
+  // 0777 & ~umask, files 0666 & ~umask, whatever the process umask. Unset: in private mode the
+  // process umask applies to 0755/0644; in shared mode 002. Private mode always removes group and
+  // world write as well; shared mode rejects a umask that leaves world write (invalid_argument),
+  // as it does one above 0777.
+  std::optional<unsigned> umask{};
 };
 
 class file_stream_program_cache final : public program_cache {
@@ -172,6 +180,9 @@ class file_stream_program_cache final : public program_cache {
   std::string entries_dir_;  // root/entries (no trailing slash: O_NOFOLLOW must see the name)
   std::string tmp_dir_;      // root/tmp
   file_stream_cache_options options_;
+  // The modes this cache creates with (from options_.access and umask; see detail::trust).
+  unsigned dir_mode_ = 0755, tmp_dir_mode_ = 0700, file_mode_ = 0644;
+  bool exact_modes_ = false;
   std::atomic<bool> closed_{false};
 
   struct counters {

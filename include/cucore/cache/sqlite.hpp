@@ -86,6 +86,13 @@ struct sqlite_cache_options {
   // How often reads write their coalesced access times back (writes and close always do).
   // 0 writes them back on every read.
   std::chrono::milliseconds touch_flush_interval{1000};
+  // Whom the cache trusts: the file, its directory and SQLite's side files (-wal, -shm,
+  // -journal) are checked as the directory backend checks its directories and entries (see
+  // cache_access and docs/cache-sqlite.md, "Trust model").
+  cache_access access = cache_access::private_to_user;
+  // As file_stream_cache_options::umask, for the database file (SQLite gives its side files the
+  // database's mode) and <file>.lock.
+  std::optional<unsigned> umask{};
 };
 
 class sqlite_program_cache final : public program_cache {
