@@ -12,6 +12,15 @@
 //   A symbolic link at <file> is refused (the cache stays unavailable), as the directory
 //   backend refuses links (O_NOFOLLOW).
 //
+// Trust (options.access; docs/cache-sqlite.md, "Trust model"): the directory holding <file>,
+// <file> and SQLite's side files (-wal, -shm, -journal: a planted journal would be replayed into
+// the database) follow the directory backend's rules. In private mode (the default) each must be
+// owned by you or root and writable by no one else; in shared mode anything but world-writable is
+// accepted. The constructor throws invalid_argument for one that is not (saying why and how to
+// fix it), and a file replaced later by one that is not leaves the cache unavailable (a warning).
+// The database is created with the cache's modes (shared mode: 0666 & ~umask, umask default 002);
+// SQLite gives its side files the database's mode.
+//
 // Guarantees
 //   - A read returns a value some put() stored for that key, or a miss. A damaged row (checksum,
 //     key echo, format version) is a miss and is deleted, guarded by a write id so that a value a
