@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -43,7 +44,7 @@ constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
 constexpr option_spec output_option{"-o", "--output", "FILE",
                                     "export: the file to write the code to"};
 constexpr option_spec max_size_option{
-    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G: KiB, MiB, GiB"};
+    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G, T: KiB, MiB, GiB, TiB"};
 
 constexpr option_spec unset_option{"--unset", "", "", "config: remove KEY's setting"};
 
@@ -106,34 +107,14 @@ std::string key_hex(const std::vector<std::byte>& key) {
   return encode_hex(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
 }
 
-// --max-size N: bytes, or with a binary suffix (K, M, G; "KiB" and "k" too). 0 is allowed: trim
-// to nothing.
+// --max-size N: bytes, or with a binary suffix (K, M, G, T; "KiB" and "k" too), as cucore.conf's
+// max_size. 0 is allowed: trim to nothing.
 std::uint64_t parse_size(std::string_view option, std::string_view text) {
-  std::uint64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  auto bad = [&](const std::string& why) {
-    return usage_error(std::string(option) + ": \"" + std::string(text) + "\" " + why);
-  };
-  if (ec == std::errc::result_out_of_range) throw bad("is out of range");
-  if (ec != std::errc() || ptr == begin) throw bad("is not a size (bytes, or N with K, M or G)");
-  std::string suffix(ptr, end);
-  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
-  int shift = 0;
-  if (suffix == "K") {
-    shift = 10;
-  } else if (suffix == "M") {
-    shift = 20;
-  } else if (suffix == "G") {
-    shift = 30;
-  } else if (!suffix.empty() && suffix != "B") {
-    throw bad("has an unknown unit: use K, M or G (powers of 1024)");
+  try {
+    return parse_cache_size(text);
+  } catch (const invalid_argument& e) {
+    throw usage_error(std::string(option) + ": " + e.what());
   }
-  if (value > (std::numeric_limits<std::uint64_t>::max() >> shift)) throw bad("is out of range");
-  return value << shift;
 }
 
 // The entry KEYHEX names, or exit status 1 with a message.
@@ -476,6 +457,12 @@ int config(const arguments& args) {
   }
   std::cout << "# " << file << '\n';
   for (const auto& [key, value] : values) std::cout << key << " = " << value << '\n';
+  // What overrides the file in this environment.
+  for (const char* name : {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      std::cout << "# overridden here: " << name << "=" << v << '\n';
+    }
+  }
   return exit_success;
 }
 
