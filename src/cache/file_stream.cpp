@@ -289,6 +289,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
   tmp_dir_mode_ = modes.private_dir;
   file_mode_ = modes.file;
   exact_modes_ = modes.exact;
+  euid_ = ::geteuid();
   if (root.empty()) {
     throw invalid_argument("file_stream_program_cache: the cache directory path is empty");
   }
@@ -596,7 +597,7 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
   }
   // Trust: an entry another user planted (or one anybody else could rewrite) is not loaded. It
   // is left in place: a put of the key replaces it, and verify() reports and removes it.
-  if (!detail::trust::acceptable(st, options_.access)) {
+  if (!detail::trust::acceptable(st, options_.access, static_cast<uid_t>(euid_))) {
     stats_.errors.fetch_add(1, std::memory_order_relaxed);
     log(log_level::warning, "program cache: ignoring " +
                                 detail::trust::problem(st, options_.access, "entry file", path) +
@@ -922,7 +923,7 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
     bool good = false;
     // An untrusted entry (see get()) counts as bad, whatever it holds.
     if (item.in_shard && S_ISREG(item.st.st_mode) &&
-        detail::trust::acceptable(item.st, options_.access)) {
+        detail::trust::acceptable(item.st, options_.access, static_cast<uid_t>(euid_))) {
       if (auto data = read_whole(item.path, st)) {
         auto header = detail::read_entry_header(*data);
         if (header && location_matches(item, header->key)) {

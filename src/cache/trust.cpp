@@ -48,10 +48,14 @@ bool trusted_owner(uid_t uid) noexcept {
 
 }  // namespace
 
-bool acceptable(const struct stat& st, cache_access access) noexcept {
+bool acceptable(const struct stat& st, cache_access access, uid_t euid) noexcept {
   if (S_ISLNK(st.st_mode)) return false;  // a link's mode says nothing; never trusted here
   if (access == cache_access::shared) return (st.st_mode & S_IWOTH) == 0;
-  return trusted_owner(st.st_uid) && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+  return (st.st_uid == euid || st.st_uid == 0) && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+bool acceptable(const struct stat& st, cache_access access) noexcept {
+  return acceptable(st, access, ::geteuid());
 }
 
 std::string problem(const struct stat& st, cache_access access, std::string_view what,

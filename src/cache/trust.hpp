@@ -20,6 +20,8 @@ namespace cucore::detail::trust {
 //   private_to_user: owned by the effective uid or root, and not group- or world-writable;
 //   shared: not world-writable (any owner, group write allowed).
 bool acceptable(const struct stat& st, cache_access access) noexcept;
+// The same with the effective uid given (a cache remembers its opener's: no syscall per read).
+bool acceptable(const struct stat& st, cache_access access, uid_t euid) noexcept;
 
 // Empty when acceptable; else a sentence for an exception or a warning: `what` (e.g. "cache
 // directory") and `path`, its mode, owner and group, why it is not trusted, and how to fix it

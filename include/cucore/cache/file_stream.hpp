@@ -50,11 +50,11 @@
 //   - private_to_user (the default): the root, entries/ and tmp/ must be owned by you (the
 //     effective uid) or root and be neither group- nor world-writable (sticky bit or not);
 //     otherwise the constructor throws invalid_argument saying whose it is, its mode, and how to
-//     fix it (chmod/chown, or opt in to shared). An entry file owned by another user (not root)
-//     or writable by group or world is a miss with a warning, left in place (a put of the key
-//     replaces it; verify() counts it as bad and can remove it). Directories are created 0755
-//     and entry files 0644 (tmp/ 0700), less the process umask, or exactly 0777/0666 less
-//     options.umask (with group and world write always removed).
+//     fix it (chmod/chown, or opt in to shared). An entry file owned by another user than
+//     the one that opened the cache (and not root) or writable by group or world is a miss with
+//     a warning, left in place (a put of the key replaces it; verify() counts it as bad and can
+//     remove it). Directories are created 0755 and entry files 0644 (tmp/ 0700), less the process
+//     umask, or exactly 0777/0666 less options.umask (with group and world write always removed).
 //   - shared: directories and entries of other users and group write access are accepted (you
 //     trust whoever can write the cache); anything world-writable is refused as above (an entry:
 //     a miss). Directories (tmp/ included) are created 0777 & ~umask and files 0666 & ~umask,
@@ -187,6 +187,7 @@ class file_stream_program_cache final : public program_cache {
   // The modes this cache creates with (from options_.access and umask; see detail::trust).
   unsigned dir_mode_ = 0755, tmp_dir_mode_ = 0700, file_mode_ = 0644;
   bool exact_modes_ = false;
+  unsigned euid_ = 0;  // the opener's effective uid: whose entries private mode trusts (and root's)
   std::atomic<bool> closed_{false};
 
   struct counters {
