@@ -338,6 +338,10 @@ TEST(CacheTrust, SharedModeSharesAGroupCacheBetweenUsers) {
       EXPECT_NE(st.st_mode & S_IWGRP, 0u) << p.path();
     }
   }
+  // The compiler version memo too, so that B's hits load no compiler either.
+  struct stat memo {};
+  ASSERT_EQ(::stat((root / "compiler-versions").c_str(), &memo), 0);
+  EXPECT_NE(memo.st_mode & S_IRGRP, 0u);
 }
 
 TEST(CacheTrust, EntryPlantedByAnotherUserIsAMiss) {
