@@ -326,8 +326,9 @@ void bind_caches(nb::module_& m) {
           "__init__",
           [](sqlite_program_cache* self, std::filesystem::path path,
              std::optional<std::int64_t> max_size_bytes, double busy_timeout,
-             const std::string& on_write_failure, const std::string& journal) {
+             const std::string& on_write_failure, const std::string& journal, bool shared) {
             sqlite_cache_options o;
+            o.access = shared ? cache_access::shared : cache_access::private_to_user;
             o.max_size_bytes = positive<std::uint64_t>(max_size_bytes, "max_size_bytes");
             if (busy_timeout < 0) throw nb::value_error("busy_timeout must be >= 0 seconds");
             o.busy_timeout = std::chrono::milliseconds(static_cast<long>(busy_timeout * 1000));
@@ -337,7 +338,7 @@ void bind_caches(nb::module_& m) {
             new (self) sqlite_program_cache(std::move(path), o);
           },
           "path"_a, nb::kw_only(), "max_size_bytes"_a = nb::none(), "busy_timeout"_a = 5.0,
-          "on_write_failure"_a = "warn", "journal"_a = "auto")
+          "on_write_failure"_a = "warn", "journal"_a = "auto", "shared"_a = false)
       .def_prop_ro("path", [](const sqlite_program_cache& c) { return c.file().string(); });
 
   nb::class_<file_stream_program_cache, program_cache>(
@@ -347,8 +348,9 @@ void bind_caches(nb::module_& m) {
           "__init__",
           [](file_stream_program_cache* self, std::optional<std::filesystem::path> path,
              std::optional<std::int64_t> max_size_bytes, bool fsync,
-             const std::string& on_write_failure) {
+             const std::string& on_write_failure, bool shared) {
             file_stream_cache_options o;
+            o.access = shared ? cache_access::shared : cache_access::private_to_user;
             o.max_size_bytes = positive<std::uint64_t>(max_size_bytes, "max_size_bytes");
             o.fsync = fsync;
             o.on_write_failure = parse_policy(on_write_failure);
@@ -356,7 +358,7 @@ void bind_caches(nb::module_& m) {
             new (self) file_stream_program_cache(path ? std::move(*path) : default_cache_dir(), o);
           },
           "path"_a = nb::none(), nb::kw_only(), "max_size_bytes"_a = nb::none(), "fsync"_a = true,
-          "on_write_failure"_a = "warn")
+          "on_write_failure"_a = "warn", "shared"_a = false)
       .def_prop_ro("path", [](const file_stream_program_cache& c) { return c.root().string(); });
 
   m.def(

@@ -82,6 +82,12 @@ void compiler_version_memo::remember(std::string_view library, const file_identi
     std::string temp = file_.string() + ".tmp-XXXXXX";
     int fd = ::mkostemp(temp.data(), O_CLOEXEC);
     if (fd < 0) return;
+    // mkostemp makes it 0600; give readers what the directory gives them (a group-shared cache's
+    // members read it too), never write access to the world.
+    struct stat dir {};
+    if (::stat(file_.parent_path().c_str(), &dir) == 0) {
+      (void)::fchmod(fd, ((dir.st_mode & 0666) | 0600) & ~mode_t{S_IWOTH});
+    }
     bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
     ok = (::close(fd) == 0) && ok;
     if (!ok || ::rename(temp.c_str(), file_.c_str()) != 0) ::unlink(temp.c_str());

@@ -17,6 +17,7 @@
 
 #include "cache/entry_format.hpp"
 #include "cache/posix_file.hpp"
+#include "cache/trust.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -31,9 +32,6 @@ constexpr std::int64_t kStaleTmpAgeNs = std::int64_t{3600} * 1'000'000'000;  // 
 constexpr std::int64_t kTouchGranularityNs = 1'000'000'000;
 // list() reads this much of a file first, and more only for a header that does not fit.
 constexpr std::size_t kHeaderPrefixBytes = 64 * 1024;
-constexpr mode_t kDirectoryMode = 0777;  // less the umask
-constexpr mode_t kTmpDirectoryMode = 0700;
-constexpr mode_t kEntryFileMode = 0644;  // less the umask; never group- or world-writable
 
 std::atomic<const detail::file_stream_test_hooks*> g_hooks{nullptr};
 
@@ -117,21 +115,9 @@ bool orphaned_tmp_file(std::string_view name) {
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
-bool trusted_owner(uid_t uid) noexcept {
+// The owner of a symbolic link at the root that may be followed: you or root.
+bool trusted_link_owner(uid_t uid) noexcept {
   return uid == ::geteuid() || uid == 0;
-}
-
-// A directory that an untrusted user may rewrite: owned by someone else and world-writable
-// without the sticky bit.
-bool writable_by_strangers(const struct stat& st) noexcept {
-  return !trusted_owner(st.st_uid) && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0;
-}
-
-std::string describe_mode(const struct stat& st) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "mode %04o, owner uid %u",
-                static_cast<unsigned>(st.st_mode & 07777), static_cast<unsigned>(st.st_uid));
-  return buf;
 }
 
 // A temp file's age is that of its last write (mtime). A file moved aside by a guarded removal
@@ -297,6 +283,13 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
   if (options_.max_size_bytes && *options_.max_size_bytes == 0) {
     throw invalid_argument("max_size_bytes must be positive or unset (0 would evict every write)");
   }
+  const detail::trust::create_modes modes =
+      detail::trust::modes_for(options_.access, options_.umask);
+  dir_mode_ = modes.dir;
+  tmp_dir_mode_ = modes.private_dir;
+  file_mode_ = modes.file;
+  exact_modes_ = modes.exact;
+  euid_ = ::geteuid();
   if (root.empty()) {
     throw invalid_argument("file_stream_program_cache: the cache directory path is empty");
   }
@@ -312,7 +305,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
   // Trust: the root itself.
   struct stat lst {};
   if (posix::lstat_path(root_str_, lst) == std::error_code()) {
-    if (S_ISLNK(lst.st_mode) && !trusted_owner(lst.st_uid)) {
+    if (S_ISLNK(lst.st_mode) && !trusted_link_owner(lst.st_uid)) {
       throw invalid_argument(
           "cache directory " + root_str_ + " is a symbolic link owned by another user (uid " +
           std::to_string(lst.st_uid) +
@@ -325,12 +318,9 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
         throw invalid_argument("cache directory " + root_str_ +
                                " exists and is not a directory; choose another cache location");
       }
-      if (writable_by_strangers(st)) {
-        throw invalid_argument(
-            "cache directory " + root_str_ + " (" + describe_mode(st) +
-            ") belongs to another user and is world-writable without the sticky bit: any user "
-            "could replace its entries. Use a directory you own, or have its owner remove "
-            "world write access (chmod o-w) or set the sticky bit (chmod +t)");
+      if (auto why = detail::trust::problem(st, options_.access, "cache directory", root_str_);
+          !why.empty()) {
+        throw invalid_argument(why);
       }
     }
   }
@@ -354,10 +344,9 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
       throw invalid_argument("cache subdirectory " + path +
                              " exists and is not a directory; remove it (the cache recreates it)");
     }
-    if (writable_by_strangers(st)) {
-      throw invalid_argument("cache subdirectory " + path + " (" + describe_mode(st) +
-                             ") belongs to another user and is world-writable without the sticky "
-                             "bit: any user could replace its entries");
+    if (auto why = detail::trust::problem(st, options_.access, "cache subdirectory", path);
+        !why.empty()) {
+      throw invalid_argument(why);
     }
   }
 
@@ -447,14 +436,20 @@ void file_stream_program_cache::note_error(std::string_view what, const std::str
 }
 
 bool file_stream_program_cache::ensure_directories(std::error_code& ec) {
-  ec = posix::make_directories(root_str_, kDirectoryMode);
+  const detail::trust::create_modes modes{dir_mode_, tmp_dir_mode_, file_mode_, exact_modes_};
+  struct stat st {};
+  const bool root_existed = !posix::lstat_path(root_str_, st);
+  ec = posix::make_directories(root_str_, dir_mode_);
   if (ec) return false;
+  if (!root_existed) (void)detail::trust::set_created_dir_mode(root_str_, dir_mode_, modes);
   bool created_entries = false;
   bool created_tmp = false;
-  ec = posix::make_directory(entries_dir_, kDirectoryMode, created_entries);
+  ec = posix::make_directory(entries_dir_, dir_mode_, created_entries);
   if (ec) return false;
-  ec = posix::make_directory(tmp_dir_, kTmpDirectoryMode, created_tmp);
+  if (created_entries) (void)detail::trust::set_created_dir_mode(entries_dir_, dir_mode_, modes);
+  ec = posix::make_directory(tmp_dir_, tmp_dir_mode_, created_tmp);
   if (ec) return false;
+  if (created_tmp) (void)detail::trust::set_created_dir_mode(tmp_dir_, tmp_dir_mode_, modes);
   if (options_.fsync && (created_entries || created_tmp)) (void)posix::sync_directory(root_str_);
   return true;
 }
@@ -505,8 +500,8 @@ file_stream_program_cache::removal_outcome file_stream_program_cache::try_remove
     if (posix::lstat_path(path, st)) return gone(removal::vanished);  // a peer removed it
     // The entry is there, so tmp/ is missing: recreate it and try once more.
     bool created = false;
-    if (!posix::make_directories(root, kDirectoryMode) &&
-        !posix::make_directory(tmp_dir, kTmpDirectoryMode, created)) {
+    if (!posix::make_directories(root, dir_mode_) &&
+        !posix::make_directory(tmp_dir, tmp_dir_mode_, created)) {
       ec = posix::rename_path(path, aside);
     }
   }
@@ -600,6 +595,15 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     drop("not a regular file");
     return miss();
   }
+  // Trust: an entry another user planted (or one anybody else could rewrite) is not loaded. It
+  // is left in place: a put of the key replaces it, and verify() reports and removes it.
+  if (!detail::trust::acceptable(st, options_.access, static_cast<uid_t>(euid_))) {
+    stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    log(log_level::warning, "program cache: ignoring " +
+                                detail::trust::problem(st, options_.access, "entry file", path) +
+                                "; a miss");
+    return miss();
+  }
 
   std::vector<std::byte> data;
   try {
@@ -662,8 +666,12 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
   std::error_code ec;
   for (int attempt = 0;; ++attempt) {
     tmp_path = unique_tmp_name(tmp_dir_, "entry");
-    fd = posix::open_file(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, kEntryFileMode, ec);
-    if (fd) break;
+    fd = posix::open_file(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, file_mode_, ec);
+    if (fd) {
+      // Shared mode (or a configured umask): the group's modes, whatever the process umask.
+      if (exact_modes_) (void)::fchmod(fd.get(), file_mode_);
+      break;
+    }
     if (attempt < 4 && ec == std::errc::file_exists) continue;
     if (attempt < 4 && ec == std::errc::no_such_file_or_directory) {
       std::error_code mk;  // the root or tmp/ was removed: recreate them
@@ -705,11 +713,15 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
     if (!ec) break;
     if (attempt < 4 && ec == std::errc::no_such_file_or_directory) {
       bool created = false;
-      std::error_code mk = posix::make_directory(shard_dir, kDirectoryMode, created);
+      std::error_code mk = posix::make_directory(shard_dir, dir_mode_, created);
       if (mk == std::errc::no_such_file_or_directory && ensure_directories(mk)) {
-        mk = posix::make_directory(shard_dir, kDirectoryMode, created);
+        mk = posix::make_directory(shard_dir, dir_mode_, created);
       }
       if (!mk) {
+        if (created && exact_modes_) {
+          (void)detail::trust::set_created_dir_mode(
+              shard_dir, dir_mode_, {dir_mode_, tmp_dir_mode_, file_mode_, exact_modes_});
+        }
         if (created && options_.fsync) (void)posix::sync_directory(entries_dir_);
         continue;
       }
@@ -909,7 +921,9 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
     }
     struct stat st = item.st;  // what is removed must be what was checked
     bool good = false;
-    if (item.in_shard && S_ISREG(item.st.st_mode)) {
+    // An untrusted entry (see get()) counts as bad, whatever it holds.
+    if (item.in_shard && S_ISREG(item.st.st_mode) &&
+        detail::trust::acceptable(item.st, options_.access, static_cast<uid_t>(euid_))) {
       if (auto data = read_whole(item.path, st)) {
         auto header = detail::read_entry_header(*data);
         if (header && location_matches(item, header->key)) {

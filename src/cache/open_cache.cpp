@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/redis.hpp"
@@ -21,9 +22,35 @@ std::unique_ptr<program_cache> open_redis(std::string_view url) {
   return std::make_unique<redis_program_cache>(std::move(options));
 }
 
+// The user's own choice of trust: the caller's option, else the environment.
+std::optional<bool> user_shared(const open_cache_options& options) {
+  return options.shared ? options.shared : shared_cache_from_env();
+}
+
+cache_access access_of(bool shared) {
+  return shared ? cache_access::shared : cache_access::private_to_user;
+}
+
+// A directory cache with its settings: options, environment, cucore.conf, defaults (in that
+// order of precedence).
+std::unique_ptr<program_cache> open_directory(const std::filesystem::path& dir, bool is_default,
+                                              const open_cache_options& options) {
+  const std::optional<bool> chosen = user_shared(options);
+  const cache_config config = read_cache_config(dir, access_of(chosen.value_or(false)));
+  file_stream_cache_options o;
+  o.access = access_of(chosen.value_or(config.shared.value_or(false)));
+  o.umask = config.umask;
+  std::optional<std::uint64_t> max_size = cache_max_size_from_env();
+  if (!max_size) max_size = config.max_size;
+  if (!max_size && is_default) max_size = default_cache_max_size;
+  if (max_size && *max_size != 0) o.max_size_bytes = max_size;
+  return std::make_unique<file_stream_program_cache>(dir, o);
+}
+
 // Every spec but the remote ones.
-std::unique_ptr<program_cache> open_local(std::string_view spec) {
-  if (spec.empty()) return std::make_unique<file_stream_program_cache>(default_cache_dir());
+std::unique_ptr<program_cache> open_local(std::string_view spec,
+                                          const open_cache_options& options) {
+  if (spec.empty()) return open_directory(default_cache_dir(), /*is_default=*/true, options);
   if (spec == "none" || spec == "off") return nullptr;
   if (spec == "memory") return std::make_unique<in_memory_program_cache>();
   if (spec.rfind("sqlite:", 0) == 0) {
@@ -31,18 +58,25 @@ std::unique_ptr<program_cache> open_local(std::string_view spec) {
     if (file.empty()) {
       throw invalid_argument("cache spec \"sqlite:\" names no file: use sqlite:/path/to/cache.db");
     }
-    return std::make_unique<sqlite_program_cache>(std::filesystem::path(file));
+    sqlite_cache_options o;
+    o.access = access_of(user_shared(options).value_or(false));
+    return std::make_unique<sqlite_program_cache>(std::filesystem::path(file), o);
   }
   if (spec.rfind("dir:", 0) == 0) spec = spec.substr(4);
   if (spec.empty()) {
     throw invalid_argument("cache spec \"dir:\" names no directory: use dir:/path/to/cache");
   }
-  return std::make_unique<file_stream_program_cache>(std::filesystem::path(spec));
+  return open_directory(std::filesystem::path(spec), /*is_default=*/false, options);
 }
 
 }  // namespace
 
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec) {
+  return open_program_cache(spec, open_cache_options{});
+}
+
+std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
+                                                  const open_cache_options& options) {
   if (spec.starts_with("redis://") || spec.starts_with("rediss://")) return open_redis(spec);
   // LOCAL+redis://...: the first "+redis://" splits, so LOCAL may not contain one (a password in
   // the URL may contain '+').
@@ -54,7 +88,8 @@ std::unique_ptr<program_cache> open_program_cache(std::string_view spec) {
                              "alone for the remote tier without one");
     }
     auto remote = open_redis(spec.substr(plus + 1));
-    return std::make_unique<tiered_program_cache>(open_local(local_spec), std::move(remote));
+    return std::make_unique<tiered_program_cache>(open_local(local_spec, options),
+                                                  std::move(remote));
   }
   if (spec.empty()) {
     const char* remote = std::getenv("CUCORE_REMOTE_CACHE");
@@ -65,10 +100,11 @@ std::unique_ptr<program_cache> open_program_cache(std::string_view spec) {
       } catch (const invalid_argument& e) {
         throw invalid_argument(std::string("$CUCORE_REMOTE_CACHE: ") + e.what());
       }
-      return std::make_unique<tiered_program_cache>(open_local(spec), std::move(remote_tier));
+      return std::make_unique<tiered_program_cache>(open_local(spec, options),
+                                                    std::move(remote_tier));
     }
   }
-  return open_local(spec);
+  return open_local(spec, options);
 }
 
 }  // namespace cucore

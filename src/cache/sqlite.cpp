@@ -33,7 +33,9 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
+#include "cache/posix_file.hpp"
 #include "cache/sqlite_handles.hpp"
+#include "cache/trust.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 
@@ -368,6 +370,32 @@ struct scanned_row {
   std::vector<std::byte> blob;
 };
 
+// Why the cache at `path` is not trusted under `access` (see cache_access): its directory, the
+// file and SQLite's side files, any of which another user could have planted or could rewrite.
+// Empty when all is well. A symbolic link at `path` is left to SQLITE_OPEN_NOFOLLOW.
+std::string trust_problem(const std::string& path, cache_access access) {
+  const std::filesystem::path file(path);
+  const std::string dir = file.has_parent_path() ? file.parent_path().string() : std::string(".");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (std::string why = detail::trust::problem(st, access, "directory of the SQLite cache", dir);
+        !why.empty()) {
+      return why;
+    }
+  }
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string side = path + suffix;
+    if (::lstat(side.c_str(), &st) != 0) continue;
+    if (*suffix == '\0' && S_ISLNK(st.st_mode)) continue;
+    if (std::string why = detail::trust::problem(
+            st, access, *suffix == '\0' ? "SQLite cache file" : "SQLite side file", side);
+        !why.empty()) {
+      return why;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 struct sqlite_program_cache::impl {
@@ -377,6 +405,7 @@ struct sqlite_program_cache::impl {
   const std::filesystem::path file;
   const std::string path;  // file as a string, for SQLite and messages
   const sqlite_cache_options options;
+  const detail::trust::create_modes modes = detail::trust::modes_for(options.access, options.umask);
   filesystem_kind fs{"local", false};
 
   mutable std::mutex mutex;
@@ -523,7 +552,8 @@ bool sqlite_program_cache::impl::acquire_shared_lock_locked() {
   if (lock_unusable || lock_shared) return true;
   if (lock_fd < 0) {
     const std::string lock_path = path + ".lock";
-    lock_fd = ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    lock_fd = ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, modes.file);
+    if (lock_fd >= 0) (void)detail::trust::set_created_file_mode(lock_fd, modes);
     if (lock_fd < 0) {
       const int err = errno;
       lock_unusable = true;
@@ -566,6 +596,11 @@ void sqlite_program_cache::impl::release_shared_lock_locked() noexcept {
 }
 
 void sqlite_program_cache::impl::open_attempts_locked() {
+  // Trust, again on every open: the file may have been replaced since the constructor looked.
+  if (std::string why = trust_problem(path, options.access); !why.empty()) {
+    set_unavailable_locked(why, kRetryWhenDisabled);
+    return;
+  }
   for (int attempt = 0; attempt < 4; ++attempt) {
     if (!acquire_shared_lock_locked()) {
       set_unavailable_locked("another process is repairing the file (" + path + ".lock is held)",
@@ -573,6 +608,16 @@ void sqlite_program_cache::impl::open_attempts_locked() {
       return;
     }
     const bool read_only = lock_unusable;
+    if (!read_only && modes.exact) {
+      // Create the file with the cache's modes (SQLite would use 0644 less the process umask);
+      // SQLite gives its -wal, -shm and -journal files the database's mode.
+      const int fd =
+          ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, modes.file);
+      if (fd >= 0) {
+        (void)detail::trust::set_created_file_mode(fd, modes);
+        ::close(fd);
+      }
+    }
     connection handle;
     {
       sqlite3* raw = nullptr;
@@ -1018,14 +1063,24 @@ sqlite_program_cache::sqlite_program_cache(std::filesystem::path file, sqlite_ca
   impl_ = std::make_unique<impl>(std::move(file), options);
   const std::filesystem::path parent =
       impl_->file.has_parent_path() ? impl_->file.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
+  // Created with the cache's modes: with a group-writable process umask (002), the default
+  // 0777 would make a directory this cache then refuses.
+  struct stat parent_st {};
+  const bool parent_existed = ::stat(parent.c_str(), &parent_st) == 0;
+  std::error_code ec = detail::posix::make_directories(parent.string(), impl_->modes.dir);
+  if (!ec && !parent_existed) {
+    (void)detail::trust::set_created_dir_mode(parent.string(), impl_->modes.dir, impl_->modes);
+  }
   if (ec) {
     const std::string message = "cannot create " + parent.string() + ": " + ec.message();
     if (options.on_write_failure == write_failure_policy::strict) {
       throw error("sqlite cache " + impl_->path + ": " + message);
     }
     impl_->warn(message);
+  }
+  // Trust is checked before anything is opened: a refused cache is an error, not a degraded one.
+  if (std::string why = trust_problem(impl_->path, options.access); !why.empty()) {
+    throw invalid_argument("sqlite cache: " + why);
   }
   if (auto fs = detail::sqlite::filesystem_of(parent)) impl_->fs = *fs;
   if (impl_->fs.network && options.journal == sqlite_journal::automatic) {

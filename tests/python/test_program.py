@@ -230,3 +230,24 @@ def test_key_accepts_cuda_core_program_options():
 def test_program_options_refuses_cuda_core_bundled_headers():
     with pytest.raises(ValueError, match="use_bundled_headers"):
         key(options=type("O", (), {"arch": ARCH, "use_bundled_headers": True})())
+
+
+def test_a_cache_others_can_write_is_refused_unless_shared(tmp_path, options):
+    # Anyone who can write a cache can make its readers run their code: a group-writable cache
+    # is refused (ValueError, saying why and how) until the caller opts in with shared=True.
+    group_dir = tmp_path / "group"
+    group_dir.mkdir()
+    group_dir.chmod(0o775)
+    with pytest.raises(ValueError, match="group-writable"):
+        cucore.FileStreamProgramCache(group_dir)
+    with pytest.raises(ValueError, match="group-writable"):
+        cucore.SQLiteProgramCache(group_dir / "c.db")
+    oracle = compile_uncached(options)
+    for make in (lambda: cucore.FileStreamProgramCache(group_dir, shared=True),
+                 lambda: cucore.SQLiteProgramCache(group_dir / "c.db", shared=True)):
+        with make() as cache:
+            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+        with make() as cache:
+            program = cucore.Program(KERNEL, "c++", options)
+            assert program.compile("cubin", cache=cache).code == oracle.code
+            assert program.last_cache_outcome == "hit"

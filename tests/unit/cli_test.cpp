@@ -1543,6 +1543,66 @@ TEST_F(Cache, BadCommandLines) {
   EXPECT_EQ(r.status, 2) << describe(r);
 }
 
+TEST_F(Cache, ConfigSetsAPersistentSizeCap) {
+  file("k.cu", kTemplate);
+  auto r = cucore({"cache", "config"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "max_size = 5G (default)")) << r.out;
+  r = cucore({"cache", "config", "max_size", "1K"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(fs::exists(cache_.path() / "cucore.conf"));
+  r = cucore({"cache", "config", "max_size"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, "1K\n");
+  // Enforced: a cubin entry is larger than 1 KiB, so it is not stored.
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  EXPECT_EQ(json_of({"cache", "stats", "--json"})["entries"].number, 0);
+  r = cucore({"cache", "config", "--unset", "max_size"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  EXPECT_EQ(json_of({"cache", "stats", "--json"})["entries"].number, 1);
+
+  r = cucore({"cache", "config", "max_size", "lots"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "max_size")) << r.err;
+  r = cucore({"cache", "config", "colour", "blue"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  r = cucore({"cache", "config", "max_size", "--cache", "sqlite:x.db"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  write_text(cache_.path() / "cucore.conf", "max_size = 1X\n");
+  r = cucore({"cache", "stats"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cucore.conf:1:")) << r.err;
+}
+
+TEST_F(CompileCache, CachesOthersCanWriteAreRefusedUnlessShared) {
+  file("k.cu", kTemplate);
+  fs::create_directory(work_ / "open");
+  ASSERT_EQ(::chmod((work_ / "open").c_str(), 0777), 0);
+  json j = json_of(compile_k({"--cache", (work_ / "open").string()}));
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "world-writable"))
+      << j["cache_skip_reason"].string;
+  EXPECT_TRUE(is_elf(output("k.cubin")));
+
+  fs::create_directory(work_ / "group");
+  ASSERT_EQ(::chmod((work_ / "group").c_str(), 0775), 0);
+  j = json_of(compile_k({"--cache", (work_ / "group").string()}));
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "--shared-cache"))
+      << j["cache_skip_reason"].string;
+  auto r = cucore({"cache", "stats", "--cache", (work_ / "group").string()});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "group-writable")) << r.err;
+
+  j = json_of(compile_k({"--cache", (work_ / "group").string(), "--shared-cache"}));
+  EXPECT_EQ(j["cache"].string, "miss");
+  j = json_of(compile_k({"--cache", (work_ / "group").string()}), {{"CUCORE_CACHE_SHARED", "1"}});
+  EXPECT_EQ(j["cache"].string, "hit");
+  r = cucore({"cache", "stats", "--cache", (work_ / "group").string(), "--shared-cache"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+}
+
 // ---------------------------------------------------------------------------------------------
 // cucore info
 

@@ -437,14 +437,19 @@ TEST(FileStreamCache, TmpIsOwnerOnlyAndFilesFollowTheUmask) {
 }
 
 TEST(FileStreamCache, PreexistingSharedRootUsedAsIs) {
+  // A group-shared root (the user opted in to a shared cache): used with the mode it has.
   temp_dir dir;
   fs::create_directory(dir / "shared");
-  ::chmod((dir / "shared").c_str(), 0777);
-  file_stream_program_cache cache(dir / "shared", fast());
+  ::chmod((dir / "shared").c_str(), 0775);
+  file_stream_cache_options shared = fast();
+  shared.access = cache_access::shared;
+  file_stream_program_cache cache(dir / "shared", shared);
   cache.put("k", code_of(1));
   EXPECT_TRUE(cache.get("k"));
-  EXPECT_EQ(lstat_of(dir / "shared").st_mode & 07777, 0777u) << "no chmod of an existing root";
-  EXPECT_EQ(lstat_of(dir / "shared/tmp").st_mode & 07777, 0700u);
+  EXPECT_EQ(lstat_of(dir / "shared").st_mode & 07777, 0775u) << "no chmod of an existing root";
+  EXPECT_EQ(lstat_of(dir / "shared/tmp").st_mode & 07777, 0775u) << "the group writes there too";
+  // A private cache refuses it (cache_trust_test has the rest of the trust rules).
+  EXPECT_THROW(file_stream_program_cache(dir / "shared", fast()), invalid_argument);
 }
 
 TEST(FileStreamCache, ExistingTmpModeIsLeftAlone) {
@@ -1259,14 +1264,14 @@ TEST(FileStreamCache, OtherUsersWorldWritableRootWithoutStickyIsRefused) {
   } catch (const invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("world-writable"), std::string::npos) << e.what();
   }
-  // With the sticky bit (like /tmp), others cannot replace what we create there: accepted.
+  // The sticky bit (like /tmp) does not make another user's directory ours: still refused.
   ASSERT_EQ(::chmod((dir / "theirs").c_str(), 01777), 0);
-  EXPECT_NO_THROW(file_stream_program_cache(dir / "theirs", fast()));
+  EXPECT_THROW(file_stream_program_cache(dir / "theirs", fast()), invalid_argument);
 }
 
-TEST(FileStreamCache, OtherUsersPrivateCacheIsReadable) {
-  // A cache published by another user (not world-writable) is used: reads work. (As root the
-  // writes work too; as another user they would degrade per the write policy.)
+TEST(FileStreamCache, OtherUsersCacheIsRefusedUnlessShared) {
+  // A cache of another user (not world-writable) could hold anything that user planted: refused,
+  // unless the reader opts in to a shared cache.
   if (!running_as_root()) GTEST_SKIP() << "needs root to create a directory owned by another user";
   temp_dir dir;
   {
@@ -1277,7 +1282,15 @@ TEST(FileStreamCache, OtherUsersPrivateCacheIsReadable) {
     ASSERT_EQ(::lchown(p.path().c_str(), 65534, 65534), 0);
   }
   ASSERT_EQ(::chown((dir / "theirs").c_str(), 65534, 65534), 0);
-  file_stream_program_cache cache(dir / "theirs", fast());
+  try {
+    file_stream_program_cache cache(dir / "theirs", fast());
+    FAIL() << "accepted another user's cache";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to another user"), std::string::npos) << e.what();
+  }
+  file_stream_cache_options shared = fast();
+  shared.access = cache_access::shared;
+  file_stream_program_cache cache(dir / "theirs", shared);
   EXPECT_TRUE(cache.get("k"));
 }
 

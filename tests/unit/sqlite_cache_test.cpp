@@ -1038,6 +1038,25 @@ TEST_F(SqliteCache, ExclusiveLockingModeInWalMakesReadsMiss) {
 
 // ---- read-only files and directories --------------------------------------------------------
 
+// rwxr-xr-x: others may traverse and read, nobody but the owner may write (the trust rules refuse
+// a world-writable cache directory or file).
+constexpr fs::perms kTraversable = fs::perms::owner_all | fs::perms::group_read |
+                                   fs::perms::group_exec | fs::perms::others_read |
+                                   fs::perms::others_exec;
+
+// As root, hands `path` to nobody (65534) and back: what an unprivileged child writes must be its
+// own, since the trust rules refuse files of other users (root's excepted).
+void give_to_nobody(const fs::path& path) {
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0) << path;
+  }
+}
+void give_to_root(const fs::path& path) {
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 0, 0), 0) << path;
+  }
+}
+
 // Runs `body` in a child that file permissions apply to: as root, the child becomes nobody.
 std::string run_unprivileged(const std::function<std::string()>& body) {
   return testing::run_in_child([&]() -> std::string {
@@ -1074,11 +1093,18 @@ std::string read_only_checks(const fs::path& file) {
 
 TEST_F(SqliteCache, ReadOnlyFileDegradesToSkippedWrites) {
   populate(file, 5);
-  fs::permissions(dir.path(), fs::perms::all);  // traversable by the unprivileged child
-  fs::permissions(dir.path() / "sub", fs::perms::all);
-  fs::permissions(file.parent_path(), fs::perms::all);
+  fs::permissions(dir.path(), kTraversable);  // traversable by the unprivileged child
+  fs::permissions(dir.path() / "sub", kTraversable);
+  // The directory is the child's (writable, and trusted by it: its own); the file root's,
+  // read-only to the child.
+  give_to_nobody(file.parent_path());
   fs::permissions(file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   const std::string result = run_unprivileged([&] { return read_only_checks(file); });
+  give_to_root(file.parent_path());
+  // SQLite side files the child left are the child's: the trust rules would refuse them to root.
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    if (fs::exists(file.string() + suffix)) give_to_root(file.string() + suffix);
+  }
   if (result.rfind("SKIP", 0) == 0) GTEST_SKIP() << result;
   EXPECT_EQ(result, "");
   fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
@@ -1089,15 +1115,17 @@ TEST_F(SqliteCache, ReadOnlyFileDegradesToSkippedWrites) {
 
 TEST_F(SqliteCache, ReadOnlyDirectoryDegradesToSkippedWrites) {
   populate(file, 5);
-  fs::permissions(dir.path(), fs::perms::all);
-  fs::permissions(dir.path() / "sub", fs::perms::all);
-  fs::permissions(file, fs::perms::all);
-  fs::permissions(file.string() + ".lock", fs::perms::all);
-  fs::permissions(file.parent_path(), fs::perms::owner_read | fs::perms::owner_exec |
-                                          fs::perms::group_read | fs::perms::group_exec |
-                                          fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir.path(), kTraversable);
+  fs::permissions(dir.path() / "sub", kTraversable);
+  // The file and its lock are the child's (writable by it, and trusted: its own); the directory
+  // root's, read-only to the child.
+  give_to_nobody(file);
+  give_to_nobody(file.string() + ".lock");
+  fs::permissions(file.parent_path(), kTraversable);
   const std::string result = run_unprivileged([&] { return read_only_checks(file); });
-  fs::permissions(file.parent_path(), fs::perms::all);
+  give_to_root(file);
+  give_to_root(file.string() + ".lock");
+  fs::permissions(file.parent_path(), fs::perms::owner_all);
   if (result.rfind("SKIP", 0) == 0) GTEST_SKIP() << result;
   EXPECT_EQ(result, "");
   sqlite_program_cache cache(file);

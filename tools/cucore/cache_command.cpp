@@ -1,5 +1,5 @@
 // cucore cache: look into and maintain a persistent program cache (stats, ls, show, export,
-// verify, trim, clear).
+// verify, trim, clear, config).
 #include <time.h>
 
 #include <algorithm>
@@ -7,6 +7,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -19,6 +22,7 @@
 #include "cache_spec.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
+#include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/redis.hpp"
@@ -40,9 +44,12 @@ constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
 constexpr option_spec output_option{"-o", "--output", "FILE",
                                     "export: the file to write the code to"};
 constexpr option_spec max_size_option{
-    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G: KiB, MiB, GiB"};
+    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G, T: KiB, MiB, GiB, TiB"};
 
-constexpr option_spec options[] = {cache_dir_option, json_option, output_option, max_size_option};
+constexpr option_spec unset_option{"--unset", "", "", "config: remove KEY's setting"};
+
+constexpr option_spec options[] = {cache_dir_option, shared_cache_option, json_option,
+                                   output_option,    max_size_option,     unset_option};
 
 struct subcommand {
   std::string_view name;
@@ -100,34 +107,14 @@ std::string key_hex(const std::vector<std::byte>& key) {
   return encode_hex(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
 }
 
-// --max-size N: bytes, or with a binary suffix (K, M, G; "KiB" and "k" too). 0 is allowed: trim
-// to nothing.
+// --max-size N: bytes, or with a binary suffix (K, M, G, T; "KiB" and "k" too), as cucore.conf's
+// max_size. 0 is allowed: trim to nothing.
 std::uint64_t parse_size(std::string_view option, std::string_view text) {
-  std::uint64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  auto bad = [&](const std::string& why) {
-    return usage_error(std::string(option) + ": \"" + std::string(text) + "\" " + why);
-  };
-  if (ec == std::errc::result_out_of_range) throw bad("is out of range");
-  if (ec != std::errc() || ptr == begin) throw bad("is not a size (bytes, or N with K, M or G)");
-  std::string suffix(ptr, end);
-  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  if (suffix.ends_with("IB")) suffix.resize(suffix.size() - 2);
-  int shift = 0;
-  if (suffix == "K") {
-    shift = 10;
-  } else if (suffix == "M") {
-    shift = 20;
-  } else if (suffix == "G") {
-    shift = 30;
-  } else if (!suffix.empty() && suffix != "B") {
-    throw bad("has an unknown unit: use K, M or G (powers of 1024)");
+  try {
+    return parse_cache_size(text);
+  } catch (const invalid_argument& e) {
+    throw usage_error(std::string(option) + ": " + e.what());
   }
-  if (value > (std::numeric_limits<std::uint64_t>::max() >> shift)) throw bad("is out of range");
-  return value << shift;
 }
 
 // The entry KEYHEX names, or exit status 1 with a message.
@@ -405,6 +392,84 @@ int clear(program_cache& cache, const arguments& args) {
   return exit_success;
 }
 
+// cucore cache config [KEY [VALUE]]: the directory cache's cucore.conf. Needs no open cache (a
+// cache the trust rules refuse can still be configured by its owner, and a size set before the
+// first compile applies to it).
+int config(const arguments& args) {
+  const std::string spec = cache_spec_from(args);
+  std::string_view dir_spec = spec;
+  if (dir_spec.starts_with("dir:")) dir_spec.remove_prefix(4);
+  if (spec.starts_with("sqlite:") || spec.find("redis://") != std::string::npos ||
+      spec.find("rediss://") != std::string::npos || is_memory_cache(spec) || is_no_cache(spec)) {
+    throw usage_error("--cache " + spec +
+                      ": cache config works on a directory cache (DIR, dir:DIR or the default)");
+  }
+  const bool is_default = dir_spec.empty();
+  const std::filesystem::path dir =
+      is_default ? default_cache_dir() : std::filesystem::path(dir_spec);
+  std::optional<bool> shared = shared_cache_from_env();
+  if (args.has(shared_cache_option.name)) shared = true;
+  const cache_access access =
+      shared.value_or(false) ? cache_access::shared : cache_access::private_to_user;
+  const auto& pos = args.positionals();
+  const std::string file = (dir / cache_config_file_name).string();
+  if (args.has(unset_option.name)) {
+    if (pos.size() != 2) throw usage_error("cache config --unset needs exactly one KEY");
+    try {
+      write_cache_config(dir, pos[1], std::nullopt, access);
+    } catch (const invalid_argument& e) {
+      throw usage_error(std::string("cache config: ") + e.what());
+    }
+    std::cout << pos[1] << " unset in " << file << '\n';
+    return exit_success;
+  }
+  if (pos.size() == 3) {
+    try {
+      write_cache_config(dir, pos[1], pos[2], access);
+    } catch (const invalid_argument& e) {
+      throw usage_error(std::string("cache config ") + pos[1] + ": " + e.what());
+    }
+    std::cout << pos[1] << " = " << pos[2] << " in " << file << '\n';
+    return exit_success;
+  }
+  const cache_config c = read_cache_config(dir, access);
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"max_size", c.max_size ? (*c.max_size == 0 ? "0 (no cap)" : format_cache_size(*c.max_size))
+                   : is_default ? format_cache_size(default_cache_max_size) + " (default)"
+                                : "0 (default: no cap)"},
+      {"shared", c.shared ? (*c.shared ? "true" : "false") : "false (default)"},
+      {"umask", c.umask ? [&] {
+         char buf[8];
+         std::snprintf(buf, sizeof buf, "%03o", *c.umask);
+         return std::string(buf);
+       }()
+                        : "unset (default)"},
+  };
+  if (pos.size() == 2) {
+    for (const auto& [key, value] : values) {
+      if (key == pos[1]) {
+        std::cout << value << '\n';
+        return exit_success;
+      }
+    }
+    throw usage_error("cache config: unknown key \"" + pos[1] +
+                      "\" (known: max_size, shared, umask)");
+  }
+  std::cout << "# " << file << '\n';
+  for (const auto& [key, value] : values) std::cout << key << " = " << value << '\n';
+  // What overrides the file in this environment.
+  for (const char* name : {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      std::cout << "# overridden here: " << name << "=" << v << '\n';
+    }
+  }
+  return exit_success;
+}
+
+int config_unreachable(program_cache&, const arguments& args) {
+  return config(args);
+}
+
 const std::vector<subcommand>& subcommands() {
   static const std::vector<subcommand> all = {
       {"stats",
@@ -422,7 +487,7 @@ const std::vector<subcommand>& subcommands() {
        "and clear work on the local tier (name the Redis URL alone for the remote one); show and\n"
        "export read through both tiers.",
        "",
-       {cache_dir_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option},
        0,
        stats},
       {"ls",
@@ -434,7 +499,7 @@ const std::vector<subcommand>& subcommands() {
        "array of {\"key\", \"code_type\", \"payload_bytes\", \"stored_bytes\", \"name\",\n"
        "\"symbols\", \"last_used\"}.",
        "",
-       {cache_dir_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option},
        0,
        ls},
       {"show",
@@ -444,7 +509,7 @@ const std::vector<subcommand>& subcommands() {
        "its code type, program name, size, and the name expressions it maps to mangled names.\n"
        "Reading an entry checks it; a damaged one is removed and reported as not found.",
        "Exit status: 0 shown; 1 no such entry, or the cache cannot be opened; 2 bad command line.",
-       {cache_dir_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option},
        1,
        show},
       {"export",
@@ -454,7 +519,7 @@ const std::vector<subcommand>& subcommands() {
        "nvdisasm, or loading by hand).",
        "Exit status: 0 written; 1 no such entry, FILE cannot be written, or the cache cannot be\n"
        "opened; 2 bad command line.",
-       {cache_dir_option, json_option, output_option},
+       {cache_dir_option, shared_cache_option, json_option, output_option},
        1,
        export_entry},
       {"verify",
@@ -466,7 +531,7 @@ const std::vector<subcommand>& subcommands() {
        "Exit status: 0 nothing was damaged; 1 damaged entries were found (and removed, unless\n"
        "removing failed: compare removed with corrupt), or the cache cannot be opened or read;\n"
        "2 bad command line.",
-       {cache_dir_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option},
        0,
        verify},
       {"trim",
@@ -476,7 +541,7 @@ const std::vector<subcommand>& subcommands() {
        "in K, M or G (KiB, MiB, GiB); 0 empties the cache. Prints how many it removed and what\n"
        "is left. --json: {\"removed\", \"entries\", \"size_bytes\"}.",
        "",
-       {cache_dir_option, json_option, max_size_option},
+       {cache_dir_option, shared_cache_option, json_option, max_size_option},
        0,
        trim},
       {"clear",
@@ -486,9 +551,27 @@ const std::vector<subcommand>& subcommands() {
        "writing at the same time survive). --json: {\"removed\", \"removed_bytes\", \"entries\"}\n"
        "(entries: what is left).",
        "",
-       {cache_dir_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option},
        0,
        clear},
+      {"config",
+       "config [KEY [VALUE] | --unset KEY] [--cache DIR]",
+       "show or change the directory cache's persistent settings",
+       "Reads or writes DIR/cucore.conf, the directory cache's settings (\"key = value\" lines):\n"
+       "  max_size  the size cap (bytes, or N with K, M, G, T: powers of 1024; 0: no cap). The\n"
+       "            default cache's default is 5G; $CUCORE_CACHE_MAX_SIZE overrides the file.\n"
+       "  shared    true: trust a cache other users (a group) can write too, and create files\n"
+       "            with group permissions. Honoured only from a cucore.conf you own that no one\n"
+       "            else can write; $CUCORE_CACHE_SHARED and --shared-cache override it.\n"
+       "  umask     octal permission bits removed from the files and directories the cache\n"
+       "            creates (as ccache's umask; shared caches default to 002).\n"
+       "Without KEY prints every setting; with KEY prints its value; with KEY VALUE sets it\n"
+       "(creating the directory and the file). --unset KEY removes a setting.",
+       "Exit status: 0 success; 1 the file cannot be read or written, or is malformed; 2 bad\n"
+       "command line or value.",
+       {cache_dir_option, shared_cache_option, unset_option},
+       0,
+       config_unreachable},
   };
   return all;
 }
@@ -560,6 +643,20 @@ int run(const arguments& args) {
                       subcommand_names());
   }
   const std::string who = "cache " + std::string(sub->name);
+  if (sub->name == "config") {
+    if (positionals.size() > 3) {
+      throw usage_error("cache config takes at most KEY VALUE, but got also \"" + positionals[3] +
+                        "\"");
+    }
+    for (const auto& option : options) {
+      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
+                                     [&](const option_spec& o) { return o.name == option.name; });
+      if (!takes && args.has(option.name)) {
+        throw usage_error(who + " takes no " + std::string(option.name));
+      }
+    }
+    return config(args);
+  }
   if (positionals.size() < 1 + sub->operands) throw usage_error(who + " needs a KEYHEX");
   if (positionals.size() > 1 + sub->operands) {
     throw usage_error(
@@ -584,7 +681,7 @@ int run(const arguments& args) {
     throw usage_error("--cache memory: an in-memory cache starts empty in every process, so " +
                       who + " would see nothing: name a directory (DIR) or sqlite:FILE");
   }
-  const std::unique_ptr<program_cache> cache = open_cache(spec);
+  const std::unique_ptr<program_cache> cache = open_cache(spec, args);
   return sub->run(*cache, args);
 }
 
@@ -593,7 +690,8 @@ int run(const arguments& args) {
 const command cache_command{
     "cache",
     "cache SUBCOMMAND [options]",
-    "look into and maintain the program cache: stats, ls, show, export, verify, trim, clear",
+    "look into and maintain the program cache: stats, ls, show, export, verify, trim, clear, "
+    "config",
     "",  // help() writes the usage, from the subcommand table
     options,
     run,

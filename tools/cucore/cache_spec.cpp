@@ -22,8 +22,10 @@ bool is_memory_cache(std::string_view spec) {
   return spec == "memory";
 }
 
-std::unique_ptr<program_cache> open_cache(std::string_view spec) {
-  return open_program_cache(spec);
+std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args) {
+  open_cache_options options;
+  if (args.has(shared_cache_option.name)) options.shared = true;
+  return open_program_cache(spec, options);
 }
 
 // The same probes program::compile(..., cache) uses: with --extra-digest the tool derives keys

@@ -42,6 +42,7 @@ constexpr auto options = join_options(
     std::to_array<option_spec>({
         {"", "", "", "Cache"},
         cache_option,
+        shared_cache_option,
         extra_digest_option,
     }));
 
@@ -146,7 +147,7 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
   };
   std::unique_ptr<program_cache> cache;
   try {
-    cache = open_cache(spec);
+    cache = open_cache(spec, args);
   } catch (const std::exception& e) {
     return skip("cannot open the cache: " + std::string(e.what()));
   }

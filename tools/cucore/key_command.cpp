@@ -30,6 +30,7 @@ constexpr auto options =
                      {"", "", "", "Cache key"},
                      extra_digest_option,
                      cache_option,
+                     shared_cache_option,
                  }));
 
 constexpr std::string_view description =
@@ -119,7 +120,7 @@ int run(const arguments& args) {
   const std::string spec = cache_spec_from(args);  // a malformed spec is a usage error
   std::unique_ptr<program_cache> cache;
   try {
-    cache = open_cache(spec);
+    cache = open_cache(spec, args);
   } catch (const std::exception& e) {
     cucore::log(log_level::debug, std::string("key: the cache cannot be opened (") + e.what() +
                                       "); asking the installed compilers");

@@ -44,26 +44,30 @@
 // pid namespace) that no longer exists: a killed writer's temp file does not count against the
 // cap for an hour. A live writer's temp file is never touched.
 //
-// Permissions and trust. Directories are created with mode 0777 and entry files with 0644, both
-// less the umask (so the default umask 022 gives 0755/0644, and umask 077 a private cache); tmp/
-// is created 0700 so that entries being written are private. Existing directories are used with
-// the mode they have (a shared 0777 root stays 0777). Entry files are never group- or
-// world-writable, so only their owner (and root) can change one in place; in a cache shared by
-// several users, reads of another user's entries work but cannot record their use. A cache
-// directory is trusted like its owner: anyone who can write into it can plant entries (the
-// checksum detects damage, not forgery). The constructor therefore refuses (invalid_argument):
-//   - a root that is a symbolic link owned by another user (not you, not root), who could
-//     point it anywhere (a symlink of yours or root's is followed);
-//   - a root, entries/ or tmp/ that is owned by another user and world-writable without the
-//     sticky bit (any user could replace the entries);
-//   - an entries/ or tmp/ that is a symbolic link or not a directory, and a root that is not a
-//     directory.
-// A directory owned by another user that is not world-writable (a cache an administrator
-// publishes) is used: reads work, and writes work where its modes allow, else they degrade per
-// `on_write_failure`. Nothing inside the cache is followed through a symbolic link: a symlink
-// where an entry file should be is a miss and is removed (not its target); entry files are opened
-// with O_NOFOLLOW (and O_NONBLOCK, so a FIFO cannot hang a read); directories are scanned with
-// O_NOFOLLOW and lstat; every descriptor is O_CLOEXEC.
+// Permissions and trust (docs/cache-directory.md, "Trust model"). Anyone who can write a cache
+// can make its readers run their code: keys are computable from public inputs and the checksum
+// detects damage, not forgery. So under options.access:
+//   - private_to_user (the default): the root, entries/ and tmp/ must be owned by you (the
+//     effective uid) or root and be neither group- nor world-writable (sticky bit or not);
+//     otherwise the constructor throws invalid_argument saying whose it is, its mode, and how to
+//     fix it (chmod/chown, or opt in to shared). An entry file owned by another user than
+//     the one that opened the cache (and not root) or writable by group or world is a miss with
+//     a warning, left in place (a put of the key replaces it; verify() counts it as bad and can
+//     remove it). Directories are created 0755 and entry files 0644 (tmp/ 0700), less the process
+//     umask, or exactly 0777/0666 less options.umask (with group and world write always removed).
+//   - shared: directories and entries of other users and group write access are accepted (you
+//     trust whoever can write the cache); anything world-writable is refused as above (an entry:
+//     a miss). Directories (tmp/ included) are created 0777 & ~umask and files 0666 & ~umask,
+//     exactly, whatever the process umask (umask default 002). Make the root group-owned and
+//     set-group-ID (chmod 2770) so that everything created inside belongs to the group.
+// Always refused (invalid_argument): a root that is a symbolic link owned by another user (not
+// you, not root), who could point it anywhere (a symlink of yours or root's is followed); an
+// entries/ or tmp/ that is a symbolic link or not a directory; a root that is not a directory.
+// Existing directories keep their modes. Nothing inside the cache is followed through a symbolic
+// link: a symlink where an entry file should be is a miss and is removed (not its target); entry
+// files are opened with O_NOFOLLOW (and O_NONBLOCK, so a FIFO cannot hang a read); directories are
+// scanned with O_NOFOLLOW and lstat; every descriptor is O_CLOEXEC. Parent directories of the
+// root are not checked: keep the cache under a directory only you (or the group) can write.
 //
 // Thread safety: every method may be called concurrently from any number of threads and
 // processes on the same directory (get/put/erase take no lock; the size estimate and eviction
@@ -99,6 +103,14 @@ struct file_stream_cache_options {
   // (the first failure of each kind at warning level, repeats at debug level), counts it in
   // stats().errors and returns as if the entry was not cached; `strict` throws cucore::error.
   write_failure_policy on_write_failure = write_failure_policy::warn;
+  // Whom the cache trusts (see "Trust model" above and cache_access).
+  cache_access access = cache_access::private_to_user;
+  // Permission bits removed from what the cache creates (ccache's umask): directories get
+  // 0777 & ~umask, files 0666 & ~umask, whatever the process umask. Unset: in private mode the
+  // process umask applies to 0755/0644; in shared mode 002. Private mode always removes group and
+  // world write as well; shared mode rejects a umask that leaves world write (invalid_argument),
+  // as it does one above 0777.
+  std::optional<unsigned> umask{};
 };
 
 class file_stream_program_cache final : public program_cache {
@@ -172,6 +184,10 @@ class file_stream_program_cache final : public program_cache {
   std::string entries_dir_;  // root/entries (no trailing slash: O_NOFOLLOW must see the name)
   std::string tmp_dir_;      // root/tmp
   file_stream_cache_options options_;
+  // The modes this cache creates with (from options_.access and umask; see detail::trust).
+  unsigned dir_mode_ = 0755, tmp_dir_mode_ = 0700, file_mode_ = 0644;
+  bool exact_modes_ = false;
+  unsigned euid_ = 0;  // the opener's effective uid: whose entries private mode trusts (and root's)
   std::atomic<bool> closed_{false};
 
   struct counters {

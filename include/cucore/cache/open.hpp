@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "cucore/cache/program_cache.hpp"
@@ -19,7 +20,21 @@ namespace cucore {
 //                   a Redis one; empty: the default directory) in front of the Redis tier
 //   "dir:DIR" or any other text: file_stream_program_cache at that directory.
 // Throws invalid_argument for "sqlite:" without a file, a malformed Redis URL (in the spec or in
-// $CUCORE_REMOTE_CACHE, which the message names), and whatever the backend's constructor throws.
+// $CUCORE_REMOTE_CACHE, which the message names), and whatever the backend's constructor throws
+// (including a cache the trust rules refuse: see cache_access).
+//
+// Settings of a directory cache (default or named): DIR/cucore.conf (cucore/cache/config.hpp),
+// overridden by $CUCORE_CACHE_MAX_SIZE and $CUCORE_CACHE_SHARED, overridden by `options`. The
+// default cache is capped at default_cache_max_size (5 GiB) unless one of those sets a size
+// (0: no cap); a named directory has no cap unless one is set. A SQLite cache takes `shared`
+// from `options` or $CUCORE_CACHE_SHARED.
+struct open_cache_options {
+  // Trust a cache shared with other users (cache_access::shared); unset: the environment, then
+  // cucore.conf, then private.
+  std::optional<bool> shared;
+};
+std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
+                                                  const open_cache_options& options);
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec);
 
 }  // namespace cucore

@@ -84,6 +84,22 @@ struct cache_verify_report {
 // `warn` logs a warning and carries on as if the entry was not cached; `strict` throws.
 enum class write_failure_policy { warn, strict };
 
+// Whom a local persistent cache (directory or SQLite file) trusts. Anyone who can write a cache
+// can make its readers run their code: keys are computable from public inputs and the checksum
+// detects damage, not forgery. docs/cache-directory.md, "Trust model", has the whole rule.
+enum class cache_access {
+  // The default. The cache's directories and files must be owned by you (the effective uid) or
+  // root and writable by no one else: a cache that is not is refused (invalid_argument, saying
+  // why and how to fix it), an entry file that is not is a miss. Files and directories are
+  // created without group or world write access.
+  private_to_user,
+  // A cache shared with other users, typically a group (ccache's umask model): directories and
+  // files of other owners and group write access are accepted, since you have said you trust
+  // whoever can write the cache; anything world-writable is still refused. Files and directories
+  // are created with the permissions the cache's umask leaves (default 002: group-writable).
+  shared,
+};
+
 class program_cache {
  public:
   virtual ~program_cache() = default;

@@ -12,6 +12,15 @@
 //   A symbolic link at <file> is refused (the cache stays unavailable), as the directory
 //   backend refuses links (O_NOFOLLOW).
 //
+// Trust (options.access; docs/cache-sqlite.md, "Trust model"): the directory holding <file>,
+// <file> and SQLite's side files (-wal, -shm, -journal: a planted journal would be replayed into
+// the database) follow the directory backend's rules. In private mode (the default) each must be
+// owned by you or root and writable by no one else; in shared mode anything but world-writable is
+// accepted. The constructor throws invalid_argument for one that is not (saying why and how to
+// fix it), and a file replaced later by one that is not leaves the cache unavailable (a warning).
+// The database is created with the cache's modes (shared mode: 0666 & ~umask, umask default 002);
+// SQLite gives its side files the database's mode.
+//
 // Guarantees
 //   - A read returns a value some put() stored for that key, or a miss. A damaged row (checksum,
 //     key echo, format version) is a miss and is deleted, guarded by a write id so that a value a
@@ -86,6 +95,13 @@ struct sqlite_cache_options {
   // How often reads write their coalesced access times back (writes and close always do).
   // 0 writes them back on every read.
   std::chrono::milliseconds touch_flush_interval{1000};
+  // Whom the cache trusts: the file, its directory and SQLite's side files (-wal, -shm,
+  // -journal) are checked as the directory backend checks its directories and entries (see
+  // cache_access and docs/cache-sqlite.md, "Trust model").
+  cache_access access = cache_access::private_to_user;
+  // As file_stream_cache_options::umask, for the database file (SQLite gives its side files the
+  // database's mode) and <file>.lock.
+  std::optional<unsigned> umask{};
 };
 
 class sqlite_program_cache final : public program_cache {
