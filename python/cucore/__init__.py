@@ -5,6 +5,7 @@ wraps them as ``cuda.core.utils.ProgramCacheResource`` for ``cuda.core``'s
 ``Program.compile(..., cache=...)``. See docs/python.md.
 """
 
+from cucore import _cucore
 from cucore._cucore import (
     CompileError,
     CudaError,
@@ -25,6 +26,14 @@ from cucore._cucore import (
     open_program_cache,
 )
 from cucore._options import ProgramOptions
+from cucore._wheels import cuda_wheel_site_packages as _cuda_wheel_site_packages
+
+# NVIDIA's CUDA 13 wheels (pip install "cucore[cu13]") in this interpreter's sys.path: the library
+# search takes NVRTC, nvJitLink, libNVVM and the toolkit headers from them when no toolkit is
+# installed (docs/library-discovery.md). Before any compile, so before the first library probe.
+for _site in _cuda_wheel_site_packages():
+    _cucore._add_wheel_directory(_site)
+del _site
 
 __version__ = "0.1.0"
 
