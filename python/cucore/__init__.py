@@ -19,7 +19,9 @@ from cucore._cucore import (
     ObjectCode,
     Program,
     ProgramCache,
+    RedisProgramCache,
     SQLiteProgramCache,
+    TieredProgramCache,
     default_cache_dir,
     explain_program_cache_key,
     make_program_cache_key,
@@ -33,7 +35,6 @@ from cucore._wheels import cuda_wheel_site_packages as _cuda_wheel_site_packages
 # installed (docs/library-discovery.md). Before any compile, so before the first library probe.
 for _site in _cuda_wheel_site_packages():
     _cucore._add_wheel_directory(_site)
-del _site
 
 __version__ = "0.1.0"
 
@@ -51,7 +52,9 @@ __all__ = [
     "Program",
     "ProgramCache",
     "ProgramOptions",
+    "RedisProgramCache",
     "SQLiteProgramCache",
+    "TieredProgramCache",
     "default_cache_dir",
     "explain_program_cache_key",
     "make_program_cache_key",

@@ -37,8 +37,11 @@ def _real_toolkit() -> dict[str, Path] | None:
                     "libdevice": cu13 / "nvvm" / "libdevice"}
     cuda = Path("/usr/local/cuda")
     if (cuda / "lib64" / "libnvrtc.so.13").is_file():
-        return {"lib": cuda / "lib64", "nvvm": cuda / "nvvm" / "lib64", "include": cuda / "include",
-                "libdevice": cuda / "nvvm" / "libdevice"}
+        nvvm = next((d for d in (cuda / "nvvm" / "lib64", cuda / "lib64") if (d / "libnvvm.so.4").is_file()),
+                    None)
+        if nvvm is not None:
+            return {"lib": cuda / "lib64", "nvvm": nvvm, "include": cuda / "include",
+                    "libdevice": cuda / "nvvm" / "libdevice"}
     return None
 
 
@@ -94,18 +97,9 @@ def test_the_console_script_hands_the_wheels_to_the_tool(fake_site_packages):
     report = json.loads(r.stdout)
     source = f"pip wheel in {fake_site_packages}"
     for lib in ("nvrtc", "nvjitlink", "nvvm"):
-        assert report[lib]["found"], report[lib]
+        assert report[lib]["found"], (lib, report[lib])
         assert report[lib]["source"] == source, report[lib]
     assert report["include_source"] == source
     assert report["include_directories"][-1] == f"{fake_site_packages}/nvidia/cu13/include"
     assert report["libdevice"] is not None
 
-
-def test_without_the_wheels_nothing_is_found(tmp_path):
-    env = _wheels_only_env(tmp_path)  # an empty site-packages
-    r = subprocess.run([sys.executable, "-m", "cucore", "info", "--json"], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    report = json.loads(r.stdout)
-    assert not report["nvrtc"]["found"]
-    assert report["nvrtc"]["source"] is None
