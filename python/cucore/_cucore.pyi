@@ -169,7 +169,7 @@ class RedisProgramCache(ProgramCache):
 
 class TieredProgramCache(ProgramCache):
     """
-    A local cache in front of a remote one (docs/cache-remote.md): gets try local, then remote (a remote hit is copied into local); puts go to local, then to remote, in the background with write_behind. Remote errors count as misses. The tiers stay usable on their own; closing this cache flushes it and leaves them open.
+    A local cache in front of a remote one (docs/cache-remote.md): gets try local, then remote (a remote hit is copied into local); puts go to local, then to remote, in the background with write_behind. Remote errors count as misses. Tiers passed in stay usable on their own and stay open when this cache closes (it flushes); the tiers of one from open_program_cache close with it.
     """
 
     def __init__(self, local: ProgramCache, remote: ProgramCache, *, write_behind: bool = True, max_pending_puts: int = 256) -> None: ...
