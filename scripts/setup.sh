@@ -59,13 +59,22 @@ fi
 # Debian's registry at version 12.3+. Without one, NVIDIA's CUDA 13.0 pip wheels have all cucore
 # needs: they go into .cache/cuda-wheels, where the build and the library find them
 # (docs/library-discovery.md).
+# The sources searched are those of the build and the library: CUCORE_CUDA_SEARCH, if set, names
+# them (CUCORE_CUDA_SEARCH=wheels bash scripts/setup.sh sets up as on a machine with no toolkit).
+IFS=, read -r -a sources <<<"${CUCORE_CUDA_SEARCH:-CUCORE_CUDA_HOME,CUDA_HOME,CUDA_PATH,/usr/local/cuda,wheels}"
 cuda_root=""
-for root in "${CUCORE_CUDA_HOME:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-  if [ -n "$root" ] && [ -f "$root/include/nvrtc.h" ]; then cuda_root=$root; break; fi
-done
-IFS=: read -r -a wheel_sites <<<"${CUCORE_CUDA_WHEELS:-}"
-for site in "${wheel_sites[@]}"; do
-  if [ -z "$cuda_root" ] && [ -f "$site/nvidia/cu13/include/nvrtc.h" ]; then cuda_root=$site/nvidia/cu13; fi
+for source in "${sources[@]}"; do
+  roots=()
+  case $source in
+    CUCORE_CUDA_HOME | CUDA_HOME | CUDA_PATH) roots=("${!source:-}") ;;
+    /usr/local/cuda) roots=(/usr/local/cuda) ;;
+    wheels)
+      IFS=: read -r -a sites <<<"${CUCORE_CUDA_WHEELS:-}"
+      for site in "${sites[@]}" .cache/cuda-wheels; do roots+=("$site/nvidia/cu13"); done ;;
+  esac
+  for root in "${roots[@]}"; do
+    if [ -z "$cuda_root" ] && [ -n "$root" ] && [ -f "$root/include/nvrtc.h" ]; then cuda_root=$root; fi
+  done
 done
 if [ -z "$cuda_root" ]; then
   scripts/fetch-cuda-wheels.sh .cache/cuda-wheels
