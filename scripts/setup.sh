@@ -26,18 +26,6 @@ if ((${#missing[@]})); then
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The CUDA toolkit (headers at build time; NVRTC, nvJitLink and libNVVM at run time) is not in
-# Debian's registry at version 12.3+: it must already be installed. Say so plainly if it is not.
-cuda_root=""
-for root in "${CUCORE_CUDA_HOME:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-  if [ -n "$root" ] && [ -f "$root/include/nvrtc.h" ]; then cuda_root=$root; break; fi
-done
-if [ -z "$cuda_root" ]; then
-  echo "setup: no CUDA toolkit found (looked for include/nvrtc.h under \$CUCORE_CUDA_HOME," \
-       "\$CUDA_HOME, \$CUDA_PATH and /usr/local/cuda). Install CUDA 12.3 or newer and set CUDA_HOME." >&2
-  exit 1
-fi
-
 # The Python package's build and test environment: a virtual environment in .venv (Debian's pip is
 # externally managed). cuda-core is the behavioural reference the Python tests compare against;
 # cuda-bindings is what it imports (13.x, matching the toolkit's NVRTC 13).
@@ -65,4 +53,29 @@ for spec in sys.argv[1:]:
 PY
   echo "setup: installing ${python_packages[*]} into $venv"
   "$venv/bin/python" -m pip install -q "${python_packages[@]}"
+fi
+
+# The CUDA toolkit (headers at build time; NVRTC, nvJitLink and libNVVM at run time) is not in
+# Debian's registry at version 12.3+. Without one, NVIDIA's CUDA 13.0 pip wheels have all cucore
+# needs: they go into .cache/cuda-wheels, where the build and the library find them
+# (docs/library-discovery.md).
+# The sources searched are those of the build and the library: CUCORE_CUDA_SEARCH, if set, names
+# them (CUCORE_CUDA_SEARCH=wheels bash scripts/setup.sh sets up as on a machine with no toolkit).
+IFS=, read -r -a sources <<<"${CUCORE_CUDA_SEARCH:-CUCORE_CUDA_HOME,CUDA_HOME,CUDA_PATH,/usr/local/cuda,wheels}"
+cuda_root=""
+for source in "${sources[@]}"; do
+  roots=()
+  case $source in
+    CUCORE_CUDA_HOME | CUDA_HOME | CUDA_PATH) roots=("${!source:-}") ;;
+    /usr/local/cuda) roots=(/usr/local/cuda) ;;
+    wheels)
+      IFS=: read -r -a sites <<<"${CUCORE_CUDA_WHEELS:-}"
+      for site in "${sites[@]}" .cache/cuda-wheels; do roots+=("$site/nvidia/cu13"); done ;;
+  esac
+  for root in "${roots[@]}"; do
+    if [ -z "$cuda_root" ] && [ -n "$root" ] && [ -f "$root/include/nvrtc.h" ]; then cuda_root=$root; fi
+  done
+done
+if [ -z "$cuda_root" ]; then
+  scripts/fetch-cuda-wheels.sh .cache/cuda-wheels
 fi

@@ -2,8 +2,11 @@
 //
 // cucore never links against a CUDA library. NVRTC, nvJitLink and libNVVM are searched, in order,
 // in $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda (each under lib64/, lib/,
-// targets/<arch>-linux/lib/, and nvvm/lib64/ for libNVVM), then through the dynamic loader's own
-// path. Setting CUCORE_CUDA_HOME_ONLY=1 restricts the search to $CUCORE_CUDA_HOME. The driver
+// targets/<arch>-linux/lib/, and nvvm/lib64/ for libNVVM), then in NVIDIA's CUDA 13 pip wheels
+// (<site-packages>/nvidia/cu13: see add_wheel_directory), then through the dynamic loader's own
+// path. CUCORE_CUDA_SEARCH (a comma-separated list of CUCORE_CUDA_HOME, CUDA_HOME, CUDA_PATH,
+// /usr/local/cuda, wheels, loader) chooses and orders those sources; CUCORE_CUDA_HOME_ONLY=1
+// restricts the search to $CUCORE_CUDA_HOME. docs/library-discovery.md has the details. The driver
 // (libcuda.so.1) is only ever taken from the loader path: the toolkit ships a stub of it that must
 // never be loaded. Every probe is done once per process, is thread-safe, and is cached.
 #pragma once
@@ -38,6 +41,9 @@ struct library_status {
   std::vector<std::string> searched;  // candidates tried, in order
   std::string version;                // "13.0"; for libNVVM "2.0 (IR 2.0, debug 3.2)"
   std::string error;                  // why it was not found, or why its version probe failed
+  // Where it was found: "CUCORE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH", "/usr/local/cuda",
+  // "pip wheel in <site-packages>" or "loader path"; empty when not found.
+  std::string source;
 };
 
 struct device_summary {
@@ -53,7 +59,8 @@ struct report {
   library_status driver;
   std::optional<std::string> libdevice;          // path of libdevice.10.bc, if found
   std::vector<std::string> include_directories;  // include_directories()
-  std::vector<device_summary> devices;           // empty without a driver or without a GPU
+  std::string include_source;  // the source of their root, as library_status::source; or empty
+  std::vector<device_summary> devices;  // empty without a driver or without a GPU
 };
 
 // The include directories of the toolkit whose NVRTC compiles, in search order: its include/cccl
@@ -63,6 +70,11 @@ struct report {
 // CUDA root (taken from the loader path: which toolkit it belongs to is unknown). Found once per
 // process; never throws. program_options::toolkit_include_path appends them to NVRTC's -I list.
 const std::vector<std::string>& include_directories();
+
+// Adds a site-packages directory to search for NVIDIA's CUDA 13 wheels (its nvidia/cu13), after
+// those in $CUCORE_CUDA_WHEELS. The Python package registers the sys.path entries that hold the
+// wheels when it is imported. Takes effect only for libraries not yet probed in this process.
+void add_wheel_directory(std::string site_packages);
 
 // Probes every library; never throws.
 report query();

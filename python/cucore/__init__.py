@@ -5,6 +5,7 @@ wraps them as ``cuda.core.utils.ProgramCacheResource`` for ``cuda.core``'s
 ``Program.compile(..., cache=...)``. See docs/python.md.
 """
 
+from cucore import _cucore
 from cucore._cucore import (
     CompileError,
     CudaError,
@@ -18,13 +19,22 @@ from cucore._cucore import (
     ObjectCode,
     Program,
     ProgramCache,
+    RedisProgramCache,
     SQLiteProgramCache,
+    TieredProgramCache,
     default_cache_dir,
     explain_program_cache_key,
     make_program_cache_key,
     open_program_cache,
 )
 from cucore._options import ProgramOptions
+from cucore._wheels import cuda_wheel_site_packages as _cuda_wheel_site_packages
+
+# NVIDIA's CUDA 13 wheels (pip install "cucore[cu13]") in this interpreter's sys.path: the library
+# search takes NVRTC, nvJitLink, libNVVM and the toolkit headers from them when no toolkit is
+# installed (docs/library-discovery.md). Before any compile, so before the first library probe.
+for _site in _cuda_wheel_site_packages():
+    _cucore._add_wheel_directory(_site)
 
 __version__ = "0.1.0"
 
@@ -42,7 +52,9 @@ __all__ = [
     "Program",
     "ProgramCache",
     "ProgramOptions",
+    "RedisProgramCache",
     "SQLiteProgramCache",
+    "TieredProgramCache",
     "default_cache_dir",
     "explain_program_cache_key",
     "make_program_cache_key",

@@ -144,9 +144,56 @@ class FileStreamProgramCache(ProgramCache):
     @property
     def path(self) -> str: ...
 
-def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | FileStreamProgramCache | None:
+class RedisProgramCache(ProgramCache):
     """
-    A cache from a spec as the CLI takes it: "memory", "sqlite:FILE", "dir:DIR" or DIR, "none" (None). An empty spec is the default directory.
+    A cache on a Redis server, shared by machines (docs/cache-remote.md). Misses, not errors, while the server is down; usually the remote tier of a TieredProgramCache.
+    """
+
+    def __init__(self, url: str = 'redis://127.0.0.1:6379/0', *, key_prefix: str = 'cucore:v1:', connect_timeout: float = 0.5, command_timeout: float = 0.5, ttl: float | None = None, read_only: bool = False) -> None:
+        """
+        The URL's query parameters (prefix, ttl, readonly, connect_timeout, command_timeout) override the keyword arguments; timeouts in seconds.
+        """
+
+    @property
+    def url(self) -> str:
+        """The URL with its password replaced by ***."""
+
+    @property
+    def key_prefix(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    def redis_key(self, key: bytes | str) -> str:
+        """The Redis key an entry is stored under."""
+
+class TieredProgramCache(ProgramCache):
+    """
+    A local cache in front of a remote one (docs/cache-remote.md): gets try local, then remote (a remote hit is copied into local); puts go to local, then to remote, in the background with write_behind. Remote errors count as misses. Tiers passed in stay usable on their own and stay open when this cache closes (it flushes); the tiers of one from open_program_cache close with it.
+    """
+
+    def __init__(self, local: ProgramCache, remote: ProgramCache, *, write_behind: bool = True, max_pending_puts: int = 256) -> None: ...
+
+    @property
+    def local(self) -> ProgramCache: ...
+
+    @property
+    def remote(self) -> ProgramCache: ...
+
+    def flush(self) -> None:
+        """
+        Returns once every earlier put has reached the remote tier (or failed there).
+        """
+
+    @property
+    def tier_stats(self) -> dict:
+        """
+        Per-tier counters: local_hits, remote_hits, misses, remote_errors, remote_puts_dropped, remote_puts_pending, and each tier's own stats (local, remote).
+        """
+
+def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | FileStreamProgramCache | RedisProgramCache | TieredProgramCache | None:
+    """
+    A cache from a spec as the CLI takes it: "memory", "sqlite:FILE", "dir:DIR" or DIR, "none" (None), "redis://...", "LOCAL+redis://..." (tiered). An empty spec is the default directory ($CUCORE_REMOTE_CACHE adds a Redis tier).
     """
 
 def default_cache_dir() -> str:

@@ -34,7 +34,9 @@ from cucore._cucore import make_program_cache_key
 __all__ = [
     "FileStreamProgramCache",
     "InMemoryProgramCache",
+    "RedisProgramCache",
     "SQLiteProgramCache",
+    "TieredProgramCache",
     "make_program_cache_key",
     "to_object_code",
     "wrap",
@@ -133,6 +135,51 @@ class SQLiteProgramCache(_CucoreCache):
             on_write_failure=on_write_failure,
             journal=journal,
         )
+
+
+class RedisProgramCache(_CucoreCache):
+    """cucore's Redis cache (docs/cache-remote.md) for cuda.core; usually a TieredProgramCache's
+    remote tier."""
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        key_prefix: str = "cucore:v1:",
+        connect_timeout: float = 0.5,
+        command_timeout: float = 0.5,
+        ttl: float | None = None,
+        read_only: bool = False,
+    ):
+        self._native = _cucore.RedisProgramCache(
+            url,
+            key_prefix=key_prefix,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            ttl=ttl,
+            read_only=read_only,
+        )
+
+
+class TieredProgramCache(_CucoreCache):
+    """cucore's tiered cache for cuda.core: ``local`` in front of ``remote``, each a cucore cache
+    (native, or one of this module's). The tiers stay usable on their own."""
+
+    def __init__(
+        self,
+        local: Any,
+        remote: Any,
+        *,
+        write_behind: bool = True,
+        max_pending_puts: int = 256,
+    ):
+        self._native = _cucore.TieredProgramCache(
+            local, remote, write_behind=write_behind, max_pending_puts=max_pending_puts
+        )
+
+    def flush(self) -> None:
+        """Returns once every earlier put has reached the remote tier."""
+        self._native.flush()
 
 
 def wrap(cache: _cucore.ProgramCache) -> _CucoreCache:

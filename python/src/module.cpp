@@ -26,7 +26,9 @@
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/open.hpp"
+#include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "cucore/toolkit.hpp"
@@ -184,6 +186,69 @@ sqlite_journal parse_journal(const std::string& text) {
   if (text == "wal") return sqlite_journal::wal;
   if (text == "rollback") return sqlite_journal::rollback;
   throw invalid_argument("journal must be \"auto\", \"wal\" or \"rollback\", got \"" + text + "\"");
+}
+
+// A tier of a TieredProgramCache built from Python: the cache belongs to its Python object, which
+// this keeps alive; every call goes to that object's native cache (thread-safe, so the write-behind
+// thread may call it without the GIL). close() leaves the tier open: it is the Python object's.
+class borrowed_cache final : public program_cache {
+ public:
+  explicit borrowed_cache(nb::object owner)
+      : owner_(std::move(owner)), cache_(nb::cast<program_cache*>(owner_)) {}
+  ~borrowed_cache() override {
+    nb::gil_scoped_acquire gil;
+    owner_.reset();
+  }
+  borrowed_cache(const borrowed_cache&) = delete;
+  borrowed_cache& operator=(const borrowed_cache&) = delete;
+
+  const nb::object& owner() const noexcept { return owner_; }
+
+  std::optional<object_code> get(cache_key_ref key) override { return cache_->get(key); }
+  void put(cache_key_ref key, const object_code& code) override { cache_->put(key, code); }
+  bool erase(cache_key_ref key) override { return cache_->erase(key); }
+  std::size_t size() override { return cache_->size(); }
+  std::uint64_t size_bytes() override { return cache_->size_bytes(); }
+  void clear() override { cache_->clear(); }
+  cache_stats stats() const override { return cache_->stats(); }
+  std::vector<cache_entry_info> list() override { return cache_->list(); }
+  cache_verify_report verify(bool remove_bad) override { return cache_->verify(remove_bad); }
+  std::size_t trim(std::uint64_t max_size_bytes) override { return cache_->trim(max_size_bytes); }
+  std::string description() const override { return cache_->description(); }
+  std::optional<std::filesystem::path> compiler_version_memo() const override {
+    return cache_->compiler_version_memo();
+  }
+
+ private:
+  nb::object owner_;
+  program_cache* cache_;
+};
+
+std::unique_ptr<program_cache> borrow_tier(nb::handle cache, const char* which) {
+  // cucore.cuda_core's wrappers hold the native cache in .native.
+  nb::object native = nb::hasattr(cache, "native") ? cache.attr("native") : nb::borrow(cache);
+  if (!nb::isinstance<program_cache>(native)) {
+    throw nb::type_error((std::string(which) +
+                          " must be a cucore ProgramCache (or a cucore.cuda_core "
+                          "cache), got " +
+                          nb::inst_name(cache).c_str())
+                             .c_str());
+  }
+  return std::make_unique<borrowed_cache>(std::move(native));
+}
+
+// The Python object of a tier: the one it was built from, else the native tier (kept alive by
+// the tiered cache, `self`).
+nb::object tier_object(program_cache& tier, nb::handle self) {
+  if (auto* borrowed = dynamic_cast<borrowed_cache*>(&tier)) return borrowed->owner();
+  return nb::cast(&tier, nb::rv_policy::reference_internal, self);
+}
+
+std::chrono::milliseconds milliseconds_of(double seconds, const char* name) {
+  if (!(seconds > 0)) {
+    throw nb::value_error((std::string(name) + " must be a positive number of seconds").c_str());
+  }
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000 + 0.5));
 }
 
 void bind_caches(nb::module_& m) {
@@ -361,6 +426,102 @@ void bind_caches(nb::module_& m) {
           "on_write_failure"_a = "warn", "shared"_a = false)
       .def_prop_ro("path", [](const file_stream_program_cache& c) { return c.root().string(); });
 
+  nb::class_<redis_program_cache, program_cache>(
+      m, "RedisProgramCache",
+      "A cache on a Redis server, shared by machines (docs/cache-remote.md). Misses, not errors, "
+      "while the server is down; usually the remote tier of a TieredProgramCache.")
+      .def(
+          "__init__",
+          [](redis_program_cache* self, std::string url, std::string key_prefix,
+             double connect_timeout, double command_timeout, std::optional<double> ttl,
+             bool read_only) {
+            redis_cache_options o;
+            o.url = std::move(url);
+            o.key_prefix = std::move(key_prefix);
+            o.connect_timeout = milliseconds_of(connect_timeout, "connect_timeout");
+            o.command_timeout = milliseconds_of(command_timeout, "command_timeout");
+            if (ttl) {
+              if (!(*ttl >= 1)) throw nb::value_error("ttl must be at least 1 second, or None");
+              o.ttl = std::chrono::seconds(static_cast<long>(*ttl));
+            }
+            o.read_only = read_only;
+            nb::gil_scoped_release release;
+            new (self) redis_program_cache(std::move(o));
+          },
+          "url"_a = "redis://127.0.0.1:6379/0", nb::kw_only(),
+          "key_prefix"_a = "cucore:v1:", "connect_timeout"_a = 0.5, "command_timeout"_a = 0.5,
+          "ttl"_a = nb::none(), "read_only"_a = false,
+          "The URL's query parameters (prefix, ttl, readonly, connect_timeout, command_timeout) "
+          "override the keyword arguments; timeouts in seconds.")
+      .def_prop_ro(
+          "url", [](const redis_program_cache& c) { return c.url(); },
+          "The URL with its password replaced by ***.")
+      .def_prop_ro("key_prefix",
+                   [](const redis_program_cache& c) { return c.options().key_prefix; })
+      .def_prop_ro("read_only", [](const redis_program_cache& c) { return c.options().read_only; })
+      .def(
+          "redis_key",
+          [](const redis_program_cache& c, nb::handle key) {
+            return c.redis_key(cache_key_ref(key_bytes(key)));
+          },
+          nb::sig("def redis_key(self, key: bytes | str) -> str"), "key"_a,
+          "The Redis key an entry is stored under.");
+
+  nb::class_<tiered_program_cache, program_cache>(
+      m, "TieredProgramCache",
+      "A local cache in front of a remote one (docs/cache-remote.md): gets try local, then "
+      "remote (a remote hit is copied into local); puts go to local, then to remote, in the "
+      "background with write_behind. Remote errors count as misses. Tiers passed in stay usable "
+      "on their own and stay open when this cache closes (it flushes); the tiers of one from "
+      "open_program_cache close with it.")
+      .def(
+          "__init__",
+          [](tiered_program_cache* self, nb::handle local, nb::handle remote, bool write_behind,
+             std::int64_t max_pending_puts) {
+            if (max_pending_puts <= 0) throw nb::value_error("max_pending_puts must be positive");
+            auto local_tier = borrow_tier(local, "local");
+            auto remote_tier = borrow_tier(remote, "remote");
+            tiered_cache_options o;
+            o.write_behind = write_behind;
+            o.max_pending_puts = static_cast<std::size_t>(max_pending_puts);
+            nb::gil_scoped_release release;
+            new (self) tiered_program_cache(std::move(local_tier), std::move(remote_tier), o);
+          },
+          nb::sig("def __init__(self, local: ProgramCache, remote: ProgramCache, *, "
+                  "write_behind: bool = True, max_pending_puts: int = 256) -> None"),
+          "local"_a, "remote"_a, nb::kw_only(), "write_behind"_a = true, "max_pending_puts"_a = 256)
+      .def_prop_ro(
+          "local",
+          [](nb::handle self) {
+            return tier_object(nb::cast<tiered_program_cache&>(self).local(), self);
+          },
+          nb::sig("def local(self) -> ProgramCache"))
+      .def_prop_ro(
+          "remote",
+          [](nb::handle self) {
+            return tier_object(nb::cast<tiered_program_cache&>(self).remote(), self);
+          },
+          nb::sig("def remote(self) -> ProgramCache"))
+      .def("flush", &tiered_program_cache::flush, nb::call_guard<nb::gil_scoped_release>(),
+           "Returns once every earlier put has reached the remote tier (or failed there).")
+      .def_prop_ro(
+          "tier_stats",
+          [](const tiered_program_cache& c) {
+            const tiered_cache_stats s = c.tier_stats();
+            nb::dict d;
+            d["local_hits"] = s.local_hits;
+            d["remote_hits"] = s.remote_hits;
+            d["misses"] = s.misses;
+            d["remote_errors"] = s.remote_errors;
+            d["remote_puts_dropped"] = s.remote_puts_dropped;
+            d["remote_puts_pending"] = s.remote_puts_pending;
+            d["local"] = stats_dict(s.local);
+            d["remote"] = stats_dict(s.remote);
+            return d;
+          },
+          "Per-tier counters: local_hits, remote_hits, misses, remote_errors, "
+          "remote_puts_dropped, remote_puts_pending, and each tier's own stats (local, remote).");
+
   m.def(
       "open_program_cache",
       [](std::string_view spec) -> nb::object {
@@ -379,13 +540,22 @@ void bind_caches(nb::module_& m) {
           cache.release();
           return nb::cast(p, nb::rv_policy::take_ownership);
         }
+        if (auto* p = dynamic_cast<redis_program_cache*>(cache.get())) {
+          cache.release();
+          return nb::cast(p, nb::rv_policy::take_ownership);
+        }
+        if (auto* p = dynamic_cast<tiered_program_cache*>(cache.get())) {
+          cache.release();
+          return nb::cast(p, nb::rv_policy::take_ownership);
+        }
         throw error("open_program_cache: unexpected cache type for \"" + std::string(spec) + "\"");
       },
       nb::sig("def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | "
-              "FileStreamProgramCache | None"),
+              "FileStreamProgramCache | RedisProgramCache | TieredProgramCache | None"),
       "spec"_a,
       "A cache from a spec as the CLI takes it: \"memory\", \"sqlite:FILE\", \"dir:DIR\" or DIR, "
-      "\"none\" (None). An empty spec is the default directory.");
+      "\"none\" (None), \"redis://...\", \"LOCAL+redis://...\" (tiered). An empty spec is the "
+      "default directory ($CUCORE_REMOTE_CACHE adds a Redis tier).");
   m.def(
       "default_cache_dir", [] { return default_cache_dir().string(); },
       "$CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore.");
@@ -613,4 +783,7 @@ NB_MODULE(_cucore, m) {
   cucore::python::bind_object_code(m);
   cucore::python::bind_caches(m);
   cucore::python::bind_program(m);
+  m.def("_add_wheel_directory", &cucore::toolkit::add_wheel_directory, "site_packages"_a,
+        "Searches this site-packages directory for NVIDIA's CUDA 13 wheels (nvidia/cu13); "
+        "cucore's __init__ registers sys.path's.");
 }

@@ -28,7 +28,8 @@ std::string not_found_message(const std::string& library, const std::vector<std:
   if (searched.empty()) message += " nothing";
   message +=
       "\nInstall the CUDA toolkit, or point CUCORE_CUDA_HOME (or CUDA_HOME) at the directory that "
-      "holds it.";
+      "holds it, or install NVIDIA's CUDA 13 wheels (pip install \"cucore[cu13]\") into the "
+      "active environment or into a directory named by CUCORE_CUDA_WHEELS.";
   if (library == "CUDA driver") {
     message = library + " (libcuda.so.1) is needed for " + feature + " but could not be loaded" +
               (reason.empty() ? "" : ": " + reason) +

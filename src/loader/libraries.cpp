@@ -40,6 +40,7 @@ library_table<Api> load(toolkit::library lib, const library_spec& spec, Resolve 
   table.status.searched = std::move(found.searched);
   if (!found.library) return mark_missing(table, std::move(found.error));
   table.status.path = found.library->path();
+  table.status.source = std::move(found.source);
   table.api = std::make_unique<Api>();
   table.api->library = std::move(*found.library);
   std::string missing_symbol;

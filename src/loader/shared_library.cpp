@@ -4,8 +4,10 @@
 #include <link.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <utility>
 
 namespace cucore::detail {
@@ -88,39 +90,159 @@ void* shared_library::symbol(const char* name) const noexcept {
   return handle_ ? ::dlsym(handle_, name) : nullptr;
 }
 
-std::vector<std::string> cuda_roots() {
-  std::vector<std::string> roots;
-  auto add = [&](std::string root) {
-    if (root.empty()) return;
-    for (const auto& existing : roots) {
-      if (existing == root) return;
+namespace {
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = text.find(separator, begin);
+    if (end == std::string::npos) end = text.size();
+    if (end > begin) parts.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+// The sources CUCORE_CUDA_SEARCH may name, in their default order.
+constexpr std::string_view kSources[] = {"CUCORE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH",
+                                         "/usr/local/cuda",  "wheels",    "loader"};
+
+struct search_order {
+  std::vector<std::string> sources;
+  std::string error;
+};
+
+search_order read_search_order() {
+  search_order order;
+  if (env("CUCORE_CUDA_HOME_ONLY") == "1") {
+    order.sources = {"CUCORE_CUDA_HOME"};
+    return order;
+  }
+  const std::string chosen = env("CUCORE_CUDA_SEARCH");
+  if (chosen.empty()) {
+    order.sources.assign(std::begin(kSources), std::end(kSources));
+    return order;
+  }
+  for (auto& name : split(chosen, ',')) {
+    bool known = false;
+    for (auto source : kSources) known = known || name == source;
+    if (!known) {
+      order.error = "CUCORE_CUDA_SEARCH=\"" + chosen + "\" names the unknown source \"" + name +
+                    "\": use a comma-separated list of CUCORE_CUDA_HOME, CUDA_HOME, CUDA_PATH, "
+                    "/usr/local/cuda, wheels, loader";
+      order.sources.clear();
+      return order;
     }
-    roots.push_back(std::move(root));
+    order.sources.push_back(std::move(name));
+  }
+  return order;
+}
+
+std::mutex registered_mutex;
+std::vector<std::string>& registered_wheel_directories() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+// <prefix>/lib/python3.*/site-packages, sorted (one in a usual environment).
+void add_prefix_site_packages(const std::string& prefix, std::vector<std::string>& out) {
+  if (prefix.empty() || !is_directory(prefix + "/lib")) return;
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(prefix + "/lib", ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string site = entry.path().string() + "/site-packages";
+    if (name.rfind("python3", 0) == 0 && is_directory(site)) found.push_back(site);
+  }
+  std::sort(found.begin(), found.end());
+  out.insert(out.end(), found.begin(), found.end());
+}
+
+}  // namespace
+
+std::vector<std::string> wheel_site_packages() {
+  std::vector<std::string> dirs = split(env("CUCORE_CUDA_WHEELS"), ':');
+  {
+    std::lock_guard lock(registered_mutex);
+    const auto& registered = registered_wheel_directories();
+    dirs.insert(dirs.end(), registered.begin(), registered.end());
+  }
+  add_prefix_site_packages(env("VIRTUAL_ENV"), dirs);
+  add_prefix_site_packages(env("CONDA_PREFIX"), dirs);
+#ifdef CUCORE_BUILD_CUDA_WHEELS
+  // The site-packages directory CMake took the CUDA headers from (scripts/setup.sh puts the wheels
+  // there on a machine without a toolkit).
+  dirs.emplace_back(CUCORE_BUILD_CUDA_WHEELS);
+#endif
+  return dirs;
+}
+
+void add_wheel_directory(std::string site_packages) {
+  std::lock_guard lock(registered_mutex);
+  auto& dirs = registered_wheel_directories();
+  if (std::find(dirs.begin(), dirs.end(), site_packages) == dirs.end()) {
+    dirs.push_back(std::move(site_packages));
+  }
+}
+
+std::vector<cuda_root> cuda_roots() {
+  std::vector<cuda_root> roots;
+  auto add = [&](std::string path, std::string source) {
+    if (path.empty()) return;
+    for (const auto& existing : roots) {
+      if (existing.path == path) return;
+    }
+    roots.push_back({std::move(path), std::move(source)});
   };
-  add(env("CUCORE_CUDA_HOME"));
-  if (!search_loader_path()) return roots;
-  add(env("CUDA_HOME"));
-  add(env("CUDA_PATH"));
-  add("/usr/local/cuda");
+  for (const auto& source : read_search_order().sources) {
+    if (source == "CUCORE_CUDA_HOME" || source == "CUDA_HOME" || source == "CUDA_PATH") {
+      add(env(source.c_str()), source);
+    } else if (source == "/usr/local/cuda") {
+      add(source, source);
+    } else if (source == "wheels") {
+      // CUDA 13 wheels (nvidia-cuda-nvrtc, nvidia-nvjitlink, nvidia-nvvm, nvidia-cuda-runtime,
+      // nvidia-cuda-cccl, ...) all install into nvidia/cu13, laid out like a toolkit: lib/,
+      // include/, include/cccl/, nvvm/libdevice/.
+      for (const auto& site : wheel_site_packages()) {
+        add(site + "/nvidia/cu13", "pip wheel in " + site);
+      }
+    }
+  }
   return roots;
 }
 
 bool search_loader_path() {
-  return env("CUCORE_CUDA_HOME_ONLY") != "1";
+  const auto sources = read_search_order().sources;
+  return std::find(sources.begin(), sources.end(), "loader") != sources.end();
+}
+
+std::string search_error() {
+  return read_search_order().error;
 }
 
 located_library locate(const library_spec& spec) {
   located_library result;
   std::string last_error;
   if (spec.search_roots) {
+    if (auto why = search_error(); !why.empty()) {
+      result.error = std::move(why);
+      return result;
+    }
     for (const auto& root : cuda_roots()) {
       for (auto subdir : spec.subdirs) {
         for (auto soname : spec.sonames) {
-          std::string candidate = root + "/" + std::string(subdir) + "/" + std::string(soname);
+          std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
           result.searched.push_back(candidate);
           if (!is_regular_file(candidate)) continue;
           if (auto lib = shared_library::open(candidate, last_error)) {
             result.library = std::move(lib);
+            result.source = root.source;
             return result;
           }
         }
@@ -133,6 +255,7 @@ located_library locate(const library_spec& spec) {
       result.searched.push_back("loader path: " + candidate);
       if (auto lib = shared_library::open(candidate, last_error)) {
         result.library = std::move(lib);
+        result.source = "loader path";
         return result;
       }
     }
@@ -146,11 +269,11 @@ located_library locate(const library_spec& spec) {
 namespace cucore::detail {
 
 std::optional<std::string> find_in_roots(const library_spec& spec) {
-  if (!spec.search_roots) return std::nullopt;
+  if (!spec.search_roots || !search_error().empty()) return std::nullopt;
   for (const auto& root : cuda_roots()) {
     for (auto subdir : spec.subdirs) {
       for (auto soname : spec.sonames) {
-        std::string candidate = root + "/" + std::string(subdir) + "/" + std::string(soname);
+        std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
         if (!is_regular_file(candidate)) continue;
         std::error_code ec;
         auto canonical = std::filesystem::canonical(candidate, ec);

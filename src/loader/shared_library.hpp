@@ -63,14 +63,32 @@ struct located_library {
   std::optional<shared_library> library;
   std::vector<std::string> searched;  // every place looked at, in order
   std::string error;                  // why nothing was opened (empty on success)
+  std::string source;                 // the cuda_root::source it came from, or "loader path"
 };
 
-// The CUDA roots, in search order: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda.
-// With CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME.
-std::vector<std::string> cuda_roots();
+// One place a CUDA toolkit may be: a directory laid out like a toolkit (lib64/ or lib/, include/,
+// nvvm/), and where it came from, as `cucore info` prints it.
+struct cuda_root {
+  std::string path;
+  std::string source;  // "CUCORE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH", "/usr/local/cuda",
+                       // "pip wheel in <site-packages>"
+};
+
+// The CUDA roots, in search order. By default: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH,
+// /usr/local/cuda, then the pip wheels' nvidia/cu13 in each site-packages directory of
+// wheel_site_packages(). CUCORE_CUDA_SEARCH chooses and orders the sources; with
+// CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME.
+std::vector<cuda_root> cuda_roots();
 // Whether the dynamic loader's own path is searched after the roots (not with
-// CUCORE_CUDA_HOME_ONLY).
+// CUCORE_CUDA_HOME_ONLY, nor when CUCORE_CUDA_SEARCH leaves out "loader").
 bool search_loader_path();
+// Why CUCORE_CUDA_SEARCH cannot be used (an unknown source), or empty. Nothing is searched then.
+std::string search_error();
+// The site-packages directories searched for NVIDIA's CUDA 13 wheels, in order: $CUCORE_CUDA_WHEELS
+// (':'-separated), those the Python package registered (toolkit::add_wheel_directory), the
+// site-packages of $VIRTUAL_ENV and $CONDA_PREFIX, and the one CMake took the headers from.
+std::vector<std::string> wheel_site_packages();
+void add_wheel_directory(std::string site_packages);
 
 located_library locate(const library_spec& spec);
 

@@ -6,6 +6,7 @@
 
 #include "cucore/error.hpp"
 #include "loader/libraries.hpp"
+#include "loader/shared_library.hpp"
 
 namespace cucore {
 
@@ -32,7 +33,7 @@ std::vector<std::string> libdevice_candidates() {
     candidates.push_back((dir.parent_path() / "nvvm/libdevice/libdevice.10.bc").string());
   }
   for (const auto& root : detail::cuda_roots()) {
-    candidates.push_back(root + "/nvvm/libdevice/libdevice.10.bc");
+    candidates.push_back(root.path + "/nvvm/libdevice/libdevice.10.bc");
   }
   return candidates;
 }
@@ -42,36 +43,51 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+struct include_search {
+  std::vector<std::string> dirs;
+  std::string source;
+};
+
 // The include directories beside the NVRTC that find_in_roots would pick: the same root and
 // library subdirectory order, so that headers and compiler come from one toolkit.
-std::vector<std::string> find_include_directories() {
+include_search find_include_directories() {
   const auto& spec = detail::library_spec_of(library::nvrtc);
+  if (!detail::search_error().empty()) return {};
   for (const auto& root : detail::cuda_roots()) {
     for (auto subdir : spec.subdirs) {
       for (auto soname : spec.sonames) {
-        const std::string lib_dir = root + "/" + std::string(subdir);
+        const std::string lib_dir = root.path + "/" + std::string(subdir);
         if (!is_file(lib_dir + "/" + std::string(soname))) continue;
         // targets/<arch>-linux/lib keeps its headers in targets/<arch>-linux/include.
-        std::string base = root;
+        std::string base = root.path;
         if (subdir.starts_with("targets/") && subdir.ends_with("/lib")) {
-          base = root + "/" + std::string(subdir.substr(0, subdir.size() - 4));
+          base = root.path + "/" + std::string(subdir.substr(0, subdir.size() - 4));
         }
-        std::vector<std::string> dirs;
+        include_search found;
+        found.source = root.source;
         for (const char* leaf : {"/include/cccl", "/include"}) {
-          if (is_directory(base + leaf)) dirs.push_back(base + leaf);
+          if (is_directory(base + leaf)) found.dirs.push_back(base + leaf);
         }
-        return dirs;
+        return found;
       }
     }
   }
   return {};
 }
 
+const include_search& include_search_result() {
+  static const include_search found = find_include_directories();
+  return found;
+}
+
 }  // namespace
 
 const std::vector<std::string>& include_directories() {
-  static const std::vector<std::string> dirs = find_include_directories();
-  return dirs;
+  return include_search_result().dirs;
+}
+
+void add_wheel_directory(std::string site_packages) {
+  detail::add_wheel_directory(std::move(site_packages));
 }
 
 std::string_view library_name(library lib) noexcept {
@@ -109,6 +125,7 @@ report query() {
   r.nvvm = status(library::nvvm);
   r.driver = status(library::driver);
   r.include_directories = include_directories();
+  r.include_source = include_search_result().source;
   for (const auto& candidate : libdevice_candidates()) {
     if (is_file(candidate)) {
       r.libdevice = std::filesystem::weakly_canonical(candidate).string();

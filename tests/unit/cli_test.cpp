@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <stdexcept>
@@ -1673,6 +1674,95 @@ TEST_F(Info, WithoutToolkitStillSucceeds) {
   EXPECT_FALSE(j["nvrtc"]["error"].string.empty());
   ASSERT_FALSE(j["nvrtc"]["searched"].items.empty());
   EXPECT_TRUE(j["nvrtc"]["searched"].items[0].string.starts_with(empty.path().string()));
+  EXPECT_TRUE(j["include_directories"].items.empty());
+}
+
+TEST_F(Info, SaysWhereEachLibraryAndTheIncludeDirectoriesCameFrom) {
+  const json j = json_of({"info", "--json"});
+  const std::string source = j["nvrtc"]["source"].string;
+  EXPECT_TRUE(source == "CUCORE_CUDA_HOME" || source == "CUDA_HOME" || source == "CUDA_PATH" ||
+              source == "/usr/local/cuda" || source.starts_with("pip wheel in ") ||
+              source == "loader path")
+      << source;
+  EXPECT_EQ(j["include_source"].string, source) << "headers and compiler from one root";
+  EXPECT_TRUE(j["driver"]["source"].is(json::kind::null) ||
+              j["driver"]["source"].string == "loader path");
+
+  const auto r = cucore({"info"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "  (from " + source + ")\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\ninclude from " + source + "\n")) << r.out;
+}
+
+// A site-packages directory as NVIDIA's CUDA 13 wheels leave it: nvidia/cu13/{lib,include},
+// here symbolic links to the toolkit the default search finds.
+void make_wheel_site(const fs::path& site, const json& report) {
+  const fs::path lib = site / "nvidia/cu13/lib";
+  fs::create_directories(lib);
+  const fs::path nvrtc = fs::canonical(report["nvrtc"]["path"].string);
+  for (const auto& e : fs::directory_iterator(nvrtc.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("libnvrtc-builtins.so.13")) fs::create_symlink(e.path(), lib / name);
+  }
+  fs::create_symlink(nvrtc, lib / "libnvrtc.so.13");
+  fs::create_symlink(report["nvjitlink"]["path"].string, lib / "libnvJitLink.so.13");
+  fs::create_symlink(report["nvvm"]["path"].string, lib / "libnvvm.so.4");
+  fs::create_symlink(report["include_directories"].items.back().string,
+                     site / "nvidia/cu13/include");
+}
+
+TEST_F(Info, FindsTheWheelsInCucoreCudaWheelsAndInTheVirtualEnvironment) {
+  const json found = json_of({"info", "--json"});
+  ASSERT_TRUE(found["nvrtc"]["found"].boolean && found["nvvm"]["found"].boolean &&
+              !found["include_directories"].items.empty());
+  temp_dir dir;
+  const fs::path site = dir.path() / "site";
+  make_wheel_site(site, found);
+  const fs::path venv_site = dir.path() / "venv/lib/python3.11/site-packages";
+  make_wheel_site(venv_site, found);
+
+  struct place {
+    environment env;
+    fs::path site;
+  };
+  const std::vector<place> places = {
+      {{{"CUCORE_CUDA_SEARCH", "wheels"}, {"CUCORE_CUDA_WHEELS", "/nonexistent:" + site.string()}},
+       site},
+      {{{"CUCORE_CUDA_SEARCH", "wheels"},
+        {"CUCORE_CUDA_WHEELS", ""},
+        {"VIRTUAL_ENV", (dir.path() / "venv").string()}},
+       venv_site}};
+  for (const auto& [env, where] : places) {
+    const json j = json_of({"info", "--json"}, env);
+    const std::string source = "pip wheel in " + where.string();
+    for (const char* library : {"nvrtc", "nvjitlink", "nvvm"}) {
+      EXPECT_TRUE(j[library]["found"].boolean) << library << " " << where;
+      EXPECT_EQ(j[library]["source"].string, source) << library;
+    }
+    EXPECT_EQ(j["include_source"].string, source);
+    ASSERT_FALSE(j["include_directories"].items.empty());
+    EXPECT_EQ(j["include_directories"].items.back().string,
+              (where / "nvidia/cu13/include").string());
+    // The wheels' NVRTC compiles, with its own include directories.
+    temp_dir work;
+    std::ofstream(work.path() / "k.cu") << "#include <cuda/std/cstdint>\n"
+                                           "extern \"C\" __global__ void k(cuda::std::uint32_t* x) "
+                                           "{ *x = 1; }\n";
+    environment compile_env = env;
+    compile_env.emplace_back("CUCORE_CACHE_DIR", (work.path() / "cache").string());
+    const auto r = cucore({"compile", (work.path() / "k.cu").string(), "--arch", "sm_80",
+                           "--target", "ptx", "-o", (work.path() / "k.ptx").string()},
+                          compile_env);
+    EXPECT_EQ(r.status, 0) << describe(r);
+  }
+}
+
+TEST_F(Info, AnUnknownSearchSourceIsNamed) {
+  const json j = json_of({"info", "--json"}, {{"CUCORE_CUDA_SEARCH", "wheels,/opt/cuda"}});
+  EXPECT_FALSE(j["nvrtc"]["found"].boolean);
+  EXPECT_TRUE(contains(j["nvrtc"]["error"].string, "CUCORE_CUDA_SEARCH"))
+      << j["nvrtc"]["error"].string;
+  EXPECT_TRUE(contains(j["nvrtc"]["error"].string, "\"/opt/cuda\"")) << j["nvrtc"]["error"].string;
   EXPECT_TRUE(j["include_directories"].items.empty());
 }
 

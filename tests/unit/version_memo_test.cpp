@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "cache/memoized_probes.hpp"
+#include "loader/libraries.hpp"
+#include "loader/shared_library.hpp"
 #include "test_support.hpp"
 
 namespace cucore::detail {
@@ -28,8 +30,11 @@ class VersionMemo : public ::testing::Test {
 };
 
 TEST_F(VersionMemo, ALibraryReplacedAfterLoadingIsNotGivenTheLoadedVersion) {
-  // A private CUDA root whose libnvrtc is a hard link to the real one (no 100 MB copy).
-  const auto real = fs::canonical("/usr/local/cuda/lib64/libnvrtc.so.13");
+  // A private CUDA root whose libnvrtc is a hard link to the real one (no 100 MB copy): the one
+  // the search finds (/usr/local/cuda's, or the pip wheels' when only they are searched).
+  const auto found = find_in_roots(library_spec_of(toolkit::library::nvrtc));
+  if (!found) GTEST_SKIP() << "NVRTC is not under a CUDA root";
+  const auto real = fs::canonical(*found);
   testing::temp_dir probe_dir;
   std::error_code ec;
   fs::create_hard_link(real, probe_dir / "link-test", ec);

@@ -22,9 +22,13 @@ constexpr std::string_view description =
     "Reports the CUDA libraries cucore opens at run time (NVRTC, nvJitLink, libNVVM, the CUDA\n"
     "driver): where each was found and its version, or why it was not; libdevice; the toolkit's\n"
     "include directories, which c++ compiles search after -I (CCCL, CUB, <cuda/...>; none when\n"
-    "NVRTC is not under a CUDA root); the linker backend; and the GPUs. The search starts at\n"
-    "$CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH and /usr/local/cuda; CUCORE_CUDA_HOME_ONLY=1\n"
-    "restricts it to $CUCORE_CUDA_HOME.\n"
+    "NVRTC is not under a CUDA root); the linker backend; and the GPUs. Each shows where it came\n"
+    "from. The search: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, NVIDIA's CUDA "
+    "13\n"
+    "pip wheels (<site-packages>/nvidia/cu13 for each site-packages in $CUCORE_CUDA_WHEELS,\n"
+    "$VIRTUAL_ENV, $CONDA_PREFIX), then the loader path. CUCORE_CUDA_SEARCH=<list> chooses and\n"
+    "orders these sources (CUCORE_CUDA_HOME,CUDA_HOME,CUDA_PATH,/usr/local/cuda,wheels,loader);\n"
+    "CUCORE_CUDA_HOME_ONLY=1 restricts it to $CUCORE_CUDA_HOME.\n"
     "\n"
     "Exit status: 0, also when libraries or GPUs are missing; 2 bad command line.";
 
@@ -48,6 +52,7 @@ void write_library(json_writer& json, std::string_view key, const toolkit::libra
   json.key("path").value(or_null(s.path));
   json.key("version").value(or_null(s.version));
   json.key("error").value(or_null(s.error));
+  json.key("source").value(or_null(s.source));
   json.key("searched").begin_array();
   for (const auto& place : s.searched) json.value(place);
   json.end_array();
@@ -65,6 +70,9 @@ void print_json(const toolkit::report& r, linker_backend backend) {
   json.key("include_directories").begin_array();
   for (const auto& dir : r.include_directories) json.value(dir);
   json.end_array();
+  json.key("include_source")
+      .value(r.include_source.empty() ? std::nullopt
+                                      : std::optional<std::string>(r.include_source));
   json.key("devices").begin_array();
   for (const auto& d : r.devices) {
     json.begin_object();
@@ -93,6 +101,7 @@ void print_human(const toolkit::report& r, linker_backend backend) {
     std::string line = pad(std::string(toolkit::library_name(s->which)), label_width);
     if (s->found) {
       line += pad(s->version, version_width) + s->path;
+      if (!s->source.empty()) line += "  (from " + s->source + ")";
       // Found but not usable as hoped, e.g. a driver whose cuInit failed.
       if (!s->error.empty()) line += "  (" + one_line(s->error) + ")";
     } else {
@@ -107,6 +116,9 @@ void print_human(const toolkit::report& r, linker_backend backend) {
   }
   for (std::size_t i = 0; i < r.include_directories.size(); ++i) {
     std::cout << pad(i == 0 ? "include" : "", label_width) << r.include_directories[i] << '\n';
+  }
+  if (!r.include_source.empty()) {
+    std::cout << pad("include from", label_width) << r.include_source << '\n';
   }
   std::cout << pad("linker", label_width) << to_string(backend) << '\n';
   if (r.devices.empty()) {
