@@ -271,6 +271,33 @@ BENCHMARK(BM_build_1000_kernel_nodes_raw_user_objects)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// Build only, raw with one user object per node (destroy untimed): the floor of build only.
+void BM_build_only_1000_kernel_nodes_raw_user_objects(benchmark::State& state) {
+  static int payload = 0;
+  for (auto _ : state) {
+    CUgraph g = nullptr;
+    check(f->api.cuGraphCreate(&g, 0), "cuGraphCreate");
+    CUgraphNode last = nullptr;
+    for (int i = 0; i < kBuildNodes; ++i) {
+      CUuserObject object = nullptr;
+      check(f->api.cuUserObjectCreate(&object, &payload, &ignore, 1,
+                                      CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+            "cuUserObjectCreate");
+      check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
+            "cuGraphRetainUserObject");
+      last = f->add_raw_kernel_node(g, last);
+    }
+    state.PauseTiming();
+    check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    state.ResumeTiming();
+  }
+  per_item(state, "per_node", kBuildNodes);
+}
+BENCHMARK(BM_build_only_1000_kernel_nodes_raw_user_objects)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // ---- instantiate a prebuilt 1000-node graph (the executable graph is destroyed each time) -----
 
 void BM_instantiate_cucore(benchmark::State& state) {
