@@ -21,20 +21,20 @@ class dependency_list {
   dependency_list(const graph_state& s, std::span<const graph_node> deps) {
     if (deps.size() > inline_.size()) heap_.reserve(deps.size());
     for (const graph_node& n : deps) {
-      const auto& r = graph_access::record(n);
-      if (!r || r->destroyed) {
+      if (!names_live_node(n)) {
         throw invalid_argument("a dependency is an empty or destroyed graph_node");
       }
-      if (r->graph.get() != &s) {
+      const CUgraphNode handle = graph_access::handle_of(n);
+      if (graph_access::graph_of(n).get() != &s) {
         throw invalid_argument(
             "a dependency belongs to another graph: nodes can only depend on nodes of the same "
             "graph (embed the other graph as a child instead)");
       }
-      if (std::find(data(), data() + size_, r->node) != data() + size_) continue;
+      if (std::find(data(), data() + size_, handle) != data() + size_) continue;
       if (deps.size() > inline_.size()) {
-        heap_.push_back(r->node);
+        heap_.push_back(handle);
       } else {
-        inline_[size_] = r->node;
+        inline_[size_] = handle;
       }
       ++size_;
     }
@@ -63,11 +63,10 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   scoped_context scope(api, s->device);
   const dependency_list d(*s, deps);
 
-  // Fallible work first: the record, the map entry (extracted from the state's staging map, so
-  // only the entry itself is allocated), room in the map, and the attachment.
-  auto record = std::make_shared<node_record>();
-  record->graph = s;
-  meta.record = record;
+  // Fallible work first: the map entry (extracted from the state's staging map, so only the
+  // entry itself is allocated), room in the map, and the attachment.
+  meta.serial = ++s->last_serial;
+  const std::uint64_t serial = meta.serial;
   meta_entry entry = stage_meta(*s, std::move(meta));
   prepared_attachment prepared(api, attachment_holder(*s), std::move(owners));
 
@@ -77,10 +76,9 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   // Commit: nothing below allocates or throws (room was reserved above).
   finish(node, entry.mapped());
   prepared.commit(entry.mapped());
-  record->node = node;
   entry.key() = node;
   s->meta.insert(std::move(entry));
-  return graph_access::node(std::move(record));
+  return graph_access::node(s, node, serial);
 }
 
 template <class Add>
@@ -509,18 +507,24 @@ memory_operand memory_operand::host(const void* pointer,
 
 namespace {
 
-const detail::node_record& live(const std::shared_ptr<detail::node_record>& r) {
-  if (!r) throw invalid_argument("the graph_node is empty");
-  if (r->destroyed) throw invalid_argument("the graph_node was destroyed");
-  detail::check_usable(*r->graph);
-  return *r;
+// A node that still exists: its graph and handle.
+struct live_node {
+  const std::shared_ptr<detail::graph_state>& graph;
+  CUgraphNode node;
+};
+
+live_node live(const graph_node& n) {
+  const auto& g = detail::graph_access::graph_of(n);
+  if (!g) throw invalid_argument("the graph_node is empty");
+  if (!detail::names_live_node(n)) throw invalid_argument("the graph_node was destroyed");
+  return {g, detail::graph_access::handle_of(n)};
 }
 
 std::vector<graph_node> to_nodes(const std::shared_ptr<detail::graph_state>& s,
                                  const std::vector<CUgraphNode>& handles) {
   std::vector<graph_node> out;
   out.reserve(handles.size());
-  for (CUgraphNode h : handles) out.push_back(detail::graph_access::node(detail::record_of(s, h)));
+  for (CUgraphNode h : handles) out.push_back(detail::node_of(s, h));
   return out;
 }
 
@@ -544,30 +548,30 @@ void check_kind(const graph_node& n, graph_node_kind want, const char* what) {
 }  // namespace
 
 bool graph_node::valid() const noexcept {
-  return record_ && !record_->destroyed && !record_->graph->invalid;
+  return detail::names_live_node(*this);
 }
 
 CUgraphNode_st* graph_node::handle() const {
-  return live(record_).node;
+  return live(*this).node;
 }
 
 const std::shared_ptr<detail::graph_state>& graph_node::factory_state() const {
-  return live(record_).graph;
+  return live(*this).graph;
 }
 
 graph_node_kind graph_node::kind() const {
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   CUgraphNodeType t{};
   detail::check_driver(detail::graph_driver().cuGraphNodeGetType(r.node, &t), "cuGraphNodeGetType");
   return detail::kind_of(t);
 }
 
 graph_definition graph_node::graph() const {
-  return graph_definition(live(record_).graph);
+  return graph_definition(live(*this).graph);
 }
 
 std::vector<graph_node> graph_node::predecessors() const {
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   const auto& api = detail::graph_driver();
   return to_nodes(r.graph, node_list(
                                [&](CUgraphNode* out, std::size_t* n) {
@@ -577,7 +581,7 @@ std::vector<graph_node> graph_node::predecessors() const {
 }
 
 std::vector<graph_node> graph_node::successors() const {
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   const auto& api = detail::graph_driver();
   return to_nodes(r.graph, node_list(
                                [&](CUgraphNode* out, std::size_t* n) {
@@ -588,8 +592,8 @@ std::vector<graph_node> graph_node::successors() const {
 
 namespace {
 
-CUgraphNode same_graph_node(const detail::node_record& self, const graph_node& other) {
-  const auto& o = live(detail::graph_access::record(other));
+CUgraphNode same_graph_node(const live_node& self, const graph_node& other) {
+  const auto& o = live(other);
   if (o.graph.get() != self.graph.get()) {
     throw invalid_argument(
         "the other node belongs to another graph: edges connect nodes of one graph");
@@ -597,7 +601,7 @@ CUgraphNode same_graph_node(const detail::node_record& self, const graph_node& o
   return o.node;
 }
 
-void edit_edge(const detail::node_record& self, const graph_node& other, bool incoming, bool add) {
+void edit_edge(const live_node& self, const graph_node& other, bool incoming, bool add) {
   CUgraphNode o = same_graph_node(self, other);
   CUgraphNode from = incoming ? o : self.node;
   CUgraphNode to = incoming ? self.node : o;
@@ -611,7 +615,7 @@ void edit_edge(const detail::node_record& self, const graph_node& other, bool in
   }
 }
 
-void replace_edges(const detail::node_record& self, const std::vector<graph_node>& current,
+void replace_edges(const live_node& self, const std::vector<graph_node>& current,
                    std::span<const graph_node> wanted, bool incoming) {
   std::vector<CUgraphNode> want;
   for (const graph_node& n : wanted) want.push_back(same_graph_node(self, n));
@@ -630,22 +634,22 @@ void replace_edges(const detail::node_record& self, const std::vector<graph_node
 }  // namespace
 
 void graph_node::add_predecessor(const graph_node& n) const {
-  edit_edge(live(record_), n, true, true);
+  edit_edge(live(*this), n, true, true);
 }
 void graph_node::remove_predecessor(const graph_node& n) const {
-  edit_edge(live(record_), n, true, false);
+  edit_edge(live(*this), n, true, false);
 }
 void graph_node::add_successor(const graph_node& n) const {
-  edit_edge(live(record_), n, false, true);
+  edit_edge(live(*this), n, false, true);
 }
 void graph_node::remove_successor(const graph_node& n) const {
-  edit_edge(live(record_), n, false, false);
+  edit_edge(live(*this), n, false, false);
 }
 void graph_node::set_predecessors(std::span<const graph_node> nodes) const {
-  replace_edges(live(record_), predecessors(), nodes, true);
+  replace_edges(live(*this), predecessors(), nodes, true);
 }
 void graph_node::set_successors(std::span<const graph_node> nodes) const {
-  replace_edges(live(record_), successors(), nodes, false);
+  replace_edges(live(*this), successors(), nodes, false);
 }
 
 kernel_node_params graph_node::kernel_params() const {
@@ -716,7 +720,7 @@ CUevent_st* graph_node::event_handle() const {
 
 graph_definition graph_node::child_graph() const {
   check_kind(*this, graph_node_kind::child_graph, "child_graph");
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   auto& m = r.graph->meta[r.node];
   if (m.bodies.empty()) {
     // Embedded by capture or in a clone: make the view now.
@@ -730,7 +734,7 @@ graph_definition graph_node::child_graph() const {
 
 namespace {
 
-const detail::node_meta& conditional_meta(const detail::node_record& r) {
+const detail::node_meta& conditional_meta(const live_node& r) {
   auto it = r.graph->meta.find(r.node);
   if (it == r.graph->meta.end() || !it->second.conditional) {
     throw invalid_argument(
@@ -743,15 +747,15 @@ const detail::node_meta& conditional_meta(const detail::node_record& r) {
 }  // namespace
 
 conditional_kind graph_node::conditional_type() const {
-  return *conditional_meta(live(record_)).conditional;
+  return *conditional_meta(live(*this)).conditional;
 }
 
 graph_condition graph_node::condition() const {
-  return conditional_meta(live(record_)).condition;
+  return conditional_meta(live(*this)).condition;
 }
 
 std::vector<graph_definition> graph_node::branches() const {
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   const auto& m = conditional_meta(r);
   if (m.bodies.empty()) {
     throw invalid_argument("the bodies of this conditional node (in a clone) are not known");
@@ -771,7 +775,7 @@ graph_definition graph_node::branch(std::size_t index) const {
 }
 
 void graph_node::destroy() {
-  const auto& r = live(record_);
+  const auto& r = live(*this);
   const auto& api = detail::graph_driver();
   std::shared_ptr<detail::graph_state> s = r.graph;
   CUgraphNode node = r.node;
@@ -779,8 +783,7 @@ void graph_node::destroy() {
   const auto releases = detail::releases_for(*s, node);
   detail::check_driver(api.cuGraphDestroyNode(node), "cuGraphDestroyNode");
   // Metadata first, then this graph's references (clones and executables keep theirs).
-  detail::invalidate_node(*s, node);
-  record_->destroyed = true;
+  detail::invalidate_node(*s, node);  // drops the entry: every graph_node of it is destroyed
   CUresult first_failure = CUDA_SUCCESS;
   for (const auto& [holder, object] : releases) {
     const CUresult r = api.cuGraphReleaseUserObject(holder, object, 1);
@@ -853,8 +856,7 @@ std::vector<std::pair<graph_node, graph_node>> graph_definition::edges() const {
   std::vector<std::pair<graph_node, graph_node>> out;
   out.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    out.emplace_back(detail::graph_access::node(detail::record_of(s, from[i])),
-                     detail::graph_access::node(detail::record_of(s, to[i])));
+    out.emplace_back(detail::node_of(s, from[i]), detail::node_of(s, to[i]));
   }
   return out;
 }

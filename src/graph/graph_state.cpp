@@ -52,15 +52,17 @@ std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_vie
   return std::shared_ptr<graph_state>(any_view, child);
 }
 
-std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state,
-                                       CUgraphNode node) {
-  auto& slot = state->meta[node].record;
-  if (auto existing = slot.lock()) return existing;
-  auto r = std::make_shared<node_record>();
-  r->graph = state;
-  r->node = node;
-  slot = r;
-  return r;
+graph_node node_of(const std::shared_ptr<graph_state>& state, CUgraphNode node) {
+  node_meta& m = state->meta[node];
+  if (m.serial == 0) m.serial = ++state->last_serial;
+  return graph_access::node(state, node, m.serial);
+}
+
+bool names_live_node(const graph_node& n) noexcept {
+  const auto& g = graph_access::graph_of(n);
+  if (!g || g->invalid) return false;
+  const auto it = g->meta.find(graph_access::handle_of(n));
+  return it != g->meta.end() && it->second.serial == graph_access::serial_of(n);
 }
 
 void check_usable(const graph_state& s) {
@@ -215,7 +217,6 @@ namespace {
 void mark_destroyed(graph_state& s) noexcept {
   s.invalid = true;
   for (auto& [node, m] : s.meta) {
-    if (auto r = m.record.lock()) r->destroyed = true;
     for (auto& body : m.bodies) {
       if (body) mark_destroyed(*body);
     }
@@ -227,7 +228,6 @@ void mark_destroyed(graph_state& s) noexcept {
 void invalidate_node(graph_state& s, CUgraphNode node) noexcept {
   auto it = s.meta.find(node);
   if (it == s.meta.end()) return;
-  if (auto r = it->second.record.lock()) r->destroyed = true;
   for (auto& body : it->second.bodies) {
     if (!body) continue;
     mark_destroyed(*body);

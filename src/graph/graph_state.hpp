@@ -1,5 +1,5 @@
 // What cucore keeps per CUDA graph: the graph, its position in a hierarchy of child and branch
-// graphs, and per node its canonical record and the user object that holds the node's
+// graphs, and per node its serial (what graph_nodes name) and the user object that holds the node's
 // owners (its attachment). Include only from cucore's sources.
 //
 // Ownership: a root graph_state owns its CUgraph and, through node_meta, the states of the child
@@ -30,7 +30,8 @@ struct graph_state;
 
 // What cucore knows about one node beyond what the driver stores.
 struct node_meta {
-  std::weak_ptr<node_record> record;  // the canonical record, while some graph_node names it
+  // Names this entry for graph_nodes (0: not named yet); see graph_node::serial_.
+  std::uint64_t serial = 0;
   CUuserObject attachment = nullptr;  // a reference to the node's owners, if any ...
   CUgraph holder = nullptr;           // ... held by this graph (see attachment_holder)
   std::optional<conditional_kind> conditional;
@@ -40,12 +41,6 @@ struct node_meta {
   std::vector<std::unique_ptr<graph_state>> bodies;
 };
 
-struct node_record {
-  std::shared_ptr<graph_state> graph;  // aliasing: keeps the hierarchy alive
-  CUgraphNode node = nullptr;
-  bool destroyed = false;
-};
-
 struct graph_state {
   CUgraph graph = nullptr;
   int device = 0;
@@ -53,6 +48,7 @@ struct graph_state {
   graph_state* parent = nullptr;
   CUgraphNode owner_node = nullptr;  // the node of `parent` this graph belongs to
   bool invalid = false;              // that node was destroyed
+  std::uint64_t last_serial = 0;     // the last node_meta::serial handed out
   // The maps' entries and buckets come from a pool of the graph's own: an add takes its entry
   // from a free list rather than the heap, and a destroyed graph hands its blocks back at once.
   // Declared before the maps, so it outlives them.
@@ -82,8 +78,12 @@ std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device);
 // A view of `child` (a state inside the hierarchy `any_view` belongs to).
 std::shared_ptr<graph_state> view_of(const std::shared_ptr<graph_state>& any_view,
                                      graph_state* child);
-// The canonical record of `node` in `state` (created on first use).
-std::shared_ptr<node_record> record_of(const std::shared_ptr<graph_state>& state, CUgraphNode node);
+// A graph_node naming `node` of `state` (its metadata entry made, and given a serial, on first
+// use).
+graph_node node_of(const std::shared_ptr<graph_state>& state, CUgraphNode node);
+// Whether `n` names a node that still exists: its graph is usable and its entry is the one `n`
+// was made for.
+bool names_live_node(const graph_node& n) noexcept;
 // Throws for a destroyed child or branch graph.
 void check_usable(const graph_state& s);
 // The graph that holds the attachments of nodes added to `s`: the top of its hierarchy. CUDA
@@ -111,7 +111,8 @@ std::shared_ptr<graph_state> whole_copy_of_view(const driver_api& api, const gra
 // node in its child or body graphs that are held by a graph outside them (the top graph).
 std::vector<std::pair<CUgraph, CUuserObject>> releases_for(const graph_state& s, CUgraphNode node);
 
-// Marks `node`'s bodies (recursively) and records destroyed and moves the bodies to the graveyard.
+// Marks `node`'s bodies (recursively) invalid, moves them to the graveyard and drops the node's
+// entry (so graph_nodes naming it see it destroyed).
 void invalidate_node(graph_state& s, CUgraphNode node) noexcept;
 
 // ---- attachments -------------------------------------------------------------------------------
@@ -230,8 +231,12 @@ struct graph_access {
   static graph_definition definition(std::shared_ptr<graph_state> s) {
     return graph_definition(std::move(s));
   }
-  static graph_node node(std::shared_ptr<node_record> r) { return graph_node(std::move(r)); }
-  static const std::shared_ptr<node_record>& record(const graph_node& n) { return n.record_; }
+  static graph_node node(std::shared_ptr<graph_state> s, CUgraphNode n, std::uint64_t serial) {
+    return graph_node(std::move(s), n, serial);
+  }
+  static const std::shared_ptr<graph_state>& graph_of(const graph_node& n) { return n.graph_; }
+  static CUgraphNode handle_of(const graph_node& n) { return n.node_; }
+  static std::uint64_t serial_of(const graph_node& n) { return n.serial_; }
   static const std::shared_ptr<graph_state>& state(const graph_definition& d) { return d.state_; }
   static graph_condition condition(unsigned long long h, CUgraph g) {
     return graph_condition(h, g);

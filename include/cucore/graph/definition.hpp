@@ -41,7 +41,6 @@ class graph_node;
 
 namespace detail {
 struct graph_state;
-struct node_record;
 struct graph_access;
 }  // namespace detail
 
@@ -291,17 +290,27 @@ class graph_node : public detail::node_factory<graph_node> {
   void destroy();
 
   friend bool operator==(const graph_node& a, const graph_node& b) noexcept {
-    return a.record_ == b.record_;
+    return a.graph_ == b.graph_ && a.node_ == b.node_ && a.serial_ == b.serial_;
   }
-  std::size_t hash() const noexcept { return std::hash<const void*>()(record_.get()); }
+  std::size_t hash() const noexcept {
+    return std::hash<const void*>()(node_) ^ (std::hash<std::uint64_t>()(serial_) << 1);
+  }
 
  private:
   friend class detail::node_factory<graph_node>;
   friend struct detail::graph_access;
-  explicit graph_node(std::shared_ptr<detail::node_record> r) noexcept : record_(std::move(r)) {}
+  graph_node(std::shared_ptr<detail::graph_state> g, CUgraphNode_st* node,
+             std::uint64_t serial) noexcept
+      : graph_(std::move(g)), node_(node), serial_(serial) {}
   std::span<const graph_node> factory_dependencies() const noexcept { return {this, 1}; }
   const std::shared_ptr<detail::graph_state>& factory_state() const;
-  std::shared_ptr<detail::node_record> record_;
+  // The graph (a view sharing ownership of its hierarchy), the node, and the serial of the
+  // graph's metadata entry that names it: once the node is destroyed the entry goes, and a node
+  // CUDA later creates at the same handle gets another serial, so a stale graph_node never names
+  // it.
+  std::shared_ptr<detail::graph_state> graph_;
+  CUgraphNode_st* node_ = nullptr;
+  std::uint64_t serial_ = 0;
 };
 
 // A CUDA graph built explicitly. Copies are views of the same graph (they share ownership);
