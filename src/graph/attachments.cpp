@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -16,6 +17,68 @@
 
 namespace cucore::detail {
 namespace {
+
+// Attachments are made on the threads that build graphs and dropped on the release thread. Their
+// storage goes back to the builders through a lock-free list instead of the allocator, which would
+// move every block between the two threads' caches (and take the arena lock) once per node. The
+// release thread pushes one at a time; a builder takes the whole list at once (exchange), so the
+// list has no ABA problem. At most kMaxSpare are kept; the rest are deleted.
+class attachment_recycler {
+ public:
+  // An attachment without owners, recycled when one is spare.
+  std::unique_ptr<attachment> take() {
+    thread_local spare_list local;
+    if (local.head == nullptr) {
+      local.head = spare_.exchange(nullptr, std::memory_order_acquire);
+      local.owner = this;
+    }
+    if (local.head == nullptr) return std::make_unique<attachment>();
+    attachment* a = local.head;
+    local.head = static_cast<attachment*>(a->next);
+    a->next = nullptr;
+    count_.fetch_sub(1, std::memory_order_relaxed);
+    return std::unique_ptr<attachment>(a);
+  }
+
+  // Drops `a`'s owners and keeps its storage for a later take() (or deletes it).
+  void give(attachment* a) noexcept {
+    a->owners = owner_list();
+    if (count_.load(std::memory_order_relaxed) >= kMaxSpare) {
+      delete a;
+      return;
+    }
+    count_.fetch_add(1, std::memory_order_relaxed);
+    attachment* head = spare_.load(std::memory_order_relaxed);
+    do {
+      a->next = head;
+    } while (!spare_.compare_exchange_weak(head, a, std::memory_order_release,
+                                           std::memory_order_relaxed));
+  }
+
+ private:
+  // A builder thread's share of the list; returned (deleted) when the thread ends.
+  struct spare_list {
+    attachment* head = nullptr;
+    attachment_recycler* owner = nullptr;
+    ~spare_list() {
+      while (head != nullptr) {
+        attachment* next = static_cast<attachment*>(head->next);
+        delete head;
+        if (owner != nullptr) owner->count_.fetch_sub(1, std::memory_order_relaxed);
+        head = next;
+      }
+    }
+  };
+  static constexpr std::int64_t kMaxSpare = 1 << 16;
+  std::atomic<attachment*> spare_{nullptr};
+  std::atomic<std::int64_t> count_{0};
+};
+
+// Never destroyed: builders and the release thread may use it during exit.
+attachment_recycler& recycler() {
+  static attachment_recycler* r = new attachment_recycler;
+  return *r;
+}
 
 class release_queue {
  public:
@@ -76,7 +139,8 @@ class release_queue {
       const background_release release;
       while (list != nullptr) {
         release_item* next = list->next;
-        if (release.ok()) delete list;
+        // Attachments are the only release items: their owners go, their storage is reused.
+        if (release.ok()) recycler().give(static_cast<attachment*>(list));
         list = next;
       }
     }
@@ -109,7 +173,7 @@ prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner
     : api_(&api), graph_(g) {
   if (owners.empty()) return;
   queue().ensure_started(api);
-  auto item = std::make_unique<attachment>();
+  std::unique_ptr<attachment> item = recycler().take();
   item->owners = std::move(owners);
   CUuserObject object = nullptr;
   check_driver(api.cuUserObjectCreate(&object, item.get(), &enqueue_release, 1,
