@@ -112,6 +112,11 @@ class redis_program_cache final : public program_cache {
   std::string description() const override;
   // Drops the connection; later calls throw cucore::error, except stats() and description().
   void close() noexcept override;
+  // Single-flight across machines: SET <prefix>claim:<hex> <random token> NX PX <lease>; released
+  // by a script that deletes it only while it still holds this claim's token (an expired claim
+  // taken over by another process is not released by the first holder). Unsupported while the
+  // server cannot be reached (compile without a claim) and in read_only mode.
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
 
   const redis_cache_options& options() const noexcept { return options_; }
   // The URL with the password redacted.
@@ -142,6 +147,9 @@ class redis_program_cache final : public program_cache {
   // Deletes `rkey` if its value is still `value` (or, with no value, if it is not a string).
   void delete_guarded(const std::string& rkey, const std::string* value);
   void note_error(std::string_view what) noexcept;
+  // Deletes a claim key if it still holds `token` (the release of a redis claim).
+  void release_claim(const std::string& claim_key, const std::string& token) noexcept;
+  friend class redis_claim;
 
   redis_cache_options options_;
   redis_url url_;
