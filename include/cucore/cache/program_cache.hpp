@@ -123,7 +123,7 @@ struct single_flight_options {
   std::chrono::milliseconds max_wait{45000};
   // Waiters look for the entry after poll_initial, then at doubling intervals up to poll_max.
   std::chrono::milliseconds poll_initial{2};
-  std::chrono::milliseconds poll_max{50};
+  std::chrono::milliseconds poll_max{20};
 };
 
 class program_cache {
