@@ -180,13 +180,15 @@ int main(int argc, char** argv) {
   for (const bool primed : {true, false}) {
     std::printf(primed ? "caches that have compiled before (compiler version memo present):\n"
                        : "empty caches (every process loads NVRTC to derive the key):\n");
-    double cold = 0;
-    for (const auto& c : configs) {
-      std::vector<double> times;
-      int compiled = 0;
-      for (int r = 0; r < runs; ++r) {
+    // Run r of every configuration, then run r + 1: load that drifts (a shared machine) falls on
+    // all of them alike.
+    std::vector<std::vector<double>> times(configs.size());
+    std::vector<int> compiled(configs.size(), 0);
+    for (int r = 0; r < runs; ++r) {
+      for (std::size_t k = 0; k < configs.size(); ++k) {
+        const config& c = configs[k];
         const fs::path dir = work / (std::string(primed ? "p" : "e") + "-run-" + std::to_string(r) +
-                                     "-" + std::to_string(&c - configs.data()));
+                                     "-" + std::to_string(k));
         fs::create_directories(dir / "prime");
         if (primed) {
           // One process per distinct cache (one for a shared one), with a tiny kernel.
@@ -196,13 +198,15 @@ int main(int argc, char** argv) {
           }
         }
         const sample s = fleet(dir, source, slow_n, c.n, [&](int i) { return c.cache(dir, i); });
-        times.push_back(s.seconds);
-        compiled = std::max(compiled, s.compiled);
+        times[k].push_back(s.seconds);
+        compiled[k] = std::max(compiled[k], s.compiled);
       }
-      const double m = median(times);
-      if (&c == configs.data()) cold = m;
-      std::printf("  %-30s %7.3f s  %5.2fx cold  compiles (most in a run): %d\n", c.name, m,
-                  m / cold, compiled);
+    }
+    const double cold = median(times[0]);
+    for (std::size_t k = 0; k < configs.size(); ++k) {
+      const double m = median(times[k]);
+      std::printf("  %-30s %7.3f s  %5.2fx cold  compiles (most in a run): %d\n", configs[k].name,
+                  m, m / cold, compiled[k]);
     }
   }
   if (!have_redis) std::printf("  (redis-server not installed: no redis row)\n");

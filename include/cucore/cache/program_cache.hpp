@@ -119,7 +119,8 @@ struct single_flight_options {
   // second process starts compiling while the first is still at it (harmless, only slower).
   std::chrono::milliseconds lease{30000};
   // How long a process waits for another one's entry before it compiles itself. Longer than the
-  // lease, so that when a remote holder died one waiter takes over before the rest give up.
+  // lease, so that when a remote holder died the waiters take over as its lease ends rather than
+  // waiting this out.
   std::chrono::milliseconds max_wait{45000};
   // Waiters look for the entry after poll_initial, then at doubling intervals up to poll_max.
   std::chrono::milliseconds poll_initial{2};
