@@ -34,15 +34,29 @@ using cucore::testing::redis_server;
 using cucore::testing::temp_dir;
 
 constexpr const char* kSlowSource = R"(
-template <int I>
+#ifndef SLOW_N
+#define SLOW_N 120
+#endif
+#ifndef SLOW_CHAINS
+#define SLOW_CHAINS 2
+#endif
+template <int I, int C>
 __device__ __noinline__ float step(float x) {
-  return step<I - 1>(x) * 1.0001f + static_cast<float>(I) * __sinf(x);
+  if constexpr (I == 0) {
+    return x;
+  } else {
+    return step<I - 1, C>(x) * 1.0001f + static_cast<float>(I + C) * __sinf(x);
+  }
 }
-template <>
-__device__ __noinline__ float step<0>(float x) {
-  return x;
+template <int C>
+__device__ float chains(float x) {
+  if constexpr (C == 0) {
+    return 0.0f;
+  } else {
+    return step<SLOW_N, C>(x) + chains<C - 1>(x);
+  }
 }
-extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = step<SLOW_N>(p[threadIdx.x]); }
+extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = chains<SLOW_CHAINS>(p[threadIdx.x]); }
 )";
 
 std::string cli_path = CUCORE_CLI_PATH;

@@ -35,20 +35,33 @@ namespace fs = std::filesystem;
 
 constexpr int kProcesses = 16;
 
-// NVRTC spends most of a second on this (SLOW_N noinline device functions to code-generate; the template depth limit is 200).
+// NVRTC spends ~0.7 s on this on an idle 2-core machine: SLOW_CHAINS chains of SLOW_N noinline
+// device functions to code-generate (one chain deeper than ~190 would pass the template depth
+// limit, 200). -DSLOW_CHAINS=3 takes ~1.3 s: time to kill the holder mid-compile.
 constexpr const char* kSlowSource = R"(
 #ifndef SLOW_N
 #define SLOW_N 120
 #endif
-template <int I>
+#ifndef SLOW_CHAINS
+#define SLOW_CHAINS 2
+#endif
+template <int I, int C>
 __device__ __noinline__ float step(float x) {
-  return step<I - 1>(x) * 1.0001f + static_cast<float>(I) * __sinf(x);
+  if constexpr (I == 0) {
+    return x;
+  } else {
+    return step<I - 1, C>(x) * 1.0001f + static_cast<float>(I + C) * __sinf(x);
+  }
 }
-template <>
-__device__ __noinline__ float step<0>(float x) {
-  return x;
+template <int C>
+__device__ float chains(float x) {
+  if constexpr (C == 0) {
+    return 0.0f;
+  } else {
+    return step<SLOW_N, C>(x) + chains<C - 1>(x);
+  }
 }
-extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = step<SLOW_N>(p[threadIdx.x]); }
+extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = chains<SLOW_CHAINS>(p[threadIdx.x]); }
 )";
 
 // One `cucore compile` process, its output in files of its own.
@@ -249,7 +262,7 @@ bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds 
 // The holder is SIGKILLed mid-compile: its lock dies with it, and the waiters compile (each gets
 // the right bytes; none waits out --single-flight-wait).
 TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
-  const std::vector<std::string> slower = {"-DSLOW_N=190"};  // time to kill it mid-compile
+  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};  // time to kill it mid-compile
   const std::string expected = reference(slower);
   const std::string dir = (work_ / "cache").string();
   auto with_cache = [&](std::vector<std::string> a) {
@@ -260,12 +273,12 @@ TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
   cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache({})));
   ASSERT_TRUE(wait_for([&] { return any_claim_held(fs::path(dir) / "claims"); }, 30s));
   std::vector<std::unique_ptr<cli_process>> waiters;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 3; ++i) {
     const std::string name = "w" + std::to_string(i);
     waiters.push_back(
         std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache({}))));
   }
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
   holder.kill();
   ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
   const auto killed = std::chrono::steady_clock::now();
@@ -286,7 +299,7 @@ TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
 TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughRedis) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  const std::vector<std::string> slower = {"-DSLOW_N=190"};
+  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};
   const std::string expected = reference(slower);
   auto with_cache = [&](const std::string& local) {
     std::vector<std::string> a = slower;
@@ -302,12 +315,12 @@ TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughRedis) {
   cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache("h")));
   ASSERT_TRUE(wait_for([&] { return claims() == 1; }, 30s));
   std::vector<std::unique_ptr<cli_process>> waiters;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 3; ++i) {
     const std::string name = "w" + std::to_string(i);
     waiters.push_back(
         std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache(name))));
   }
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
   holder.kill();
   ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
   int took_over = 0;
