@@ -26,8 +26,8 @@ std::string_view to_string(flight_outcome outcome) noexcept {
 }
 
 flight_result get_or_compile(program_cache& cache, cache_key_ref key,
-                             const std::function<object_code()>& compile,
-                             const std::function<void(const object_code&)>& store) {
+                             detail::function_ref<object_code()> compile,
+                             detail::function_ref<void(const object_code&)> store) {
   if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::hit};
   const single_flight_options& options = cache.single_flight();
   auto compile_and_store = [&](flight_outcome outcome) {

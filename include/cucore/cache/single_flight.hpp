@@ -23,7 +23,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "cucore/cache/program_cache.hpp"
 
@@ -51,12 +54,38 @@ struct flight_result {
   }
 };
 
+namespace detail {
+// A non-owning reference to a callable (C++26's std::function_ref, in brief): no allocation, so
+// that a hit through get_or_compile costs a get and nothing more. The callable must outlive the
+// call it is passed to (a lambda argument does).
+template <class Signature>
+class function_ref;
+template <class R, class... Args>
+class function_ref<R(Args...)> {
+ public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, function_ref> &&
+           std::is_invocable_r_v<R, F&, Args...>) function_ref(F&& f)
+  noexcept  // NOLINT: implicit, like std::function
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return std::invoke(*static_cast<std::remove_reference_t<F>*>(object),
+                             std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
+}  // namespace detail
+
 // Gets `key`, else compiles it once among concurrent callers, per cache.single_flight(). `store`
 // is called with each compile's result while the claim is held (normally cache.put; it may decide
 // not to store); what it throws propagates after the claim is released. `compile`'s exceptions
 // propagate too (the claim released).
 flight_result get_or_compile(program_cache& cache, cache_key_ref key,
-                             const std::function<object_code()>& compile,
-                             const std::function<void(const object_code&)>& store);
+                             detail::function_ref<object_code()> compile,
+                             detail::function_ref<void(const object_code&)> store);
 
 }  // namespace cucore
