@@ -1,9 +1,14 @@
 #include "cucore/cache/single_flight.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <utility>
+
+#include "cucore/log.hpp"
 
 namespace cucore {
 
@@ -23,6 +28,36 @@ std::string_view to_string(flight_outcome outcome) noexcept {
       return "unclaimed";
   }
   return "unknown";
+}
+
+single_flight_options default_single_flight_options() {
+  single_flight_options o;
+  static std::atomic<bool> warned{false};
+  auto bad = [](const char* name, const std::string& value, const char* expected) {
+    if (!warned.exchange(true)) {
+      log(log_level::warning, std::string(name) + "=\"" + value + "\" ignored: expected " +
+                                  expected + " (single-flight keeps its default)");
+    }
+  };
+  if (const char* on = std::getenv("CUCORE_SINGLE_FLIGHT"); on != nullptr && *on != '\0') {
+    const std::string v = on;
+    if (v == "0" || v == "off" || v == "false" || v == "no") {
+      o.enabled = false;
+    } else if (v != "1" && v != "on" && v != "true" && v != "yes") {
+      bad("CUCORE_SINGLE_FLIGHT", v, "0/off/false/no or 1/on/true/yes");
+    }
+  }
+  if (const char* wait = std::getenv("CUCORE_SINGLE_FLIGHT_WAIT"); wait != nullptr && *wait) {
+    const std::string v = wait;
+    char* end = nullptr;
+    const double seconds = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() + v.size() && seconds >= 0 && seconds <= 86400) {
+      o.max_wait = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    } else {
+      bad("CUCORE_SINGLE_FLIGHT_WAIT", v, "a number of seconds from 0 to 86400");
+    }
+  }
+  return o;
 }
 
 flight_result get_or_compile(program_cache& cache, cache_key_ref key,

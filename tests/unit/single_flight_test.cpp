@@ -5,6 +5,8 @@
 // single_flight_stress_test has the real processes and real NVRTC.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -220,6 +222,24 @@ TEST(SingleFlightThreads, SqliteOneCompile) {
   temp_dir dir;
   sqlite_program_cache cache(dir / "c.db");
   expect_one_compile(thread_stampede(cache, 8, 200ms));
+}
+
+// The environment sets what every cache object starts with (Python and programs that do not
+// call set_single_flight); a malformed value is ignored.
+TEST(SingleFlightSettings, EnvironmentOverridesTheDefaults) {
+  EXPECT_TRUE(in_memory_program_cache().single_flight().enabled);
+  ::setenv("CUCORE_SINGLE_FLIGHT", "off", 1);
+  ::setenv("CUCORE_SINGLE_FLIGHT_WAIT", "2.5", 1);
+  in_memory_program_cache off;
+  EXPECT_FALSE(off.single_flight().enabled);
+  EXPECT_EQ(off.single_flight().max_wait, 2500ms);
+  ::setenv("CUCORE_SINGLE_FLIGHT", "perhaps", 1);
+  ::setenv("CUCORE_SINGLE_FLIGHT_WAIT", "soon", 1);
+  in_memory_program_cache malformed;
+  EXPECT_TRUE(malformed.single_flight().enabled);
+  EXPECT_EQ(malformed.single_flight().max_wait, single_flight_options{}.max_wait);
+  ::unsetenv("CUCORE_SINGLE_FLIGHT");
+  ::unsetenv("CUCORE_SINGLE_FLIGHT_WAIT");
 }
 
 TEST(SingleFlightThreads, OffEveryThreadCompiles) {

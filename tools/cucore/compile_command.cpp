@@ -90,6 +90,7 @@ constexpr std::string_view description =
     "cache, across machines through Redis) miss the same key at once, one compiles and the\n"
     "others wait for its entry, for at most --single-flight-wait seconds, then compile\n"
     "themselves. A compile that fails or a process that dies lets the waiters compile at once.\n"
+    "CUCORE_SINGLE_FLIGHT=0 and CUCORE_SINGLE_FLIGHT_WAIT=SECONDS set the defaults.\n"
     "--json reports \"single_flight\": hit, compiled, waited (read another process's compile:\n"
     "\"cache\" is then hit), took_over, gave_up or unclaimed (--no-single-flight), or null\n"
     "without a cache.\n"

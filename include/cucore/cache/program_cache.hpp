@@ -127,6 +127,11 @@ struct single_flight_options {
   std::chrono::milliseconds poll_max{20};
 };
 
+// What every cache object starts with: the defaults above, with the environment's overrides read
+// at the cache's construction: CUCORE_SINGLE_FLIGHT=0 (or off, false, no) turns single-flight off,
+// CUCORE_SINGLE_FLIGHT_WAIT=SECONDS sets max_wait. A malformed value is ignored with a warning.
+single_flight_options default_single_flight_options();
+
 class program_cache {
  public:
   virtual ~program_cache() = default;
@@ -184,7 +189,7 @@ class program_cache {
   }
 
  private:
-  single_flight_options single_flight_;
+  single_flight_options single_flight_ = default_single_flight_options();
 };
 
 // The default location of the persistent caches: $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore,
