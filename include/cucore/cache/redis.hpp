@@ -19,8 +19,9 @@
 // rest at debug level, and the reconnection at info level.
 //
 // Maintenance (size, size_bytes, list, verify, trim, clear) scans the keys under the prefix with
-// SCAN (entries only: single-flight claim keys, "<prefix>claim:<hex>", are skipped); it is for tools, not hot paths, and throws cucore::error when the server cannot be reached
-// (a tool must not report an unreachable cache as empty). It ignores the backoff.
+// SCAN (entries only: single-flight claim keys, "<prefix>claim:<hex>", are skipped); it is for
+// tools, not hot paths, and throws cucore::error when the server cannot be reached (a tool must not
+// report an unreachable cache as empty). It ignores the backoff.
 //
 // Thread safety: every method may be called from any number of threads (one connection per cache
 // object, serialised by a mutex); close() must not race with other calls. Many processes and
