@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cucore/cache/key.hpp"
+#include "cucore/cache/single_flight.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 
@@ -37,14 +38,16 @@ class program {
   //
   // With a cache: derives the key (make_program_cache_key with the cache's compiler version memo
   // and header digest memo), returns the cached object_code on a hit (symbol mapping included, so
-  // name expressions work), and on a miss compiles and stores the result. Headers the code can
-  // read (#include beside options.name, include_path, the toolkit's directories, pre_include,
-  // in-memory headers) are tracked by the key; after a miss the headers are checked again and the
-  // result is not stored if one changed during the compile. A failure to store is logged and
-  // never fails the compile. Inputs whose key needs an extra_digest (PCH options, use_libdevice,
-  // an #include through a macro whose value cannot be worked out) and options with side effects
-  // (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive the key with
-  // make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
+  // name expressions work), and on a miss compiles and stores the result. Concurrent misses of one
+  // key coalesce (single-flight, per the cache's single_flight()): one process or thread
+  // compiles, the others wait for its entry; last_flight_outcome() says which this one was. Headers
+  // the code can read (#include beside options.name, include_path, the toolkit's directories,
+  // pre_include, in-memory headers) are tracked by the key; after a miss the headers are checked
+  // again and the result is not stored if one changed during the compile. A failure to store is
+  // logged and never fails the compile. Inputs whose key needs an extra_digest (PCH options,
+  // use_libdevice, an #include through a macro whose value cannot be worked out) and options with
+  // side effects (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive
+  // the key with make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
   object_code compile(code_type target, std::span<const std::string> name_expressions = {},
                       program_cache* cache = nullptr);
   object_code compile(code_type target, program_cache& cache) {
@@ -57,6 +60,12 @@ class program {
   compiler_backend backend() const;
   pch_status last_pch_status() const noexcept { return pch_status_; }
   cache_outcome last_cache_outcome() const noexcept { return cache_outcome_; }
+  // What single-flight did on the last compile through a cache (nullopt without a cache): hit,
+  // compiled, waited (another process's compile was read: also a cache_outcome::hit), took_over,
+  // gave_up or unclaimed. See cache/single_flight.hpp.
+  const std::optional<flight_outcome>& last_flight_outcome() const noexcept {
+    return flight_outcome_;
+  }
   // The key of the last compile through a cache.
   const std::optional<program_cache_key>& last_cache_key() const noexcept { return cache_key_; }
 
@@ -76,6 +85,7 @@ class program {
   std::string log_;
   pch_status pch_status_ = pch_status::not_requested;
   cache_outcome cache_outcome_ = cache_outcome::off;
+  std::optional<flight_outcome> flight_outcome_;
   std::optional<program_cache_key> cache_key_;
 };
 

@@ -224,6 +224,12 @@ class Program:
         """"off", "hit" or "miss": what the last compile found in its cache."""
 
     @property
+    def last_flight_outcome(self) -> str | None:
+        """
+        What single-flight did on the last compile through a cache: "hit", "compiled", "waited" (another process or thread compiled it), "took_over", "gave_up" or "unclaimed"; None without a cache.
+        """
+
+    @property
     def last_cache_key(self) -> bytes | None:
         """The key of the last compile through a cache (bytes), or None."""
 

@@ -717,6 +717,16 @@ void bind_program(nb::module_& m) {
           },
           "\"off\", \"hit\" or \"miss\": what the last compile found in its cache.")
       .def_prop_ro(
+          "last_flight_outcome",
+          [](py_program& p) -> std::optional<std::string> {
+            const auto outcome = locked(p, [&] { return p.prog.last_flight_outcome(); });
+            if (!outcome) return std::nullopt;
+            return std::string(to_string(*outcome));
+          },
+          "What single-flight did on the last compile through a cache: \"hit\", \"compiled\", "
+          "\"waited\" (another process or thread compiled it), \"took_over\", \"gave_up\" or "
+          "\"unclaimed\"; None without a cache.")
+      .def_prop_ro(
           "last_cache_key",
           [](py_program& p) -> std::optional<nb::bytes> {
             const auto key = locked(p, [&] { return p.prog.last_cache_key(); });

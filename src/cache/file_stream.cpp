@@ -15,6 +15,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cache/claim_file.hpp"
 #include "cache/entry_format.hpp"
 #include "cache/posix_file.hpp"
 #include "cache/trust.hpp"
@@ -377,6 +378,11 @@ std::string file_stream_program_cache::description() const {
 
 std::optional<std::filesystem::path> file_stream_program_cache::compiler_version_memo() const {
   return root_ / "compiler-versions";
+}
+
+claim_result file_stream_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
+  if (closed_.load(std::memory_order_acquire)) return {};
+  return detail::claim_file(root_str_ + "/claims").try_claim(key);
 }
 
 cache_stats file_stream_program_cache::stats() const {

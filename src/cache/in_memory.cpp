@@ -1,8 +1,47 @@
 #include "cucore/cache/in_memory.hpp"
 
+#include <new>
+#include <string_view>
+#include <utility>
+
 #include "cucore/error.hpp"
 
 namespace cucore {
+
+// Erases its key from the cache's claimed set when destroyed, if it put it there.
+class in_memory_claim final : public cache_claim {
+ public:
+  in_memory_claim(in_memory_program_cache& cache, std::string_view key)
+      : cache_(cache), key_(key) {}
+  ~in_memory_claim() override {
+    if (!held_) return;
+    std::lock_guard lock(cache_.mutex_);
+    cache_.claimed_.erase(key_);
+  }
+  // Takes the key if free (called with the cache's mutex held).
+  bool take_locked() {
+    held_ = cache_.claimed_.insert(key_).second;
+    return held_;
+  }
+
+ private:
+  in_memory_program_cache& cache_;
+  std::string key_;
+  bool held_ = false;
+};
+
+claim_result in_memory_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
+  try {
+    auto claim = std::make_unique<in_memory_claim>(*this, key.as_string_view());
+    {
+      std::lock_guard lock(mutex_);
+      if (!claim->take_locked()) return {claim_status::held_elsewhere, nullptr};
+    }
+    return {claim_status::owned, std::move(claim)};
+  } catch (const std::bad_alloc&) {
+    return {};
+  }
+}
 
 in_memory_program_cache::in_memory_program_cache(in_memory_cache_options options)
     : options_(options) {

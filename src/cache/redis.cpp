@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
+#include "cache/posix_file.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -591,6 +593,9 @@ std::vector<std::string> redis_program_cache::scan_keys() {
       keys.emplace_back(as_view(reply->element[1]->element[i]));
     }
   } while (cursor != "0");
+  // Entries only: single-flight claims (<prefix>claim:<hex>) share the prefix.
+  const std::size_t entry_key_size = options_.key_prefix.size() + 64;
+  std::erase_if(keys, [&](const std::string& k) { return k.size() != entry_key_size; });
   // SCAN may return a key more than once.
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -769,6 +774,64 @@ void redis_program_cache::close() noexcept {
   std::lock_guard lock(mutex_);
   closed_.store(true, std::memory_order_release);
   conn_.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Single-flight claims
+
+class redis_claim final : public cache_claim {
+ public:
+  redis_claim(redis_program_cache& cache, std::string key, std::string token) noexcept
+      : cache_(cache), key_(std::move(key)), token_(std::move(token)) {}
+  ~redis_claim() override { cache_.release_claim(key_, token_); }
+
+ private:
+  redis_program_cache& cache_;
+  std::string key_;
+  std::string token_;
+};
+
+claim_result redis_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds lease) {
+  if (closed_.load(std::memory_order_acquire) || options_.read_only) return {};
+  try {
+    const auto hex = detail::sha256_hex(key.bytes());
+    std::string claim_key = options_.key_prefix + "claim:" + std::string(hex.data(), hex.size());
+    // The token tells this claim from a later one on the same key (after an expiry).
+    const std::string token = std::to_string(detail::posix::random_u64()) + "-" +
+                              std::to_string(detail::posix::random_u64());
+    const std::string px = std::to_string(std::max<std::int64_t>(lease.count(), 1));
+    std::lock_guard lock(mutex_);
+    if (!ensure_connected(true)) return {};
+    reply_ptr r = command({"SET", claim_key, token, "NX", "PX", px});
+    if (!r) return {};
+    const redisReply* reply = reply_of(r.get());
+    if (reply->type == REDIS_REPLY_NIL) return {claim_status::held_elsewhere, nullptr};
+    if (reply->type != REDIS_REPLY_STATUS) {
+      note_error("SET NX " + claim_key + ": " +
+                 (reply->type == REDIS_REPLY_ERROR ? std::string(as_view(reply))
+                                                   : std::string("unexpected reply")));
+      return {};  // e.g. an ACL user that may not write: compile without a claim
+    }
+    return {claim_status::owned, std::make_unique<redis_claim>(*this, std::move(claim_key), token)};
+  } catch (const std::exception& e) {
+    note_error(std::string("claim: ") + e.what());
+    return {};
+  }
+}
+
+void redis_program_cache::release_claim(const std::string& claim_key,
+                                        const std::string& token) noexcept {
+  if (closed_.load(std::memory_order_acquire)) return;  // the lease ends it
+  try {
+    std::lock_guard lock(mutex_);
+    if (!ensure_connected(true)) return;
+    reply_ptr r = command({"EVAL", kDeleteIfValue, "1", claim_key, token});
+    if (r && reply_of(r.get())->type == REDIS_REPLY_ERROR) {
+      note_error("releasing " + claim_key + ": " + std::string(as_view(reply_of(r.get()))));
+    }
+  } catch (...) {
+    // Out of memory: the claim expires after its lease.
+  }
 }
 
 }  // namespace cucore

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/claim_file.hpp"
 #include "cache/entry_format.hpp"
 #include "cache/posix_file.hpp"
 #include "cache/sqlite_handles.hpp"
@@ -1101,6 +1102,12 @@ std::string sqlite_program_cache::description() const {
 
 std::optional<std::filesystem::path> sqlite_program_cache::compiler_version_memo() const {
   return std::filesystem::path(file_.string() + ".compiler-versions");
+}
+
+claim_result sqlite_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
+  // A separate file from FILE.lock: on NFS, flock() is emulated with byte-range locks, which
+  // would conflict with these.
+  return detail::claim_file(file_.string() + ".claims").try_claim(key);
 }
 
 cache_stats sqlite_program_cache::stats() const {

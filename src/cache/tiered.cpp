@@ -1,6 +1,9 @@
 #include "cucore/cache/tiered.hpp"
 
 #include <exception>
+#include <memory>
+#include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -46,11 +49,12 @@ void tiered_program_cache::write_behind_loop() noexcept {
     work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and nothing left to write
     {
-      const pending_put next = std::move(queue_.front());
+      pending_put next = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
       lock.unlock();
-      remote_put(std::span<const std::byte>(next.key), next.code);
+      if (next.code) remote_put(std::span<const std::byte>(next.key), *next.code);
+      next.claim.reset();  // a claim's release (it catches what it throws)
     }
     lock.lock();
     writing_ = false;
@@ -125,7 +129,8 @@ void tiered_program_cache::put(cache_key_ref key, const object_code& code) {
               "; dropping puts until it catches up (they are in the local tier)");
       return;
     }
-    queue_.push_back({std::vector<std::byte>(key.bytes().begin(), key.bytes().end()), code});
+    queue_.push_back(
+        {std::vector<std::byte>(key.bytes().begin(), key.bytes().end()), code, nullptr});
     if (!writer_.joinable()) {
       try {
         writer_ = std::thread([this] { write_behind_loop(); });
@@ -208,6 +213,58 @@ std::size_t tiered_program_cache::trim(std::uint64_t max_size_bytes) {
 
 std::string tiered_program_cache::description() const {
   return local_->description() + " + " + remote_->description();
+}
+
+// Both tiers' claims: the remote one goes through release_remote_claim (after the pending puts),
+// then the local one.
+struct tiered_claim final : cache_claim {
+  tiered_claim(tiered_program_cache& cache, std::unique_ptr<cache_claim> local,
+               std::unique_ptr<cache_claim> remote) noexcept
+      : cache(cache), local(std::move(local)), remote(std::move(remote)) {}
+  ~tiered_claim() override { cache.release_remote_claim(std::move(remote)); }
+  tiered_program_cache& cache;
+  std::unique_ptr<cache_claim> local;
+  std::unique_ptr<cache_claim> remote;
+};
+
+void tiered_program_cache::release_remote_claim(std::unique_ptr<cache_claim> claim) noexcept {
+  if (!claim) return;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (writer_.joinable() && !stopping_ && (!queue_.empty() || writing_)) {
+      try {
+        // Never dropped for max_pending_puts: it holds no code, and waiters depend on it.
+        queue_.push_back({{}, std::nullopt, std::move(claim)});
+      } catch (const std::bad_alloc&) {
+      }
+    }
+  }
+  if (claim) {
+    claim.reset();  // nothing pending: release here
+  } else {
+    work_cv_.notify_one();
+  }
+}
+
+claim_result tiered_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds lease) {
+  claim_result local = local_->try_claim(key, lease);
+  if (local.status == claim_status::held_elsewhere) return local;
+  claim_result remote;
+  try {
+    remote = remote_->try_claim(key, lease);
+  } catch (const std::exception& e) {
+    remote_failed("claim", e);
+  }
+  if (remote.status == claim_status::held_elsewhere) return remote;  // drops the local claim
+  if (remote.status == claim_status::unsupported) return local;
+  if (local.status == claim_status::unsupported) return remote;
+  // Both held: released together (the remote claim first, as it was taken last).
+  try {
+    return {claim_status::owned,
+            std::make_unique<tiered_claim>(*this, std::move(local.claim), std::move(remote.claim))};
+  } catch (const std::bad_alloc&) {
+    return {};  // both released: compile without a claim
+  }
 }
 
 std::optional<std::filesystem::path> tiered_program_cache::compiler_version_memo() const {

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/single_flight.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
@@ -142,6 +143,7 @@ object_code program::compile(code_type target, std::span<const std::string> name
   log_.clear();
   pch_status_ = pch_status::not_requested;
   cache_outcome_ = cache_outcome::off;
+  flight_outcome_.reset();
   cache_key_.reset();
   if (cache == nullptr) return compile_uncached(target, name_expressions);
 
@@ -162,30 +164,33 @@ object_code program::compile(code_type target, std::span<const std::string> name
         "cache]");
   }
 
-  if (auto hit = cache->get(*cache_key_)) {
-    cache_outcome_ = cache_outcome::hit;
-    return std::move(*hit);
-  }
-  cache_outcome_ = cache_outcome::miss;
-  object_code compiled = compile_uncached(target, name_expressions);
-  // NVRTC read the headers after the key was made: if one changed meanwhile, the result may come
-  // from contents the key does not name. Checked again (stats, with the digest memo) before
-  // storing.
-  if (cache_key_->includes().tracked &&
-      make_program_cache_key(inputs, compiler_probes_for(*cache)) != *cache_key_) {
-    cucore::log(log_level::warning, "not storing the compiled program in the " +
-                                        cache->description() +
-                                        " cache: a header it includes changed during the compile");
-    return compiled;
-  }
-  try {
-    cache->put(*cache_key_, compiled);
-  } catch (const std::exception& e) {
-    // The compile succeeded; a cache that cannot store it only costs a later recompile.
-    cucore::log(log_level::warning, "could not store the compiled program in the " +
-                                        cache->description() + " cache: " + e.what());
-  }
-  return compiled;
+  // Single-flight: on a miss, one of the processes and threads missing this key compiles and
+  // the others wait for its entry (cache/single_flight.hpp).
+  auto compile = [&] { return compile_uncached(target, name_expressions); };
+  auto store = [&](const object_code& compiled) {
+    // NVRTC read the headers after the key was made: if one changed meanwhile, the result may
+    // come from contents the key does not name. Checked again (stats, with the digest memo)
+    // before storing.
+    if (cache_key_->includes().tracked &&
+        make_program_cache_key(inputs, compiler_probes_for(*cache)) != *cache_key_) {
+      cucore::log(log_level::warning,
+                  "not storing the compiled program in the " + cache->description() +
+                      " cache: a header it includes changed during the compile");
+      return;
+    }
+    try {
+      cache->put(*cache_key_, compiled);
+    } catch (const std::exception& e) {
+      // The compile succeeded; a cache that cannot store it only costs a later recompile.
+      cucore::log(log_level::warning, "could not store the compiled program in the " +
+                                          cache->description() + " cache: " + e.what());
+    }
+  };
+  cache_outcome_ = cache_outcome::miss;  // unless a get below finds it
+  flight_result result = get_or_compile(*cache, *cache_key_, compile, store);
+  flight_outcome_ = result.outcome;
+  cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
+  return std::move(result.code);
 }
 
 object_code program::compile_uncached(code_type target,

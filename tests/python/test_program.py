@@ -19,8 +19,10 @@ def test_cached_compile_equals_uncached_compile(native_cache, options, target):
     program = cucore.Program(KERNEL, "c++", options)
     miss = program.compile(target, ["scale<float>"], cache=native_cache)
     assert program.last_cache_outcome == "miss"
+    assert program.last_flight_outcome == "compiled"  # single-flight: it held the claim
     hit = program.compile(target, ["scale<float>"], cache=native_cache)
     assert program.last_cache_outcome == "hit"
+    assert program.last_flight_outcome == "hit"
     assert miss.code == oracle.code == hit.code
     assert hit.code_type == target
     # Name expressions survive the cache (cuda.core refuses them with a cache).

@@ -497,7 +497,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 12u) << r.out;
+  EXPECT_EQ(j.keys.size(), 13u) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
   EXPECT_EQ(j["bytes"].number, static_cast<double>(fs::file_size(work_ / "k.ptx")));
@@ -512,8 +512,36 @@ TEST_F(Compile, JsonReport) {
   EXPECT_TRUE(j["log"].is(json::kind::string));
   EXPECT_TRUE(std::regex_match(j["key"].string, std::regex("[0-9a-f]{64}"))) << r.out;
   EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_EQ(j["single_flight"].string, "compiled");
   EXPECT_TRUE(j["headers"].is(json::kind::null)) << "no #include: nothing tracked";
   EXPECT_TRUE(contains(output("k.ptx"), "_Z1kIfEvPT_"));
+}
+
+// "single_flight" says what this process did: compiled (it held the claim), hit, unclaimed
+// (--no-single-flight), null without a cache. The single-flight options are checked as usage.
+TEST_F(Compile, SingleFlightReport) {
+  file("k.cu", kTemplate);
+  auto flight = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"compile", "k.cu", "--arch", kArch, "--target", "ptx", "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = cucore(a);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    const json j = parse_json(r.out);
+    return j["single_flight"].is(json::kind::null) ? std::string("null")
+                                                   : j["single_flight"].string;
+  };
+  const std::string dir = (work_ / "c").string();
+  EXPECT_EQ(flight({"--cache", dir}), "compiled");
+  EXPECT_EQ(flight({"--cache", dir}), "hit");
+  EXPECT_EQ(flight({"--cache", (work_ / "d").string(), "--no-single-flight"}), "unclaimed");
+  EXPECT_EQ(flight({"--cache", "none"}), "null");
+  EXPECT_EQ(flight({"--cache", "sqlite:" + (work_ / "c.db").string(), "--single-flight-wait", "0.5",
+                    "--single-flight-lease", "2"}),
+            "compiled");
+  const auto bad = cucore({"compile", "k.cu", "--arch", kArch, "--single-flight-wait", "soon"});
+  EXPECT_EQ(bad.status, 2) << describe(bad);
+  EXPECT_TRUE(contains(bad.err, "--single-flight-wait: \"soon\" is not a number of seconds"))
+      << bad.err;
 }
 
 TEST_F(Compile, HumanReportListsMangledNames) {

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "compile_options.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/single_flight.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/object_code.hpp"
@@ -44,6 +46,11 @@ constexpr auto options = join_options(
         cache_option,
         shared_cache_option,
         extra_digest_option,
+        {"--no-single-flight", "", "", "every process that misses compiles (no waiting)"},
+        {"--single-flight-wait", "", "SECONDS",
+         "wait at most this long for another process's compile (default 45)"},
+        {"--single-flight-lease", "", "SECONDS",
+         "a Redis claim expires after this long if its holder dies (default 30)"},
     }));
 
 constexpr std::string_view description =
@@ -80,6 +87,15 @@ constexpr std::string_view description =
     "why; --json reports \"cache\": \"skipped\"). A cache that cannot be opened or written to\n"
     "never fails the compile.\n"
     "\n"
+    "Single-flight: when several processes (on this machine through a directory or SQLite\n"
+    "cache, across machines through Redis) miss the same key at once, one compiles and the\n"
+    "others wait for its entry, for at most --single-flight-wait seconds, then compile\n"
+    "themselves. A compile that fails or a process that dies lets the waiters compile at once.\n"
+    "CUCORE_SINGLE_FLIGHT=0 and CUCORE_SINGLE_FLIGHT_WAIT=SECONDS set the defaults.\n"
+    "--json reports \"single_flight\": hit, compiled, waited (read another process's compile:\n"
+    "\"cache\" is then hit), took_over, gave_up or unclaimed (--no-single-flight), or null\n"
+    "without a cache.\n"
+    "\n"
     "Exit status: 0 compiled; 1 compilation failed (the compiler's log goes to stderr) or a CUDA\n"
     "library is missing; 2 bad command line.";
 
@@ -89,6 +105,7 @@ struct cache_report {
   std::string outcome = "off";  // off, hit, miss, skipped
   std::optional<program_cache_key> key;
   std::string skip_reason;
+  std::optional<flight_outcome> flight;  // what single-flight did (with a cache)
 };
 
 struct compiled {
@@ -112,26 +129,53 @@ std::string backend_name(const program& prog, const cache_report& cache, source_
 object_code compile_with_key(program& prog, const compile_inputs& in,
                              const program_cache_key_inputs& inputs, program_cache& cache,
                              cache_report& report) {
-  if (auto hit = cache.get(*report.key)) {
-    report.outcome = "hit";
-    return std::move(*hit);
-  }
+  auto compile = [&] { return prog.compile(in.target, in.name_expressions); };
+  auto store = [&](const object_code& result) {
+    if (report.key->includes().tracked &&
+        make_program_cache_key(inputs, probes_for(cache)) != *report.key) {
+      cucore::log(log_level::warning,
+                  "not storing the compiled program in the " + cache.description() +
+                      " cache: a header it includes changed during the compile");
+      return;
+    }
+    try {
+      cache.put(*report.key, result);
+    } catch (const std::exception& e) {
+      cucore::log(log_level::warning, "could not store the compiled program in the " +
+                                          cache.description() + " cache: " + e.what());
+    }
+  };
   report.outcome = "miss";
-  object_code result = prog.compile(in.target, in.name_expressions);
-  if (report.key->includes().tracked &&
-      make_program_cache_key(inputs, probes_for(cache)) != *report.key) {
-    cucore::log(log_level::warning, "not storing the compiled program in the " +
-                                        cache.description() +
-                                        " cache: a header it includes changed during the compile");
-    return result;
+  flight_result result = get_or_compile(cache, *report.key, compile, store);
+  report.outcome = result.from_cache() ? "hit" : "miss";
+  report.flight = result.outcome;
+  return std::move(result.code);
+}
+
+// --no-single-flight and --single-flight-wait, applied to `cache`.
+void apply_single_flight(const arguments& args, program_cache& cache) {
+  single_flight_options o = cache.single_flight();
+  if (args.has("--no-single-flight")) o.enabled = false;
+  auto seconds_of = [&](std::string_view option) -> std::optional<std::chrono::milliseconds> {
+    const auto text = args.last(option);
+    if (!text) return std::nullopt;
+    double seconds = -1;
+    std::size_t used = 0;
+    try {
+      seconds = std::stod(*text, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != text->size() || !(seconds >= 0) || seconds > 86400) {
+      throw usage_error(std::string(option) + ": \"" + *text +
+                        "\" is not a number of seconds from 0 to 86400");
+    }
+    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  };
+  if (const auto wait = seconds_of("--single-flight-wait")) o.max_wait = *wait;
+  if (const auto lease = seconds_of("--single-flight-lease")) {
+    o.lease = std::max(*lease, std::chrono::milliseconds(1));
   }
-  try {
-    cache.put(*report.key, result);
-  } catch (const std::exception& e) {
-    cucore::log(log_level::warning, "could not store the compiled program in the " +
-                                        cache.description() + " cache: " + e.what());
-  }
-  return result;
+  cache.set_single_flight(o);
 }
 
 compiled compile(program& prog, const compile_inputs& in, const arguments& args) {
@@ -151,6 +195,7 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
   } catch (const std::exception& e) {
     return skip("cannot open the cache: " + std::string(e.what()));
   }
+  apply_single_flight(args, *cache);
   // The tool derives the key itself (not program::compile(..., cache)): it takes --extra-digest,
   // and a refusal is reported in the tool's words, then the compile goes on without the cache.
   const program_cache_key_inputs inputs = key_inputs(in, extra_digest_from(args));
@@ -185,6 +230,9 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
   json.key("key").value(c.cache.key ? std::optional(c.cache.key->hex()) : std::nullopt);
   json.key("cache").value(c.cache.outcome);
   if (c.cache.outcome == "skipped") json.key("cache_skip_reason").value(c.cache.skip_reason);
+  json.key("single_flight")
+      .value(c.cache.flight ? std::optional(std::string(to_string(*c.cache.flight)))
+                            : std::nullopt);
   write_headers(json, c.cache.key ? &*c.cache.key : nullptr);
   json.end_object();
   std::cout << json.str() << '\n';
@@ -218,6 +266,11 @@ int run(const arguments& args) {
             << std::setprecision(1) << elapsed.count() << " ms";
   if (c.cache.outcome == "hit" || c.cache.outcome == "miss") {
     std::cout << ", cache " << c.cache.outcome;
+    if (c.cache.flight && *c.cache.flight != flight_outcome::hit &&
+        *c.cache.flight != flight_outcome::compiled &&
+        *c.cache.flight != flight_outcome::unclaimed) {
+      std::cout << " (" << to_string(*c.cache.flight) << ")";  // waited, took_over, gave_up
+    }
   } else if (c.cache.outcome == "skipped") {
     std::cout << ", not cached";
   }

@@ -5,6 +5,7 @@
 //   entries/ab/<62 hex>   one entry per file, named by the SHA-256 of the key (ab = its first byte)
 //   tmp/                  staging for writes (mode 0700), and entries being evicted
 //   compiler-versions     the compiler version memo (program_cache::compiler_version_memo)
+//   claims                an empty file whose byte-range locks are the single-flight claims
 //
 // Each file holds the versioned, checksummed entry format (header with the full key, then the
 // code); see src/cache/entry_format.hpp. A read verifies all of it, so a damaged, truncated,
@@ -153,6 +154,9 @@ class file_stream_program_cache final : public program_cache {
   std::string description() const override;
   // root/compiler-versions: outside entries/ and tmp/, so eviction, clear() and verify() leave it.
   std::optional<std::filesystem::path> compiler_version_memo() const override;
+  // Single-flight: a lock on one byte of root/claims per key (src/cache/claim_file.hpp), held
+  // by an open file, so a killed holder's claim dies with it. `lease` is not needed.
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
   // Marks the cache closed (it holds no descriptors between calls); later calls throw
   // cucore::error, except stats(), description() and root().
   void close() noexcept override;

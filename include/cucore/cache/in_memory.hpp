@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cucore/cache/program_cache.hpp"
 
@@ -35,6 +36,8 @@ class in_memory_program_cache final : public program_cache {
   cache_verify_report verify(bool remove_bad) override;
   std::size_t trim(std::uint64_t max_size_bytes) override;
   std::string description() const override { return "in-memory"; }
+  // Single-flight between the threads of this process (the cache is not shared beyond it).
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
 
  private:
   struct entry {
@@ -57,6 +60,9 @@ class in_memory_program_cache final : public program_cache {
   lru_list lru_;
   std::unordered_map<std::string, lru_list::iterator, key_hash, std::equal_to<>> index_;
   std::uint64_t total_bytes_ = 0;
+  // Keys claimed for a compile (single-flight), guarded by mutex_.
+  std::unordered_set<std::string, key_hash, std::equal_to<>> claimed_;
+  friend class in_memory_claim;
   cache_stats stats_;
 };
 

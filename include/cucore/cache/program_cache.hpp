@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -100,6 +101,53 @@ enum class cache_access {
   shared,
 };
 
+// A claim on a key: the right to compile it while other processes (and threads) that miss the
+// same key wait for its entry instead of compiling it too (single-flight; see single_flight.hpp).
+// Destroying the claim releases it. A claim dies with its process: a lock held by an open file
+// (directory, SQLite) is released by the kernel, and a Redis claim expires after its lease.
+class cache_claim {
+ public:
+  virtual ~cache_claim() = default;
+  cache_claim() = default;
+  cache_claim(const cache_claim&) = delete;
+  cache_claim& operator=(const cache_claim&) = delete;
+};
+
+// What program_cache::try_claim found.
+enum class claim_status {
+  owned,           // this caller holds the claim (in claim_result::claim): it compiles
+  held_elsewhere,  // another process or thread holds it: wait for the entry
+  unsupported,     // this cache cannot claim (or cannot now: a remote tier is down): compile
+};
+
+struct claim_result {
+  claim_status status = claim_status::unsupported;
+  std::unique_ptr<cache_claim> claim;  // set when owned; releases on destruction
+};
+
+// How compiles through a cache coalesce (single_flight.hpp). Set on the cache object before it
+// is shared between threads.
+struct single_flight_options {
+  // Off: every miss compiles, as before single-flight existed.
+  bool enabled = true;
+  // How long a claim lives where the holder's death cannot release it (Redis): a claim older than
+  // this expires, and a waiter takes over. Longer than the slowest compile you expect, or a
+  // second process starts compiling while the first is still at it (harmless, only slower).
+  std::chrono::milliseconds lease{30000};
+  // How long a process waits for another one's entry before it compiles itself. Longer than the
+  // lease, so that when a remote holder died the waiters take over as its lease ends rather than
+  // waiting this out.
+  std::chrono::milliseconds max_wait{45000};
+  // Waiters look for the entry after poll_initial, then at doubling intervals up to poll_max.
+  std::chrono::milliseconds poll_initial{2};
+  std::chrono::milliseconds poll_max{20};
+};
+
+// What every cache object starts with: the defaults above, with the environment's overrides read
+// at the cache's construction: CUCORE_SINGLE_FLIGHT=0 (or off, false, no) turns single-flight off,
+// CUCORE_SINGLE_FLIGHT_WAIT=SECONDS sets max_wait. A malformed value is ignored with a warning.
+single_flight_options default_single_flight_options();
+
 class program_cache {
  public:
   virtual ~program_cache() = default;
@@ -135,11 +183,29 @@ class program_cache {
   // Releases resources early (the destructor does the same). Using a closed cache is an error.
   virtual void close() noexcept {}
 
+  // Tries to claim `key` for a compile (never blocks on another holder). `lease` bounds the
+  // claim's life where a dead holder cannot release it (Redis). The claim must not outlive the
+  // cache. The default cannot claim (unsupported); the backends cucore ships all can. Never
+  // throws for what it finds in the cache: a failure is `unsupported`, and the caller compiles.
+  virtual claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) {
+    (void)key;
+    (void)lease;
+    return {};
+  }
+  // How compiles through this cache coalesce: program::compile and get_or_compile read it.
+  const single_flight_options& single_flight() const noexcept { return single_flight_; }
+  void set_single_flight(const single_flight_options& options) noexcept {
+    single_flight_ = options;
+  }
+
   // Bulk put of (key, object_code) pairs. Not transactional: a failure leaves earlier puts done.
   template <std::ranges::input_range Items>
   void update(Items&& items) {
     for (auto&& [key, code] : items) put(cache_key_ref(key), code);
   }
+
+ private:
+  single_flight_options single_flight_ = default_single_flight_options();
 };
 
 // The default location of the persistent caches: $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore,

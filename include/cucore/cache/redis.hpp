@@ -19,8 +19,9 @@
 // rest at debug level, and the reconnection at info level.
 //
 // Maintenance (size, size_bytes, list, verify, trim, clear) scans the keys under the prefix with
-// SCAN; it is for tools, not hot paths, and throws cucore::error when the server cannot be reached
-// (a tool must not report an unreachable cache as empty). It ignores the backoff.
+// SCAN (entries only: single-flight claim keys, "<prefix>claim:<hex>", are skipped); it is for
+// tools, not hot paths, and throws cucore::error when the server cannot be reached (a tool must not
+// report an unreachable cache as empty). It ignores the backoff.
 //
 // Thread safety: every method may be called from any number of threads (one connection per cache
 // object, serialised by a mutex); close() must not race with other calls. Many processes and
@@ -112,6 +113,11 @@ class redis_program_cache final : public program_cache {
   std::string description() const override;
   // Drops the connection; later calls throw cucore::error, except stats() and description().
   void close() noexcept override;
+  // Single-flight across machines: SET <prefix>claim:<hex> <random token> NX PX <lease>; released
+  // by a script that deletes it only while it still holds this claim's token (an expired claim
+  // taken over by another process is not released by the first holder). Unsupported while the
+  // server cannot be reached (compile without a claim) and in read_only mode.
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
 
   const redis_cache_options& options() const noexcept { return options_; }
   // The URL with the password redacted.
@@ -142,6 +148,9 @@ class redis_program_cache final : public program_cache {
   // Deletes `rkey` if its value is still `value` (or, with no value, if it is not a string).
   void delete_guarded(const std::string& rkey, const std::string* value);
   void note_error(std::string_view what) noexcept;
+  // Deletes a claim key if it still holds `token` (the release of a redis claim).
+  void release_claim(const std::string& claim_key, const std::string& token) noexcept;
+  friend class redis_claim;
 
   redis_cache_options options_;
   redis_url url_;

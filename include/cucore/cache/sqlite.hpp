@@ -132,6 +132,9 @@ class sqlite_program_cache final : public program_cache {
   std::string description() const override;
   // <file>.compiler-versions, beside the database.
   std::optional<std::filesystem::path> compiler_version_memo() const override;
+  // Single-flight: a lock on one byte of FILE.claims per key (src/cache/claim_file.hpp), held by
+  // an open file, so a killed holder's claim dies with it. `lease` is not needed.
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
   // Writes back pending access times (best effort), finalizes the statements, closes the
   // connection and releases the lock file. Idempotent. Any later call but stats(), description()
   // and file() throws cucore::error.

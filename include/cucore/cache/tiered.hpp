@@ -24,6 +24,10 @@
 // logged (the first at warning level, then debug) and counted in stats().errors; a remote get
 // that throws is a miss. The local tier's own failure policy (write_failure_policy) is kept.
 //
+// Single-flight (try_claim): the local tier's claim, then the remote tier's. With write_behind,
+// the remote claim is released by the writer after the puts queued before the release, so that
+// another machine's waiter finds the entry once the claim is gone.
+//
 // Thread safety: as the tiers' (the backends cucore ships are all thread-safe). The remote tier
 // is called from the writer thread too. With write_behind, a cache that has been written to must
 // not be used in a child after fork() (the writer thread is not in the child).
@@ -86,6 +90,11 @@ class tiered_program_cache final : public program_cache {
   // "LOCAL + REMOTE" in the tiers' own words.
   std::string description() const override;
   std::optional<std::filesystem::path> compiler_version_memo() const override;
+  // Claims the local tier first (processes on this machine wait for each other), then the remote
+  // one (machines wait for each other). Held elsewhere on either: held elsewhere (the local claim
+  // is released: local waiters then wait on the remote claim too). A remote tier that cannot
+  // claim (down, read-only) leaves the local claim alone in force.
+  claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
   // Flushes, stops the writer, closes both tiers.
   void close() noexcept override;
   // Returns once every put made before the call has reached the remote tier (or failed there).
@@ -97,15 +106,20 @@ class tiered_program_cache final : public program_cache {
   const program_cache& remote() const noexcept { return *remote_; }
 
  private:
+  // A put for the writer, or (code empty) a remote claim to release once the puts queued before
+  // it are done, so that a waiter on another machine finds the entry when the claim goes.
   struct pending_put {
     std::vector<std::byte> key;
-    object_code code;
+    std::optional<object_code> code;
+    std::unique_ptr<cache_claim> claim;
   };
 
   void remote_failed(const char* operation, const std::exception& e) noexcept;
   void remote_put(cache_key_ref key, const object_code& code) noexcept;
   void write_behind_loop() noexcept;
   void stop_writer() noexcept;
+  void release_remote_claim(std::unique_ptr<cache_claim> claim) noexcept;
+  friend struct tiered_claim;
 
   std::unique_ptr<program_cache> local_;
   std::unique_ptr<program_cache> remote_;

@@ -1,0 +1,28 @@
+// Claims on cache keys through one lock file shared by every process on the machine: each key
+// locks one byte of the file (at an offset taken from the key's SHA-256) with an open file
+// description lock (F_OFD_SETLK). The lock belongs to the claim's own descriptor, so two claims
+// in one process conflict like claims in two processes (threads coalesce too), and the kernel
+// drops it when the descriptor is closed: by the claim's destructor, or by the death of its
+// process (a killed compiler leaves no stale claim). The file stays empty. Two keys whose offsets
+// collide (40 bits) only wait for each other's compile.
+#pragma once
+
+#include <string>
+
+#include "cucore/cache/program_cache.hpp"
+
+namespace cucore::detail {
+
+class claim_file {
+ public:
+  explicit claim_file(std::string path) : path_(std::move(path)) {}
+  // Owned, held_elsewhere, or unsupported where the file cannot be opened for writing or the
+  // file system has no such locks (then the caller compiles without a claim).
+  claim_result try_claim(cache_key_ref key) const noexcept;
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace cucore::detail

@@ -1,0 +1,107 @@
+#include "cucore/cache/single_flight.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "cucore/log.hpp"
+
+namespace cucore {
+
+std::string_view to_string(flight_outcome outcome) noexcept {
+  switch (outcome) {
+    case flight_outcome::hit:
+      return "hit";
+    case flight_outcome::compiled:
+      return "compiled";
+    case flight_outcome::waited:
+      return "waited";
+    case flight_outcome::took_over:
+      return "took_over";
+    case flight_outcome::gave_up:
+      return "gave_up";
+    case flight_outcome::unclaimed:
+      return "unclaimed";
+  }
+  return "unknown";
+}
+
+single_flight_options default_single_flight_options() {
+  single_flight_options o;
+  static std::atomic<bool> warned{false};
+  auto bad = [](const char* name, const std::string& value, const char* expected) {
+    if (!warned.exchange(true)) {
+      log(log_level::warning, std::string(name) + "=\"" + value + "\" ignored: expected " +
+                                  expected + " (single-flight keeps its default)");
+    }
+  };
+  if (const char* on = std::getenv("CUCORE_SINGLE_FLIGHT"); on != nullptr && *on != '\0') {
+    const std::string v = on;
+    if (v == "0" || v == "off" || v == "false" || v == "no") {
+      o.enabled = false;
+    } else if (v != "1" && v != "on" && v != "true" && v != "yes") {
+      bad("CUCORE_SINGLE_FLIGHT", v, "0/off/false/no or 1/on/true/yes");
+    }
+  }
+  if (const char* wait = std::getenv("CUCORE_SINGLE_FLIGHT_WAIT"); wait != nullptr && *wait) {
+    const std::string v = wait;
+    char* end = nullptr;
+    const double seconds = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() + v.size() && seconds >= 0 && seconds <= 86400) {
+      o.max_wait = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    } else {
+      bad("CUCORE_SINGLE_FLIGHT_WAIT", v, "a number of seconds from 0 to 86400");
+    }
+  }
+  return o;
+}
+
+flight_result get_or_compile(program_cache& cache, cache_key_ref key,
+                             detail::function_ref<object_code()> compile,
+                             detail::function_ref<void(const object_code&)> store) {
+  if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::hit};
+  const single_flight_options& options = cache.single_flight();
+  auto compile_and_store = [&](flight_outcome outcome) {
+    flight_result result{compile(), outcome};
+    store(result.code);
+    return result;
+  };
+  if (!options.enabled) return compile_and_store(flight_outcome::unclaimed);
+
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + options.max_wait;
+  auto pause = std::max(options.poll_initial, std::chrono::milliseconds(1));
+  bool waited = false;
+  for (;;) {
+    claim_result claim = cache.try_claim(key, options.lease);
+    if (claim.status == claim_status::unsupported) {
+      return compile_and_store(flight_outcome::unclaimed);
+    }
+    if (claim.status == claim_status::owned) {
+      // The holder before us may have stored the entry between our miss and our claim.
+      if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::waited};
+      if (waited) {
+        // The holder ended without an entry: its compile failed (errors are not cached), its
+        // store failed, or it died. Release at once so that every waiter compiles now, side by
+        // side, rather than one after another behind each failure.
+        claim.claim.reset();
+        return compile_and_store(flight_outcome::took_over);
+      }
+      // `claim` lives to the end of this scope: released after the store, or when compile or
+      // store throws.
+      return compile_and_store(flight_outcome::compiled);
+    }
+    waited = true;
+    const auto now = clock::now();
+    if (now >= deadline) return compile_and_store(flight_outcome::gave_up);
+    std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::max(options.poll_max, std::chrono::milliseconds(1)));
+    if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::waited};
+  }
+}
+
+}  // namespace cucore

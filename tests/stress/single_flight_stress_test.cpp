@@ -1,0 +1,384 @@
+// Single-flight with real processes and real NVRTC: 16 `cucore compile` processes miss one slow
+// kernel at once through one directory cache, one SQLite file, and separate directories sharing
+// one Redis server (started here on a free loopback port): exactly one compiles (counted from
+// each process's --json "single_flight"), and every output equals an uncached compile. Then the
+// failures: the claim holder SIGKILLed mid-compile (the waiters take over once the lock or the
+// lease dies), a compile error under contention (the claim is released, every process reports
+// the error, nothing hangs), and a waiter that gives up after --single-flight-wait.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_test_support.hpp"
+#include "test_support.hpp"
+
+#ifdef CUCORE_CLI_PATH
+namespace cucore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::contains;
+using testing::redis_server;
+using testing::temp_dir;
+namespace fs = std::filesystem;
+
+constexpr int kProcesses = 16;
+
+// NVRTC spends ~0.7 s on this on an idle 2-core machine: SLOW_CHAINS chains of SLOW_N noinline
+// device functions to code-generate (one chain deeper than ~190 would pass the template depth
+// limit, 200). -DSLOW_CHAINS=3 takes ~1.3 s: time to kill the holder mid-compile.
+constexpr const char* kSlowSource = R"(
+#ifndef SLOW_N
+#define SLOW_N 120
+#endif
+#ifndef SLOW_CHAINS
+#define SLOW_CHAINS 2
+#endif
+template <int I, int C>
+__device__ __noinline__ float step(float x) {
+  if constexpr (I == 0) {
+    return x;
+  } else {
+    return step<I - 1, C>(x) * 1.0001f + static_cast<float>(I + C) * __sinf(x);
+  }
+}
+template <int C>
+__device__ float chains(float x) {
+  if constexpr (C == 0) {
+    return 0.0f;
+  } else {
+    return step<SLOW_N, C>(x) + chains<C - 1>(x);
+  }
+}
+extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = chains<SLOW_CHAINS>(p[threadIdx.x]); }
+)";
+
+// One `cucore compile` process, its output in files of its own.
+class cli_process {
+ public:
+  cli_process(const fs::path& dir, const std::string& name, std::vector<std::string> args)
+      : out_(dir / (name + ".stdout")), err_(dir / (name + ".stderr")) {
+    std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_text;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      if (entry.starts_with("CUCORE_REMOTE_CACHE=") || entry.starts_with("CUCORE_CACHE_DIR=")) {
+        continue;
+      }
+      env_text.emplace_back(entry);
+    }
+    env_text.push_back("CUCORE_CACHE_DIR=" + (dir / "default-cache").string());
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (::posix_spawn(&pid_, CUCORE_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) != 0) {
+      pid_ = -1;
+    }
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  cli_process(const cli_process&) = delete;
+  cli_process& operator=(const cli_process&) = delete;
+  ~cli_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  // The exit status (128 + signal when killed).
+  int wait() {
+    if (pid_ <= 0) return status_;
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status_;
+  }
+  void kill() const {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  std::string out() const { return testing::read_text(out_); }
+  std::string err() const { return testing::read_text(err_); }
+  // The --json object's "single_flight" value ("" if absent or null).
+  std::string flight() const {
+    const std::string text = out();
+    const std::string field = "\"single_flight\":";
+    auto at = text.find(field);
+    if (at == std::string::npos) return "";
+    at += field.size();
+    while (at < text.size() && text[at] == ' ') ++at;
+    if (at >= text.size() || text[at] != '"') return "";
+    const auto end = text.find('"', at + 1);
+    return text.substr(at + 1, end - at - 1);
+  }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+class SingleFlightProcesses : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = (work_ / "slow.cu").string();
+    testing::write_text(source_, kSlowSource);
+  }
+  // The compile's arguments, with `extra` (the cache) after them.
+  std::vector<std::string> args(const std::string& output, std::vector<std::string> extra) const {
+    std::vector<std::string> a = {"compile",  source_, "--arch", testing::kArch,
+                                  "--target", "cubin", "-o",     (work_ / output).string(),
+                                  "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  // The bytes of an uncached compile: the oracle.
+  std::string reference(std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), {"--cache", "none"});
+    cli_process p(work_.path(), "reference", args("reference.cubin", extra));
+    EXPECT_EQ(p.wait(), 0) << p.err();
+    return testing::read_text(work_ / "reference.cubin");
+  }
+  // `n` processes at once, process i with the cache arguments cache(i); waits for them all.
+  std::map<std::string, int> stampede(int n,
+                                      const std::function<std::vector<std::string>(int)>& cache,
+                                      const std::string& expected) {
+    std::vector<std::unique_ptr<cli_process>> procs;
+    for (int i = 0; i < n; ++i) {
+      const std::string name = "p" + std::to_string(i);
+      procs.push_back(
+          std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", cache(i))));
+    }
+    std::map<std::string, int> outcomes;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(procs[static_cast<std::size_t>(i)]->wait(), 0)
+          << procs[static_cast<std::size_t>(i)]->err();
+      ++outcomes[procs[static_cast<std::size_t>(i)]->flight()];
+      EXPECT_EQ(testing::read_text(work_ / ("p" + std::to_string(i) + ".cubin")), expected)
+          << "process " << i;
+    }
+    return outcomes;
+  }
+
+  temp_dir work_;
+  std::string source_;
+};
+
+std::string describe(const std::map<std::string, int>& outcomes) {
+  std::string s;
+  for (const auto& [k, v] : outcomes)
+    s += (k.empty() ? "(none)" : k) + "=" + std::to_string(v) + " ";
+  return s;
+}
+
+// Exactly one compile; every other process waited for it (or, starting late, hit its entry).
+void expect_one_compile(const std::map<std::string, int>& outcomes) {
+  EXPECT_EQ(outcomes.count("compiled") ? outcomes.at("compiled") : 0, 1) << describe(outcomes);
+  int others = 0;
+  for (const auto& [k, v] : outcomes) {
+    if (k == "waited" || k == "hit") others += v;
+  }
+  EXPECT_EQ(others, kProcesses - 1) << describe(outcomes);
+}
+
+TEST_F(SingleFlightProcesses, StampedeThroughOneDirectory) {
+  const std::string expected = reference();
+  const std::string dir = (work_ / "cache").string();
+  expect_one_compile(stampede(
+      kProcesses,
+      [&](int) {
+        return std::vector<std::string>{"--cache", dir};
+      },
+      expected));
+}
+
+TEST_F(SingleFlightProcesses, StampedeThroughOneSqliteFile) {
+  const std::string expected = reference();
+  const std::string file = "sqlite:" + (work_ / "cache.db").string();
+  expect_one_compile(stampede(
+      kProcesses,
+      [&](int) {
+        return std::vector<std::string>{"--cache", file};
+      },
+      expected));
+}
+
+TEST_F(SingleFlightProcesses, StampedeAcrossMachinesThroughRedis) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  const std::string expected = reference();
+  // Separate local directories: the processes stand for machines, sharing only the server.
+  expect_one_compile(stampede(
+      kProcesses,
+      [&](int i) {
+        return std::vector<std::string>{
+            "--cache", (work_ / ("local" + std::to_string(i))).string() + "+" + server.url("/0")};
+      },
+      expected));
+}
+
+// Whether any process holds a claim in the claims file at `path` (a lock anywhere in it).
+bool any_claim_held(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = 0;
+  lock.l_len = 0;  // to the end of any file
+  const bool held = ::fcntl(fd, F_OFD_GETLK, &lock) == 0 && lock.l_type != F_UNLCK;
+  ::close(fd);
+  return held;
+}
+
+bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+// The holder is SIGKILLed mid-compile: its lock dies with it, and the waiters compile (each gets
+// the right bytes; none waits out --single-flight-wait).
+TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
+  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};  // time to kill it mid-compile
+  const std::string expected = reference(slower);
+  const std::string dir = (work_ / "cache").string();
+  auto with_cache = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), slower.begin(), slower.end());
+    a.insert(a.end(), {"--cache", dir, "--single-flight-wait", "60"});
+    return a;
+  };
+  cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache({})));
+  ASSERT_TRUE(wait_for([&] { return any_claim_held(fs::path(dir) / "claims"); }, 30s));
+  std::vector<std::unique_ptr<cli_process>> waiters;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    waiters.push_back(
+        std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache({}))));
+  }
+  std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
+  holder.kill();
+  ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
+  const auto killed = std::chrono::steady_clock::now();
+  int took_over = 0;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    ASSERT_EQ(waiters[i]->wait(), 0) << waiters[i]->err();
+    const std::string flight = waiters[i]->flight();
+    EXPECT_TRUE(flight == "took_over" || flight == "waited" || flight == "compiled") << flight;
+    took_over += flight == "took_over";
+    EXPECT_EQ(testing::read_text(work_ / ("w" + std::to_string(i) + ".cubin")), expected);
+  }
+  EXPECT_GE(took_over, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 40s);  // far from the 60 s wait
+  EXPECT_FALSE(any_claim_held(fs::path(dir) / "claims"));
+}
+
+// The same across machines: the holder's Redis claim outlives it until its lease (1 s) ends.
+TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughRedis) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};
+  const std::string expected = reference(slower);
+  auto with_cache = [&](const std::string& local) {
+    std::vector<std::string> a = slower;
+    a.insert(a.end(), {"--cache", (work_ / local).string() + "+" + server.url("/0"),
+                       "--single-flight-wait", "60", "--single-flight-lease", "1"});
+    return a;
+  };
+  auto claims = [&] {
+    testing::raw_redis raw = server.client();
+    testing::reply_ptr r = raw.command({"KEYS", "cucore:v1:claim:*"});
+    return r && r->type == REDIS_REPLY_ARRAY ? r->elements : std::size_t{0};
+  };
+  cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache("h")));
+  ASSERT_TRUE(wait_for([&] { return claims() == 1; }, 30s));
+  std::vector<std::unique_ptr<cli_process>> waiters;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    waiters.push_back(
+        std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache(name))));
+  }
+  std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
+  holder.kill();
+  ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
+  int took_over = 0;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    ASSERT_EQ(waiters[i]->wait(), 0) << waiters[i]->err();
+    const std::string flight = waiters[i]->flight();
+    EXPECT_TRUE(flight == "took_over" || flight == "waited" || flight == "compiled") << flight;
+    took_over += flight == "took_over";
+    EXPECT_EQ(testing::read_text(work_ / ("w" + std::to_string(i) + ".cubin")), expected);
+  }
+  EXPECT_GE(took_over, 1);
+  EXPECT_EQ(claims(), 0u);
+}
+
+// A compile error under contention: the holder's claim is released, every process reports the
+// error itself (errors are not cached), nothing is stored, no claim is left.
+TEST_F(SingleFlightProcesses, CompileErrorUnderContentionReleasesTheClaim) {
+  testing::write_text(source_,
+                      std::string(kSlowSource) + "\nstatic_assert(SLOW_N < 0, \"boom\");\n");
+  const std::string dir = (work_ / "cache").string();
+  std::vector<std::unique_ptr<cli_process>> procs;
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "e" + std::to_string(i);
+    procs.push_back(
+        std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", {"--cache", dir})));
+  }
+  for (auto& p : procs) {
+    EXPECT_EQ(p->wait(), 1) << p->out() << p->err();
+    EXPECT_TRUE(contains(p->err(), "boom")) << p->err();
+  }
+  EXPECT_FALSE(any_claim_held(fs::path(dir) / "claims"));
+  EXPECT_TRUE(fs::is_empty(fs::path(dir) / "entries"));
+}
+
+// A claim that never goes (here the test holds every key's) makes the process wait
+// --single-flight-wait, then compile itself.
+TEST_F(SingleFlightProcesses, WaiterGivesUpAfterTheBound) {
+  const std::string expected = reference();
+  const fs::path dir = work_ / "cache";
+  fs::create_directories(dir);
+  const int fd = ::open((dir / "claims").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = 0;
+  lock.l_len = 0;
+  ASSERT_EQ(::fcntl(fd, F_OFD_SETLK, &lock), 0);
+  const auto start = std::chrono::steady_clock::now();
+  cli_process p(work_.path(), "p",
+                args("p.cubin", {"--cache", dir.string(), "--single-flight-wait", "0.5"}));
+  ASSERT_EQ(p.wait(), 0) << p.err();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 500ms);
+  EXPECT_EQ(p.flight(), "gave_up") << p.out();
+  EXPECT_EQ(testing::read_text(work_ / "p.cubin"), expected);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace cucore
+#endif
