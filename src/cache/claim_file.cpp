@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -34,10 +35,15 @@ claim_result claim_file::try_claim(cache_key_ref key) const noexcept {
     // O_NOFOLLOW: a symlink planted at the path is not followed. O_NONBLOCK: a FIFO cannot hang
     // the open (and is refused below).
     posix::unique_fd fd =
-        posix::open_file(path_, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0666, ec);
+        posix::open_file(path_, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, mode_, ec);
     if (!fd) return {};
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+    // Ours and not in the cache's mode (just created under a umask that changed it): set it, so
+    // that the claims file is as private, or as shared, as the cache's other files.
+    if (exact_ && st.st_uid == ::geteuid() && (st.st_mode & 0777) != mode_) {
+      (void)::fchmod(fd.get(), mode_);
+    }
     const sha256_digest digest = sha256(key.bytes());
     std::uint64_t offset = 0;
     for (int i = 0; i < 8; ++i) offset = (offset << 8) | std::to_integer<std::uint64_t>(digest[i]);

@@ -7,6 +7,8 @@
 // collide (40 bits) only wait for each other's compile.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "cucore/cache/program_cache.hpp"
@@ -15,7 +17,10 @@ namespace cucore::detail {
 
 class claim_file {
  public:
-  explicit claim_file(std::string path) : path_(std::move(path)) {}
+  // `mode`: the cache's file mode (trust model); with `exact`, a file this process creates gets
+  // exactly that mode whatever the umask (as the cache's other files do).
+  claim_file(std::string path, mode_t mode, bool exact)
+      : path_(std::move(path)), mode_(mode), exact_(exact) {}
   // Owned, held_elsewhere, or unsupported where the file cannot be opened for writing or the
   // file system has no such locks (then the caller compiles without a claim).
   claim_result try_claim(cache_key_ref key) const noexcept;
@@ -23,6 +28,8 @@ class claim_file {
 
  private:
   std::string path_;
+  mode_t mode_;
+  bool exact_;
 };
 
 }  // namespace cucore::detail

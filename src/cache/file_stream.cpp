@@ -382,7 +382,7 @@ std::optional<std::filesystem::path> file_stream_program_cache::compiler_version
 
 claim_result file_stream_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
   if (closed_.load(std::memory_order_acquire)) return {};
-  return detail::claim_file(root_str_ + "/claims").try_claim(key);
+  return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).try_claim(key);
 }
 
 cache_stats file_stream_program_cache::stats() const {

@@ -1107,7 +1107,8 @@ std::optional<std::filesystem::path> sqlite_program_cache::compiler_version_memo
 claim_result sqlite_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
   // A separate file from FILE.lock: on NFS, flock() is emulated with byte-range locks, which
   // would conflict with these.
-  return detail::claim_file(file_.string() + ".claims").try_claim(key);
+  return detail::claim_file(file_.string() + ".claims", impl_->modes.file, impl_->modes.exact)
+      .try_claim(key);
 }
 
 cache_stats sqlite_program_cache::stats() const {
