@@ -350,6 +350,10 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
     }
   }
 
+  statistics_ =
+      std::make_shared<cache_statistics>(base + "/stats", options_.access, options_.umask);
+  stats_.attach(statistics_.get(), cache_tier::local);
+
   sweep_stale_tmp();
   if (options_.max_size_bytes) {
     scan_result s = scan(/*with_tmp=*/true);
@@ -377,6 +381,12 @@ std::string file_stream_program_cache::description() const {
 
 std::optional<std::filesystem::path> file_stream_program_cache::compiler_version_memo() const {
   return root_ / "compiler-versions";
+}
+
+void file_stream_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
+                                                     cache_tier tier) {
+  statistics_ = std::move(store);
+  stats_.attach(statistics_.get(), tier);
 }
 
 cache_stats file_stream_program_cache::stats() const {

@@ -12,6 +12,7 @@
 // evict least-recently-used rows until the new total fits the cap, upsert, return free pages
 // to the filesystem (incremental_vacuum), commit.
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -429,8 +430,8 @@ struct sqlite_program_cache::impl {
   std::int64_t last_stamp = 0;
   std::mt19937_64 write_ids;
 
-  std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, evictions{0}, corrupt_dropped{0},
-      errors{0};
+  detail::cache_counter hits, misses, puts, evictions, corrupt_dropped, errors;
+  std::shared_ptr<cache_statistics> statistics;  // <file>.stats/
 
   // --- helpers ---
   std::string prefix() const { return "sqlite cache " + path + ": "; }
@@ -1061,6 +1062,9 @@ sqlite_program_cache::sqlite_program_cache(std::filesystem::path file, sqlite_ca
     throw invalid_argument("touch_flush_interval must not be negative");
   }
   impl_ = std::make_unique<impl>(std::move(file), options);
+  record_statistics_in(
+      std::make_shared<cache_statistics>(impl_->path + ".stats", options.access, options.umask),
+      cache_tier::local);
   const std::filesystem::path parent =
       impl_->file.has_parent_path() ? impl_->file.parent_path() : std::filesystem::path(".");
   // Created with the cache's modes: with a group-writable process umask (002), the default
@@ -1101,6 +1105,22 @@ std::string sqlite_program_cache::description() const {
 
 std::optional<std::filesystem::path> sqlite_program_cache::compiler_version_memo() const {
   return std::filesystem::path(file_.string() + ".compiler-versions");
+}
+
+std::shared_ptr<cache_statistics> sqlite_program_cache::statistics() const {
+  return impl_->statistics;
+}
+
+void sqlite_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
+                                                cache_tier tier) {
+  impl& c = *impl_;
+  c.statistics = std::move(store);
+  c.hits.attach(c.statistics.get(), tier, cache_event::hit);
+  c.misses.attach(c.statistics.get(), tier, cache_event::miss);
+  c.puts.attach(c.statistics.get(), tier, cache_event::put);
+  c.evictions.attach(c.statistics.get(), tier, cache_event::eviction);
+  c.corrupt_dropped.attach(c.statistics.get(), tier, cache_event::corrupt_dropped);
+  c.errors.attach(c.statistics.get(), tier, cache_event::error);
 }
 
 cache_stats sqlite_program_cache::stats() const {

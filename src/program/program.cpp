@@ -1,10 +1,12 @@
 #include "cucore/program.hpp"
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
@@ -162,12 +164,16 @@ object_code program::compile(code_type target, std::span<const std::string> name
         "cache]");
   }
 
+  const std::shared_ptr<cache_statistics> stats = cache->statistics();
   if (auto hit = cache->get(*cache_key_)) {
     cache_outcome_ = cache_outcome::hit;
+    if (stats) stats->record_compile_hit();
     return std::move(*hit);
   }
   cache_outcome_ = cache_outcome::miss;
+  const auto compile_started = std::chrono::steady_clock::now();
   object_code compiled = compile_uncached(target, name_expressions);
+  if (stats) stats->record_compile(std::chrono::steady_clock::now() - compile_started);
   // NVRTC read the headers after the key was made: if one changed meanwhile, the result may come
   // from contents the key does not name. Checked again (stats, with the digest memo) before
   // storing.
@@ -176,6 +182,7 @@ object_code program::compile(code_type target, std::span<const std::string> name
     cucore::log(log_level::warning, "not storing the compiled program in the " +
                                         cache->description() +
                                         " cache: a header it includes changed during the compile");
+    if (stats) stats->record_skip(cache_skip_reason::header_changed);
     return compiled;
   }
   try {

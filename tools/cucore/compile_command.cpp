@@ -18,6 +18,7 @@
 #include "compile_options.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/object_code.hpp"
@@ -112,17 +113,22 @@ std::string backend_name(const program& prog, const cache_report& cache, source_
 object_code compile_with_key(program& prog, const compile_inputs& in,
                              const program_cache_key_inputs& inputs, program_cache& cache,
                              cache_report& report) {
+  const std::shared_ptr<cache_statistics> stats = cache.statistics();
   if (auto hit = cache.get(*report.key)) {
     report.outcome = "hit";
+    if (stats) stats->record_compile_hit();
     return std::move(*hit);
   }
   report.outcome = "miss";
+  const auto started = std::chrono::steady_clock::now();
   object_code result = prog.compile(in.target, in.name_expressions);
+  if (stats) stats->record_compile(std::chrono::steady_clock::now() - started);
   if (report.key->includes().tracked &&
       make_program_cache_key(inputs, probes_for(cache)) != *report.key) {
     cucore::log(log_level::warning, "not storing the compiled program in the " +
                                         cache.description() +
                                         " cache: a header it includes changed during the compile");
+    if (stats) stats->record_skip(cache_skip_reason::header_changed);
     return result;
   }
   try {
@@ -158,6 +164,10 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
     report.key = make_program_cache_key(inputs, probes_for(*cache));
   } catch (const cucore::invalid_argument& e) {
     const cache_refusal refusal = cache_refusal_of(in, e);
+    if (auto stats = cache->statistics()) {
+      stats->record_skip(refusal.extra_digest_helps ? cache_skip_reason::needs_extra_digest
+                                                    : cache_skip_reason::uncacheable_options);
+    }
     return skip(refusal.reason + (refusal.extra_digest_helps
                                       ? "; pass --extra-digest or --cache none"
                                       : "; pass --cache none to compile without the cache"));
