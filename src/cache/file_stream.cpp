@@ -350,9 +350,11 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
     }
   }
 
-  statistics_ =
-      std::make_shared<cache_statistics>(base + "/stats", options_.access, options_.umask);
-  stats_.attach(statistics_.get(), cache_tier::local);
+  if (options_.statistics) {
+    statistics_ =
+        std::make_shared<cache_statistics>(base + "/stats", options_.access, options_.umask);
+    stats_.attach(statistics_.get(), cache_tier::local);
+  }
 
   sweep_stale_tmp();
   if (options_.max_size_bytes) {

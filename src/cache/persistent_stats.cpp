@@ -154,27 +154,28 @@ bool quiet_failure(std::error_code ec) {
          ec == std::errc::operation_not_permitted;
 }
 
-// Creates `dir` if missing and checks it is a directory we trust; empty string if fine, else why.
+// Creates `dir` if missing and checks it is a directory we trust. Empty if fine, else a sentence
+// that names it and says what is wrong; `quiet`: a permission or read-only error (a read-only
+// cache), not worth a warning.
 std::string prepare_directory(const std::string& dir, cache_access access,
-                              const detail::trust::create_modes& modes, bool create,
-                              std::error_code& ec) {
+                              const detail::trust::create_modes& modes, bool& quiet) {
+  quiet = false;
+  auto failed = [&](std::string_view what, std::error_code ec) {
+    quiet = quiet_failure(ec);
+    return "cannot " + std::string(what) + " " + dir + ": " + ec.message();
+  };
   struct stat st {};
-  if ((ec = posix::lstat_path(dir, st))) {
-    if (!create || ec != std::errc::no_such_file_or_directory) return "cannot use";
+  if (std::error_code ec = posix::lstat_path(dir, st)) {
+    if (ec != std::errc::no_such_file_or_directory) return failed("use", ec);
     bool created = false;
-    if ((ec = posix::make_directory(dir, modes.dir, created))) return "cannot create";
+    if ((ec = posix::make_directory(dir, modes.dir, created))) return failed("create", ec);
     if (created) (void)detail::trust::set_created_dir_mode(dir, modes.dir, modes);
-    if ((ec = posix::lstat_path(dir, st))) return "cannot use";
+    if ((ec = posix::lstat_path(dir, st))) return failed("use", ec);
   }
   if (!S_ISDIR(st.st_mode)) {
-    ec = posix::errno_code(ENOTDIR);
-    return "is a symbolic link or not a directory:";
+    return dir + " is a symbolic link or not a directory; remove it (it is made again)";
   }
-  if (auto why = detail::trust::problem(st, access, "statistics directory", dir); !why.empty()) {
-    ec = posix::errno_code(EPERM);
-    return why;
-  }
-  return {};
+  return detail::trust::problem(st, access, "statistics directory", dir);
 }
 
 }  // namespace
@@ -220,9 +221,10 @@ std::uint64_t* cache_statistics::shard_for_writing() noexcept {
   if (unusable_.load(std::memory_order_relaxed)) return nullptr;
   std::error_code ec;
   std::string why;
+  bool quiet = false;
   try {
     const detail::trust::create_modes modes = detail::trust::modes_for(access_, umask_);
-    why = prepare_directory(dir_, access_, modes, /*create=*/true, ec);
+    why = prepare_directory(dir_, access_, modes, quiet);
     if (why.empty()) {
       const uid_t euid = ::geteuid();
       const unsigned first = static_cast<unsigned>(::getpid()) % kShards;
@@ -248,13 +250,14 @@ std::uint64_t* cache_statistics::shard_for_writing() noexcept {
         if (!invalid) break;  // an I/O error: the next shard would fail alike
         ec = {};              // damaged or foreign: try the next one (zero() replaces it)
       }
-      if (!ec) ec = posix::errno_code(EEXIST);
-      why = "has no usable shard file in";
+      quiet = quiet_failure(ec);
+      why = ec ? "cannot open or create a shard file in " + dir_ + ": " + ec.message()
+               : "every shard file in " + dir_ +
+                     " is damaged (cucore cache stats --zero replaces them)";
     }
     unusable_.store(true, std::memory_order_relaxed);
-    log(quiet_failure(ec) ? log_level::debug : log_level::warning,
-        "cache statistics: " + (why.find(dir_) != std::string::npos ? why : why + " " + dir_) +
-            ": " + ec.message() + "; this process records no statistics for this cache");
+    log(quiet ? log_level::debug : log_level::warning,
+        "cache statistics: " + why + "; this process records no statistics for this cache");
   } catch (...) {
     unusable_.store(true, std::memory_order_relaxed);
   }
@@ -344,11 +347,9 @@ persistent_cache_stats cache_statistics::read() const {
 void cache_statistics::zero() {
   const detail::trust::create_modes modes = detail::trust::modes_for(access_, umask_);
   std::error_code ec;
-  if (std::string why = prepare_directory(dir_, access_, modes, /*create=*/true, ec);
-      !why.empty()) {
-    throw error("cannot zero the cache statistics: " +
-                (why.find(dir_) != std::string::npos ? why : why + " " + dir_) + ": " +
-                ec.message());
+  bool quiet = false;
+  if (std::string why = prepare_directory(dir_, access_, modes, quiet); !why.empty()) {
+    throw error("cannot zero the cache statistics: " + why);
   }
   const uid_t euid = ::geteuid();
   const auto now_ns = static_cast<std::uint64_t>(posix::to_ns(posix::now_realtime()));

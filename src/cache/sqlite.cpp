@@ -1062,9 +1062,11 @@ sqlite_program_cache::sqlite_program_cache(std::filesystem::path file, sqlite_ca
     throw invalid_argument("touch_flush_interval must not be negative");
   }
   impl_ = std::make_unique<impl>(std::move(file), options);
-  record_statistics_in(
-      std::make_shared<cache_statistics>(impl_->path + ".stats", options.access, options.umask),
-      cache_tier::local);
+  if (options.statistics) {
+    record_statistics_in(
+        std::make_shared<cache_statistics>(impl_->path + ".stats", options.access, options.umask),
+        cache_tier::local);
+  }
   const std::filesystem::path parent =
       impl_->file.has_parent_path() ? impl_->file.parent_path() : std::filesystem::path(".");
   // Created with the cache's modes: with a group-writable process umask (002), the default

@@ -114,6 +114,9 @@ struct file_stream_cache_options {
   // world write as well; shared mode rejects a umask that leaves world write (invalid_argument),
   // as it does one above 0777.
   std::optional<unsigned> umask{};
+  // Keep persistent statistics in root/stats/ (cucore/cache/statistics.hpp). Off: statistics()
+  // is nullptr and only this object's stats() count.
+  bool statistics = true;
 };
 
 class file_stream_program_cache final : public program_cache {
@@ -143,7 +146,7 @@ class file_stream_program_cache final : public program_cache {
   // files; temp files of writes in progress are left alone. Shard directories are kept.
   void clear() override;
   cache_stats stats() const override;
-  // root/stats/: see cucore/cache/statistics.hpp.
+  // root/stats/ (see cucore/cache/statistics.hpp); nullptr with options.statistics off.
   std::shared_ptr<cache_statistics> statistics() const override { return statistics_; }
   void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override;
   // Entries whose header reads correctly and whose file name matches their key; payloads are not

@@ -103,6 +103,9 @@ struct sqlite_cache_options {
   // As file_stream_cache_options::umask, for the database file (SQLite gives its side files the
   // database's mode) and <file>.lock.
   std::optional<unsigned> umask{};
+  // Keep persistent statistics in <file>.stats/ (cucore/cache/statistics.hpp). Off:
+  // statistics() is nullptr and only this object's stats() count.
+  bool statistics = true;
 };
 
 class sqlite_program_cache final : public program_cache {
@@ -126,7 +129,7 @@ class sqlite_program_cache final : public program_cache {
   void clear() override;
   cache_stats stats() const override;
   // <file>.stats/, beside the database (no write transaction per hit): see
-  // cucore/cache/statistics.hpp.
+  // cucore/cache/statistics.hpp. nullptr with options.statistics off.
   std::shared_ptr<cache_statistics> statistics() const override;
   void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override;
   // Maintenance. list() and verify() throw cucore::error when the database cannot be read;
