@@ -207,6 +207,15 @@ std::optional<double> hit_rate(std::uint64_t hits, std::uint64_t misses) {
   return static_cast<double>(hits) / static_cast<double>(hits + misses);
 }
 
+// Either tier's hits over the lookups (each starts at the local tier): a local miss the remote
+// tier answers is a hit overall.
+std::optional<double> overall_hit_rate(const persistent_cache_stats& p, bool tiered) {
+  const std::uint64_t lookups = p.local.hits + p.local.misses;
+  if (lookups == 0) return std::nullopt;
+  const std::uint64_t hits = p.local.hits + (tiered ? p.remote.hits : 0);
+  return static_cast<double>(hits) / static_cast<double>(lookups);
+}
+
 std::string percent(std::optional<double> rate) {
   if (!rate) return "no lookups yet";
   char buffer[32];
@@ -257,8 +266,7 @@ void write_statistics(json_writer& json, const cache_statistics* store,
   json.key("shards").value(p.shards);
   json.key("shards_ignored").value(p.shards_ignored);
   json.key("zeroed_at").value(iso_utc(p.zeroed_at));
-  const std::uint64_t hits = p.local.hits + (tiered ? p.remote.hits : 0);
-  const std::optional<double> rate = hit_rate(hits, p.local.misses);
+  const std::optional<double> rate = overall_hit_rate(p, tiered);
   json.key("hit_rate");
   if (rate) {
     json.value(*rate, 4);
@@ -297,10 +305,10 @@ void print_statistics(const cache_statistics* store, const persistent_cache_stat
   }
   if (tiered) {
     const std::uint64_t hits = p.local.hits + p.remote.hits;
-    std::cout << pad("hits", width) << percent(hit_rate(hits, p.local.misses)) << " (" << hits
-              << " of " << p.local.hits + p.local.misses << " lookups, either tier)\n";
-    std::cout << pad("local", width) << tier_line(p.local) << '\n';
-    std::cout << pad("remote", width) << tier_line(p.remote) << '\n';
+    std::cout << pad("lookups", width) << percent(overall_hit_rate(p, true)) << " (" << hits
+              << " of " << p.local.hits + p.local.misses << ", either tier)\n";
+    std::cout << pad(" local", width) << tier_line(p.local) << '\n';
+    std::cout << pad(" remote", width) << tier_line(p.remote) << '\n';
   } else {
     std::cout << pad("lookups", width) << tier_line(p.local) << '\n';
   }
