@@ -235,6 +235,18 @@ void BM_StatisticsAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_StatisticsAdd);
 
+// The first event of a process: find the statistics directory, open and map its shard (which
+// exists), add; then unmap. Once per process and cache, not per hit.
+void BM_StatisticsFirstEvent(benchmark::State& state) {
+  const fs::path dir = scratch() / "stats-first";
+  cucore::cache_statistics(dir).add(cucore::cache_tier::local, cucore::cache_event::hit);
+  for (auto _ : state) {
+    cucore::cache_statistics stats(dir);
+    stats.add(cucore::cache_tier::local, cucore::cache_event::hit);
+  }
+}
+BENCHMARK(BM_StatisticsFirstEvent);
+
 void BM_SqliteHitStatistics(benchmark::State& state) {
   const bool on = state.range(0) != 0;
   const fs::path file = scratch() / (on ? "stats-on.db" : "stats-off.db");
