@@ -1609,6 +1609,20 @@ TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
   r = cucore({"cache", "ls", "--zero"});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "cache ls takes no --zero")) << r.err;
+
+  // CUCORE_CACHE_STATS=0: a cache that keeps none (and so creates no stats directory).
+  const std::string other = (work_ / "quiet").string();
+  ASSERT_EQ(json_of(compile_k({"--cache", other}), {{"CUCORE_CACHE_STATS", "0"}})["cache"].string,
+            "miss");
+  EXPECT_TRUE(fs::exists(work_ / "quiet" / "entries"));
+  EXPECT_FALSE(fs::exists(work_ / "quiet" / "stats"));
+  EXPECT_TRUE(json_of({"cache", "stats", "--json", "--cache", other},
+                      {{"CUCORE_CACHE_STATS", "0"}})["statistics"]
+                  .is(json::kind::null));
+  const json bad = json_of(compile_k({"--cache", other}), {{"CUCORE_CACHE_STATS", "maybe"}});
+  EXPECT_EQ(bad["cache"].string, "skipped");
+  EXPECT_TRUE(contains(bad["cache_skip_reason"].string, "$CUCORE_CACHE_STATS"))
+      << bad["cache_skip_reason"].string;
 }
 
 TEST_F(Cache, BadCommandLines) {
