@@ -24,6 +24,7 @@
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/program.hpp"
 
 namespace {
@@ -195,6 +196,23 @@ void BM_OpenReadCloseFloor(benchmark::State& state) {
 }
 BENCHMARK(BM_OpenReadCloseFloor)->Arg(4 << 10)->Arg(256 << 10);
 
+// The cost of persistent statistics on a hit: the same 4 KiB hit with statistics on (1, the
+// default: one atomic add into a mapped shard file per hit) and off (0).
+void BM_DirectoryHitStatistics(benchmark::State& state) {
+  const bool on = state.range(0) != 0;
+  const fs::path root = scratch() / (on ? "dir-stats-on" : "dir-stats-off");
+  cucore::file_stream_cache_options o;
+  o.statistics = on;
+  cucore::file_stream_program_cache cache(root, o);
+  const auto ks = keys(64);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 5)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  state.SetLabel(on ? "statistics on" : "statistics off");
+}
+BENCHMARK(BM_DirectoryHitStatistics)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
+
 // ---- SQLite ---------------------------------------------------------------------------------
 
 void BM_SqliteHit(benchmark::State& state) {
@@ -209,6 +227,40 @@ void BM_SqliteHit(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_SqliteHit)->Arg(4 << 10)->Arg(256 << 10);
+
+// What statistics add per event: one atomic add into this process's mapped shard.
+void BM_StatisticsAdd(benchmark::State& state) {
+  cucore::cache_statistics stats(scratch() / "stats-add");
+  for (auto _ : state) stats.add(cucore::cache_tier::local, cucore::cache_event::hit);
+}
+BENCHMARK(BM_StatisticsAdd);
+
+// The first event of a process: find the statistics directory, open and map its shard (which
+// exists), add; then unmap. Once per process and cache, not per hit.
+void BM_StatisticsFirstEvent(benchmark::State& state) {
+  const fs::path dir = scratch() / "stats-first";
+  cucore::cache_statistics(dir).add(cucore::cache_tier::local, cucore::cache_event::hit);
+  for (auto _ : state) {
+    cucore::cache_statistics stats(dir);
+    stats.add(cucore::cache_tier::local, cucore::cache_event::hit);
+  }
+}
+BENCHMARK(BM_StatisticsFirstEvent);
+
+void BM_SqliteHitStatistics(benchmark::State& state) {
+  const bool on = state.range(0) != 0;
+  const fs::path file = scratch() / (on ? "stats-on.db" : "stats-off.db");
+  cucore::sqlite_cache_options o;
+  o.statistics = on;
+  cucore::sqlite_program_cache cache(file, o);
+  const auto ks = keys(64);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 5)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  state.SetLabel(on ? "statistics on" : "statistics off");
+}
+BENCHMARK(BM_SqliteHitStatistics)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
 
 // The floor: one prepared SELECT of a blob by key in a WAL database, copied out.
 void BM_SqliteSelectFloor(benchmark::State& state) {

@@ -97,6 +97,17 @@ class ProgramCache:
         This object's counters: hits, misses, puts, evictions, corrupt_dropped, errors.
         """
 
+    @property
+    def persistent_stats(self) -> object:
+        """
+        The counts the cache keeps in itself, summed over every process that used it (as `cucore cache stats`): {directory, local, remote, compiles, compile_hits, compile_seconds, compile_seconds_saved, skips, shards, shards_ignored}; None for caches that keep none (in-memory, Redis alone).
+        """
+
+    def zero_persistent_stats(self) -> None:
+        """
+        Resets the persistent statistics to zero (as `cucore cache stats --zero`).
+        """
+
     def trim(self, max_size_bytes: int) -> int:
         """
         Evicts least-recently-used entries down to max_size_bytes; returns how many.

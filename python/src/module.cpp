@@ -28,6 +28,7 @@
 #include "cucore/cache/open.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
@@ -161,6 +162,35 @@ nb::dict stats_dict(const cache_stats& s) {
   d["evictions"] = s.evictions;
   d["corrupt_dropped"] = s.corrupt_dropped;
   d["errors"] = s.errors;
+  return d;
+}
+
+// The cache's persistent statistics (cucore/cache/statistics.hpp) as a dict, or None.
+nb::object persistent_stats_of(const program_cache& c) {
+  const std::shared_ptr<cache_statistics> store = c.statistics();
+  if (!store) return nb::none();
+  persistent_cache_stats p;
+  {
+    nb::gil_scoped_release release;
+    p = store->read();
+  }
+  nb::dict d;
+  d["directory"] = store->directory().string();
+  d["local"] = stats_dict(p.local);
+  d["remote"] = stats_dict(p.remote);
+  d["compiles"] = p.compiles;
+  d["compile_hits"] = p.compile_hits;
+  d["compile_seconds"] = static_cast<double>(p.compile_ns) / 1e9;
+  const auto saved = p.compile_time_saved();
+  d["compile_seconds_saved"] =
+      saved ? nb::cast(static_cast<double>(saved->count()) / 1e9) : nb::none();
+  nb::dict skips;
+  for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
+    skips[nb::str(std::string(to_string(static_cast<cache_skip_reason>(i))).c_str())] = p.skips[i];
+  }
+  d["skips"] = skips;
+  d["shards"] = p.shards;
+  d["shards_ignored"] = p.shards_ignored;
   return d;
 }
 
@@ -339,6 +369,21 @@ void bind_caches(nb::module_& m) {
       .def_prop_ro(
           "stats", [](const program_cache& c) { return stats_dict(c.stats()); },
           "This object's counters: hits, misses, puts, evictions, corrupt_dropped, errors.")
+      .def_prop_ro(
+          "persistent_stats", &persistent_stats_of,
+          "The counts the cache keeps in itself, summed over every process that used it (as "
+          "`cucore cache stats`): {directory, local, remote, compiles, compile_hits, "
+          "compile_seconds, compile_seconds_saved, skips, shards, shards_ignored}; None for "
+          "caches that keep none (in-memory, Redis alone).")
+      .def(
+          "zero_persistent_stats",
+          [](program_cache& c) {
+            const std::shared_ptr<cache_statistics> store = c.statistics();
+            if (!store) throw nb::value_error("this cache keeps no persistent statistics");
+            nb::gil_scoped_release release;
+            store->zero();
+          },
+          "Resets the persistent statistics to zero (as `cucore cache stats --zero`).")
       .def("trim", &program_cache::trim, "max_size_bytes"_a,
            nb::call_guard<nb::gil_scoped_release>(),
            "Evicts least-recently-used entries down to max_size_bytes; returns how many.")

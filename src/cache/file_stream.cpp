@@ -351,6 +351,12 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
     }
   }
 
+  if (options_.statistics) {
+    statistics_ =
+        std::make_shared<cache_statistics>(base + "/stats", options_.access, options_.umask);
+    stats_.attach(statistics_.get(), cache_tier::local);
+  }
+
   sweep_stale_tmp();
   if (options_.max_size_bytes) {
     scan_result s = scan(/*with_tmp=*/true);
@@ -383,6 +389,12 @@ std::optional<std::filesystem::path> file_stream_program_cache::compiler_version
 claim_result file_stream_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
   if (closed_.load(std::memory_order_acquire)) return {};
   return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).try_claim(key);
+}
+
+void file_stream_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
+                                                     cache_tier tier) {
+  statistics_ = std::move(store);
+  stats_.attach(statistics_.get(), tier);
 }
 
 cache_stats file_stream_program_cache::stats() const {

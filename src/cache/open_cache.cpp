@@ -27,6 +27,18 @@ std::optional<bool> user_shared(const open_cache_options& options) {
   return options.shared ? options.shared : shared_cache_from_env();
 }
 
+// $CUCORE_CACHE_STATS: 0/false/no/off turns the persistent statistics off (1/true/yes/on or unset:
+// on). Anything else is an invalid_argument naming the variable.
+bool statistics_from_env() {
+  const char* text = std::getenv("CUCORE_CACHE_STATS");
+  if (text == nullptr || *text == '\0') return true;
+  const std::string_view v(text);
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  throw invalid_argument("$CUCORE_CACHE_STATS is \"" + std::string(v) +
+                         "\": use 1 (keep statistics, the default) or 0 (keep none)");
+}
+
 cache_access access_of(bool shared) {
   return shared ? cache_access::shared : cache_access::private_to_user;
 }
@@ -40,6 +52,7 @@ std::unique_ptr<program_cache> open_directory(const std::filesystem::path& dir, 
   file_stream_cache_options o;
   o.access = access_of(chosen.value_or(config.shared.value_or(false)));
   o.umask = config.umask;
+  o.statistics = statistics_from_env();
   std::optional<std::uint64_t> max_size = cache_max_size_from_env();
   if (!max_size) max_size = config.max_size;
   if (!max_size && is_default) max_size = default_cache_max_size;
@@ -60,6 +73,7 @@ std::unique_ptr<program_cache> open_local(std::string_view spec,
     }
     sqlite_cache_options o;
     o.access = access_of(user_shared(options).value_or(false));
+    o.statistics = statistics_from_env();
     return std::make_unique<sqlite_program_cache>(std::filesystem::path(file), o);
   }
   if (spec.rfind("dir:", 0) == 0) spec = spec.substr(4);

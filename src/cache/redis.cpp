@@ -634,6 +634,12 @@ void redis_program_cache::clear() {
   }
 }
 
+void redis_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
+                                               cache_tier tier) {
+  statistics_ = std::move(store);
+  stats_.attach(statistics_.get(), tier);
+}
+
 cache_stats redis_program_cache::stats() const {
   cache_stats s;
   s.hits = stats_.hits.load(std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
 
 namespace cucore {
@@ -60,13 +61,43 @@ single_flight_options default_single_flight_options() {
   return o;
 }
 
+namespace {
+
+// Marks this thread's lookups as waiting for another's entry (see detail::waiting_for_entry).
+class waiting_lookups {
+ public:
+  waiting_lookups() noexcept : was_(detail::waiting_for_entry) { detail::waiting_for_entry = true; }
+  ~waiting_lookups() { detail::waiting_for_entry = was_; }
+  waiting_lookups(const waiting_lookups&) = delete;
+  waiting_lookups& operator=(const waiting_lookups&) = delete;
+
+ private:
+  bool was_;
+};
+
+}  // namespace
+
 flight_result get_or_compile(program_cache& cache, cache_key_ref key,
                              detail::function_ref<object_code()> compile,
                              detail::function_ref<void(const object_code&)> store) {
-  if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::hit};
+  // The persistent statistics count compiles, their time, and compiles answered from the cache.
+  const std::shared_ptr<cache_statistics> stats = cache.statistics();
+  auto answered = [&](object_code code, flight_outcome outcome) {
+    if (stats) stats->record_compile_hit();
+    return flight_result{std::move(code), outcome};
+  };
+  // Lookups after the first one are waiting for an entry (or making sure one did not appear
+  // meanwhile): their misses are not counted again.
+  auto look_again = [&]() {
+    const waiting_lookups waiting;
+    return cache.get(key);
+  };
+  if (auto hit = cache.get(key)) return answered(std::move(*hit), flight_outcome::hit);
   const single_flight_options& options = cache.single_flight();
   auto compile_and_store = [&](flight_outcome outcome) {
+    const auto started = std::chrono::steady_clock::now();
     flight_result result{compile(), outcome};
+    if (stats) stats->record_compile(std::chrono::steady_clock::now() - started);
     store(result.code);
     return result;
   };
@@ -83,7 +114,7 @@ flight_result get_or_compile(program_cache& cache, cache_key_ref key,
     }
     if (claim.status == claim_status::owned) {
       // The holder before us may have stored the entry between our miss and our claim.
-      if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::waited};
+      if (auto hit = look_again()) return answered(std::move(*hit), flight_outcome::waited);
       if (waited) {
         // The holder ended without an entry: its compile failed (errors are not cached), its
         // store failed, or it died. Release at once so that every waiter compiles now, side by
@@ -100,7 +131,7 @@ flight_result get_or_compile(program_cache& cache, cache_key_ref key,
     if (now >= deadline) return compile_and_store(flight_outcome::gave_up);
     std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::max(options.poll_max, std::chrono::milliseconds(1)));
-    if (auto hit = cache.get(key)) return {std::move(*hit), flight_outcome::waited};
+    if (auto hit = look_again()) return answered(std::move(*hit), flight_outcome::waited);
   }
 }
 

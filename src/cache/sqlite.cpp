@@ -12,6 +12,7 @@
 // evict least-recently-used rows until the new total fits the cap, upsert, return free pages
 // to the filesystem (incremental_vacuum), commit.
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -430,8 +431,10 @@ struct sqlite_program_cache::impl {
   std::int64_t last_stamp = 0;
   std::mt19937_64 write_ids;
 
-  std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, evictions{0}, corrupt_dropped{0},
-      errors{0};
+  detail::cache_counter hits{cache_event::hit}, misses{cache_event::miss}, puts{cache_event::put},
+      evictions{cache_event::eviction}, corrupt_dropped{cache_event::corrupt_dropped},
+      errors{cache_event::error};
+  std::shared_ptr<cache_statistics> statistics;  // <file>.stats/
 
   // --- helpers ---
   std::string prefix() const { return "sqlite cache " + path + ": "; }
@@ -1062,6 +1065,11 @@ sqlite_program_cache::sqlite_program_cache(std::filesystem::path file, sqlite_ca
     throw invalid_argument("touch_flush_interval must not be negative");
   }
   impl_ = std::make_unique<impl>(std::move(file), options);
+  if (options.statistics) {
+    record_statistics_in(
+        std::make_shared<cache_statistics>(impl_->path + ".stats", options.access, options.umask),
+        cache_tier::local);
+  }
   const std::filesystem::path parent =
       impl_->file.has_parent_path() ? impl_->file.parent_path() : std::filesystem::path(".");
   // Created with the cache's modes: with a group-writable process umask (002), the default
@@ -1109,6 +1117,22 @@ claim_result sqlite_program_cache::try_claim(cache_key_ref key, std::chrono::mil
   // would conflict with these.
   return detail::claim_file(file_.string() + ".claims", impl_->modes.file, impl_->modes.exact)
       .try_claim(key);
+}
+
+std::shared_ptr<cache_statistics> sqlite_program_cache::statistics() const {
+  return impl_->statistics;
+}
+
+void sqlite_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
+                                                cache_tier tier) {
+  impl& c = *impl_;
+  c.statistics = std::move(store);
+  c.hits.attach(c.statistics.get(), tier, cache_event::hit);
+  c.misses.attach(c.statistics.get(), tier, cache_event::miss);
+  c.puts.attach(c.statistics.get(), tier, cache_event::put);
+  c.evictions.attach(c.statistics.get(), tier, cache_event::eviction);
+  c.corrupt_dropped.attach(c.statistics.get(), tier, cache_event::corrupt_dropped);
+  c.errors.attach(c.statistics.get(), tier, cache_event::error);
 }
 
 cache_stats sqlite_program_cache::stats() const {

@@ -1,5 +1,7 @@
 #include "cucore/cache/tiered.hpp"
 
+#include "cucore/cache/statistics.hpp"
+
 #include <exception>
 #include <memory>
 #include <new>
@@ -27,6 +29,9 @@ tiered_program_cache::tiered_program_cache(std::unique_ptr<program_cache> local,
         "tiered_cache_options::max_pending_puts is 0: give a positive bound, or turn "
         "write_behind off for synchronous remote puts");
   }
+  // One place for the fleet's counts on this machine: the remote tier's in the local tier's.
+  statistics_ = local_->statistics();
+  if (statistics_) remote_->record_statistics_in(statistics_, cache_tier::remote);
 }
 
 tiered_program_cache::~tiered_program_cache() {
@@ -40,6 +45,7 @@ void tiered_program_cache::remote_put(cache_key_ref key, const object_code& code
     remote_failed("put", e);
   } catch (...) {
     remote_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (statistics_) statistics_->add(cache_tier::remote, cache_event::error);
   }
 }
 
@@ -79,6 +85,7 @@ void tiered_program_cache::stop_writer() noexcept {
 
 void tiered_program_cache::remote_failed(const char* operation, const std::exception& e) noexcept {
   remote_errors_.fetch_add(1, std::memory_order_relaxed);
+  if (statistics_) statistics_->add(cache_tier::remote, cache_event::error);
   try {
     const std::string message = std::string("remote cache tier: ") + operation + " failed (" +
                                 e.what() + "); the compile goes on without it";

@@ -1,11 +1,13 @@
 #include "cucore/program.hpp"
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
@@ -176,6 +178,9 @@ object_code program::compile(code_type target, std::span<const std::string> name
       cucore::log(log_level::warning,
                   "not storing the compiled program in the " + cache->description() +
                       " cache: a header it includes changed during the compile");
+      if (const auto stats = cache->statistics()) {
+        stats->record_skip(cache_skip_reason::header_changed);
+      }
       return;
     }
     try {

@@ -43,6 +43,30 @@ def test_hit_in_a_fresh_cache_object_over_the_same_storage(tmp_path, options):
             assert cache.stats["hits"] == 1
 
 
+def test_persistent_stats_count_across_cache_objects_and_zero(tmp_path, options):
+    for make in (lambda: cucore.FileStreamProgramCache(tmp_path / "d"),
+                 lambda: cucore.SQLiteProgramCache(tmp_path / "c.db")):
+        with make() as cache:
+            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+        with make() as cache:
+            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+            stats = cache.persistent_stats
+            assert stats["local"]["hits"] == 1 and stats["local"]["misses"] == 1
+            assert stats["local"]["puts"] == 1 and stats["remote"]["hits"] == 0
+            assert stats["compiles"] == 1 and stats["compile_hits"] == 1
+            assert stats["compile_seconds"] > 0
+            assert stats["compile_seconds_saved"] == pytest.approx(stats["compile_seconds"])
+            assert stats["skips"] == {"needs_extra_digest": 0, "uncacheable_options": 0,
+                                      "header_changed": 0}
+            cache.zero_persistent_stats()
+            assert cache.persistent_stats["local"]["hits"] == 0
+            assert cache.persistent_stats["compile_seconds_saved"] is None
+    memory = cucore.InMemoryProgramCache()
+    assert memory.persistent_stats is None
+    with pytest.raises(ValueError, match="no persistent statistics"):
+        memory.zero_persistent_stats()
+
+
 def test_last_cache_key_is_make_program_cache_key(native_cache, options):
     program = cucore.Program(KERNEL, "c++", options)
     program.compile("cubin", ["scale<float>"], cache=native_cache)

@@ -1550,6 +1550,110 @@ TEST_F(Cache, StatsTrimClear) {
   EXPECT_TRUE(contains(r.err, "--max-size")) << r.err;
 }
 
+// The statistics the cache keeps across processes: each cucore run below is a process of its own.
+TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
+  file("k.cu", kTemplate);
+  json s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["directory"].string, (cache_.path() / "stats").string());
+  EXPECT_EQ(s["shards"].number, 0);
+  EXPECT_TRUE(s["hit_rate"].is(json::kind::null));
+  EXPECT_TRUE(s["compile_seconds_saved"].is(json::kind::null));
+  EXPECT_TRUE(s["zeroed_at"].is(json::kind::null));
+
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "hit");
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "hit");
+  file("h.cuh", "#define V 46\n");
+  file("m.cu", stores_v(kStringizedInclude));
+  ASSERT_EQ(
+      json_of({"compile", "m.cu", "--arch", kArch, "--target", "ptx", "--json"})["cache"].string,
+      "skipped");
+
+  s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_GE(s["shards"].number, 1);
+  EXPECT_EQ(s["shards_ignored"].number, 0);
+  const json& local = s["local"];
+  EXPECT_EQ(local["hits"].number, 2);
+  EXPECT_EQ(local["misses"].number, 1);
+  EXPECT_NEAR(local["hit_rate"].number, 2.0 / 3, 1e-3);
+  EXPECT_NEAR(s["hit_rate"].number, 2.0 / 3, 1e-3);
+  EXPECT_EQ(local["puts"].number, 1);
+  EXPECT_EQ(local["errors"].number, 0);
+  EXPECT_EQ(local["corrupt_dropped"].number, 0);
+  EXPECT_EQ(local["evictions"].number, 0);
+  EXPECT_EQ(s.find("remote"), nullptr);
+  EXPECT_EQ(s["compiles"].number, 1);
+  EXPECT_EQ(s["compile_hits"].number, 2);
+  EXPECT_GT(s["compile_seconds"].number, 0);
+  EXPECT_NEAR(s["compile_seconds_saved"].number, 2 * s["compile_seconds"].number, 1e-5);
+  EXPECT_EQ(s["skips"]["total"].number, 1);
+  EXPECT_EQ(s["skips"]["needs_extra_digest"].number, 1);
+  EXPECT_EQ(s["skips"]["uncacheable_options"].number, 0);
+  EXPECT_EQ(s["skips"]["header_changed"].number, 0);
+
+  auto r = cucore({"cache", "stats"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "entries  1\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, " KiB (")) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "lookups  2 hits, 1 miss (66.7 % hits), 1 put, 0 errors, 0 corrupt "
+                       "dropped, 0 evictions\n"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "compiles 1 compiled in ")) << r.out;
+  EXPECT_TRUE(contains(r.out, ", 2 from the cache (about ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped  1 (needs_extra_digest 1)\n")) << r.out;
+  // One shard per process (pid % 16): as many as the runs above happened to use.
+  EXPECT_TRUE(contains(r.out, "stats    ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " in " + (cache_.path() / "stats").string() + "\n")) << r.out;
+
+  r = cucore({"cache", "stats", "--zero"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, "statistics of the directory " + cache_.path().string() + " cache zeroed\n");
+  s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["local"]["hits"].number, 0);
+  EXPECT_EQ(s["compiles"].number, 0);
+  EXPECT_EQ(s["skips"]["total"].number, 0);
+  EXPECT_EQ(s["zeroed_at"].type, json::kind::string);
+  EXPECT_TRUE(contains(cucore({"cache", "stats"}).out, "; zeroed 20")) << "ISO time";
+  // Entries are untouched, and counting goes on.
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "hit");
+  s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["local"]["hits"].number, 1);
+  EXPECT_EQ(s["compile_hits"].number, 1);
+  EXPECT_TRUE(s["compile_seconds_saved"].is(json::kind::null)) << "no compile since the zero";
+  const json z = json_of({"cache", "stats", "--zero", "--json"});
+  EXPECT_TRUE(z["zeroed"].boolean);
+  EXPECT_EQ(z["directory"].string, (cache_.path() / "stats").string());
+
+  // An SQLite cache keeps them beside its file.
+  const std::string db = "sqlite:" + (work_ / "c.db").string();
+  ASSERT_EQ(json_of(compile_k({"--cache", db}))["cache"].string, "miss");
+  ASSERT_EQ(json_of(compile_k({"--cache", db}))["cache"].string, "hit");
+  s = json_of({"cache", "stats", "--json", "--cache", db})["statistics"];
+  EXPECT_EQ(s["directory"].string, (work_ / "c.db.stats").string());
+  EXPECT_EQ(s["local"]["hits"].number, 1);
+  EXPECT_EQ(s["local"]["misses"].number, 1);
+  EXPECT_EQ(s["compiles"].number, 1);
+
+  r = cucore({"cache", "ls", "--zero"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cache ls takes no --zero")) << r.err;
+
+  // CUCORE_CACHE_STATS=0: a cache that keeps none (and so creates no stats directory).
+  const std::string other = (work_ / "quiet").string();
+  ASSERT_EQ(json_of(compile_k({"--cache", other}), {{"CUCORE_CACHE_STATS", "0"}})["cache"].string,
+            "miss");
+  EXPECT_TRUE(fs::exists(work_ / "quiet" / "entries"));
+  EXPECT_FALSE(fs::exists(work_ / "quiet" / "stats"));
+  EXPECT_TRUE(json_of({"cache", "stats", "--json", "--cache", other},
+                      {{"CUCORE_CACHE_STATS", "0"}})["statistics"]
+                  .is(json::kind::null));
+  const json bad = json_of(compile_k({"--cache", other}), {{"CUCORE_CACHE_STATS", "maybe"}});
+  EXPECT_EQ(bad["cache"].string, "skipped");
+  EXPECT_TRUE(contains(bad["cache_skip_reason"].string, "$CUCORE_CACHE_STATS"))
+      << bad["cache_skip_reason"].string;
+}
+
 TEST_F(Cache, BadCommandLines) {
   auto r = cucore({"cache"});
   EXPECT_EQ(r.status, 2) << describe(r);

@@ -20,6 +20,7 @@
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/open.hpp"
 #include "cucore/cache/redis.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
@@ -848,6 +849,52 @@ TEST(TieredCache, CompileWithTheServerDownSucceeds) {
   EXPECT_EQ(logs.warnings("unavailable"), 1u) << logs.all();
 }
 
+// Processes sharing one local directory in front of one server: the remote tier's counts land in
+// the local tier's persistent statistics, exactly, and a dead server's failures are counted there.
+TEST(TieredCacheProcesses, StatisticsCountBothTiersExactly) {
+  redis_server server;
+  CUCORE_REQUIRE_REDIS(server);
+  temp_dir dir;
+  constexpr int kProcesses = 8;
+  {
+    redis_program_cache remote(options_for(server));
+    for (int i = 0; i < kProcesses; ++i) {
+      remote.put("r" + std::to_string(i), sample(500, std::byte{6}));
+    }
+  }
+  auto open = [&] {
+    tiered_cache_options o;
+    o.write_behind = false;
+    return std::make_unique<tiered_program_cache>(
+        std::make_unique<file_stream_program_cache>(dir.path()),
+        std::make_unique<redis_program_cache>(options_for(server)), o);
+  };
+  const auto reports = testing::run_children(kProcesses, [&](int i) {
+    auto cache = open();
+    const std::string key = "r" + std::to_string(i);
+    if (!cache->get(key)) return std::string("remote miss");  // remote hit, backfilled
+    if (!cache->get(key)) return std::string("local miss");   // local hit
+    if (cache->get("absent")) return std::string("hit on an absent key");
+    return std::string();
+  });
+  for (const auto& r : reports) ASSERT_EQ(r, "");
+  auto cache = open();
+  persistent_cache_stats p = cache->statistics()->read();
+  EXPECT_EQ(p.local.hits, std::uint64_t{kProcesses});
+  EXPECT_EQ(p.local.misses, 2u * kProcesses);
+  EXPECT_EQ(p.local.puts, std::uint64_t{kProcesses});
+  EXPECT_EQ(p.remote.hits, std::uint64_t{kProcesses});
+  EXPECT_EQ(p.remote.misses, std::uint64_t{kProcesses});
+  EXPECT_EQ(p.remote.errors, 0u);
+
+  server.kill();
+  EXPECT_FALSE(cache->get("absent"));
+  p = cache->statistics()->read();
+  EXPECT_EQ(p.remote.misses, kProcesses + 1u);
+  EXPECT_GE(p.remote.errors, 1u);
+  EXPECT_EQ(p.remote.errors, cache->remote().stats().errors);
+}
+
 #ifdef CUCORE_CLI_PATH
 // ---------------------------------------------------------------------------------------------
 // Real processes: the cucore tool, each run with its own local directory, one server
@@ -943,6 +990,10 @@ TEST(TieredCacheProcesses, CompileInOneProcessHitInAnother) {
   EXPECT_TRUE(contains(stats.out, "local    directory")) << stats.out;
   EXPECT_TRUE(contains(stats.out, "remote   redis redis://127.0.0.1:")) << stats.out;
   EXPECT_TRUE(contains(stats.out, "1 entry")) << stats.out;
+  // b's persistent statistics: its one compile was a local miss answered by the remote tier.
+  EXPECT_TRUE(contains(stats.out, "lookups  100.0 % hits (1 of 1, either tier)\n")) << stats.out;
+  EXPECT_TRUE(contains(stats.out, " local   0 hits, 1 miss (0.0 % hits), 1 put,")) << stats.out;
+  EXPECT_TRUE(contains(stats.out, " remote  1 hit, 0 misses (100.0 % hits), 0 puts,")) << stats.out;
 
   server.kill();
   const cli_result down = compile("d", "d.cubin");

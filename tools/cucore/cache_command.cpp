@@ -27,6 +27,7 @@
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/object_code.hpp"
@@ -47,9 +48,12 @@ constexpr option_spec max_size_option{
     "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G, T: KiB, MiB, GiB, TiB"};
 
 constexpr option_spec unset_option{"--unset", "", "", "config: remove KEY's setting"};
+constexpr option_spec zero_option{"--zero", "", "",
+                                  "stats: reset the cache's persistent statistics to zero"};
 
 constexpr option_spec options[] = {cache_dir_option, shared_cache_option, json_option,
-                                   output_option,    max_size_option,     unset_option};
+                                   output_option,    max_size_option,     unset_option,
+                                   zero_option};
 
 struct subcommand {
   std::string_view name;
@@ -182,7 +186,178 @@ tier_report count_tier(std::string_view tier, program_cache& cache) {
   return r;
 }
 
+// "850 ms", "12.3 s", "4.2 min", "3.1 h" for people; JSON gives seconds.
+std::string human_duration(std::chrono::nanoseconds d) {
+  const double s = static_cast<double>(d.count()) / 1e9;
+  auto fixed = [](double v, int decimals) {
+    char buffer[32];
+    auto [end, ec] =
+        std::to_chars(buffer, buffer + sizeof buffer, v, std::chars_format::fixed, decimals);
+    return std::string(buffer, ec == std::errc() ? end : buffer);
+  };
+  if (s < 1) return fixed(s * 1000, 0) + " ms";
+  if (s < 120) return fixed(s, 1) + " s";
+  if (s < 7200) return fixed(s / 60, 1) + " min";
+  return fixed(s / 3600, 1) + " h";
+}
+
+// hits / (hits + misses), nullopt before the first lookup.
+std::optional<double> hit_rate(std::uint64_t hits, std::uint64_t misses) {
+  if (hits + misses == 0) return std::nullopt;
+  return static_cast<double>(hits) / static_cast<double>(hits + misses);
+}
+
+// Either tier's hits over the lookups (each starts at the local tier): a local miss the remote
+// tier answers is a hit overall.
+std::optional<double> overall_hit_rate(const persistent_cache_stats& p, bool tiered) {
+  const std::uint64_t lookups = p.local.hits + p.local.misses;
+  if (lookups == 0) return std::nullopt;
+  const std::uint64_t hits = p.local.hits + (tiered ? p.remote.hits : 0);
+  return static_cast<double>(hits) / static_cast<double>(lookups);
+}
+
+std::string percent(std::optional<double> rate) {
+  if (!rate) return "no lookups yet";
+  char buffer[32];
+  auto [end, ec] =
+      std::to_chars(buffer, buffer + sizeof buffer, *rate * 100, std::chars_format::fixed, 1);
+  return std::string(buffer, ec == std::errc() ? end : buffer) + " % hits";
+}
+
+std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + " " + std::string(n == 1 ? one : many);
+}
+
+void write_tier_counts(json_writer& json, const cache_stats& s) {
+  json.begin_object();
+  json.key("hits").value(s.hits);
+  json.key("misses").value(s.misses);
+  const std::optional<double> rate = hit_rate(s.hits, s.misses);
+  json.key("hit_rate");
+  if (rate) {
+    json.value(*rate, 4);
+  } else {
+    json.value(nullptr);
+  }
+  json.key("puts").value(s.puts);
+  json.key("errors").value(s.errors);
+  json.key("corrupt_dropped").value(s.corrupt_dropped);
+  json.key("evictions").value(s.evictions);
+  json.end_object();
+}
+
+std::string tier_line(const cache_stats& s) {
+  return plural(s.hits, "hit", "hits") + ", " + plural(s.misses, "miss", "misses") + " (" +
+         percent(hit_rate(s.hits, s.misses)) + "), " + plural(s.puts, "put", "puts") + ", " +
+         plural(s.errors, "error", "errors") + ", " + std::to_string(s.corrupt_dropped) +
+         " corrupt dropped, " + plural(s.evictions, "eviction", "evictions");
+}
+
+// The persistent statistics ("statistics": {...}, or null for a cache that keeps none).
+void write_statistics(json_writer& json, const cache_statistics* store,
+                      const persistent_cache_stats& p, bool tiered) {
+  json.key("statistics");
+  if (store == nullptr) {
+    json.value(nullptr);
+    return;
+  }
+  json.begin_object();
+  json.key("directory").value(store->directory().string());
+  json.key("shards").value(p.shards);
+  json.key("shards_ignored").value(p.shards_ignored);
+  json.key("zeroed_at").value(iso_utc(p.zeroed_at));
+  const std::optional<double> rate = overall_hit_rate(p, tiered);
+  json.key("hit_rate");
+  if (rate) {
+    json.value(*rate, 4);
+  } else {
+    json.value(nullptr);
+  }
+  json.key("local");
+  write_tier_counts(json, p.local);
+  if (tiered) {
+    json.key("remote");
+    write_tier_counts(json, p.remote);
+  }
+  json.key("compiles").value(p.compiles);
+  json.key("compile_hits").value(p.compile_hits);
+  json.key("compile_seconds").value(static_cast<double>(p.compile_ns) / 1e9, 6);
+  json.key("compile_seconds_saved");
+  if (const auto saved = p.compile_time_saved()) {
+    json.value(static_cast<double>(saved->count()) / 1e9, 6);
+  } else {
+    json.value(nullptr);
+  }
+  json.key("skips").begin_object();
+  json.key("total").value(p.skips_total());
+  for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
+    json.key(to_string(static_cast<cache_skip_reason>(i))).value(p.skips[i]);
+  }
+  json.end_object();
+  json.end_object();
+}
+
+void print_statistics(const cache_statistics* store, const persistent_cache_stats& p, bool tiered,
+                      std::size_t width) {
+  if (store == nullptr) {
+    std::cout << pad("stats", width) << "none kept by this cache (counts live in one process)\n";
+    return;
+  }
+  if (tiered) {
+    const std::uint64_t hits = p.local.hits + p.remote.hits;
+    std::cout << pad("lookups", width) << percent(overall_hit_rate(p, true)) << " (" << hits
+              << " of " << p.local.hits + p.local.misses << ", either tier)\n";
+    std::cout << pad(" local", width) << tier_line(p.local) << '\n';
+    std::cout << pad(" remote", width) << tier_line(p.remote) << '\n';
+  } else {
+    std::cout << pad("lookups", width) << tier_line(p.local) << '\n';
+  }
+  std::cout << pad("compiles", width) << p.compiles << " compiled in "
+            << human_duration(std::chrono::nanoseconds(p.compile_ns)) << ", " << p.compile_hits
+            << " from the cache";
+  if (const auto saved = p.compile_time_saved()) {
+    std::cout << " (about " << human_duration(*saved) << " saved)";
+  }
+  std::cout << '\n';
+  std::cout << pad("skipped", width) << p.skips_total();
+  std::string reasons;
+  for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
+    if (p.skips[i] == 0) continue;
+    reasons += (reasons.empty() ? "" : ", ") +
+               std::string(to_string(static_cast<cache_skip_reason>(i))) + " " +
+               std::to_string(p.skips[i]);
+  }
+  if (!reasons.empty()) std::cout << " (" << reasons << ")";
+  std::cout << '\n';
+  std::cout << pad("stats", width) << plural(p.shards, "shard file", "shard files") << " in "
+            << store->directory().string();
+  if (p.shards_ignored != 0) std::cout << " (" << p.shards_ignored << " damaged, ignored)";
+  if (const auto zeroed = iso_utc(p.zeroed_at)) std::cout << "; zeroed " << *zeroed;
+  std::cout << '\n';
+}
+
+int zero_stats(program_cache& cache, const arguments& args) {
+  const std::shared_ptr<cache_statistics> store = cache.statistics();
+  if (!store) {
+    throw cucore::error("the " + cache.description() +
+                        " cache keeps no persistent statistics: nothing to zero");
+  }
+  store->zero();
+  if (args.has("--json")) {
+    json_writer json;
+    json.begin_object();
+    json.key("zeroed").value(true);
+    json.key("directory").value(store->directory().string());
+    json.end_object();
+    std::cout << json.str() << '\n';
+  } else {
+    std::cout << "statistics of the " << cache.description() << " cache zeroed\n";
+  }
+  return exit_success;
+}
+
 int stats(program_cache& cache, const arguments& args) {
+  if (args.has("--zero")) return zero_stats(cache, args);
   const backend_info info = backend_of(cache);
   std::vector<tier_report> tiers;
   if (auto* tiered = dynamic_cast<tiered_program_cache*>(&cache)) {
@@ -193,6 +368,9 @@ int stats(program_cache& cache, const arguments& args) {
   const std::size_t entries = tiers.empty() ? cache.size() : tiers[0].entries.value_or(0);
   const std::uint64_t bytes = tiers.empty() ? cache.size_bytes() : tiers[0].bytes.value_or(0);
   if (!tiers.empty() && !tiers[0].error.empty()) throw cucore::error(tiers[0].error);
+  const std::shared_ptr<cache_statistics> store = cache.statistics();
+  const persistent_cache_stats counts = store ? store->read() : persistent_cache_stats{};
+  const bool tiered = !tiers.empty();
   if (args.has("--json")) {
     json_writer json;
     json.begin_object();
@@ -220,6 +398,7 @@ int stats(program_cache& cache, const arguments& args) {
       }
       json.end_array();
     }
+    write_statistics(json, store.get(), counts, tiered);
     json.end_object();
     std::cout << json.str() << '\n';
     return exit_success;
@@ -237,13 +416,14 @@ int stats(program_cache& cache, const arguments& args) {
         std::cout << "unreachable: " << t.error << '\n';
       }
     }
-    return exit_success;
+  } else {
+    if (info.location) {
+      std::cout << pad(std::string(info.location_name), width) << *info.location << '\n';
+    }
+    std::cout << pad("entries", width) << entries << '\n';
+    std::cout << pad("size", width) << human_size(bytes) << " (" << bytes << " bytes)\n";
   }
-  if (info.location) {
-    std::cout << pad(std::string(info.location_name), width) << *info.location << '\n';
-  }
-  std::cout << pad("entries", width) << entries << '\n';
-  std::cout << pad("size", width) << human_size(bytes) << " (" << bytes << " bytes)\n";
+  print_statistics(store.get(), counts, tiered, width);
   return exit_success;
 }
 
@@ -473,21 +653,34 @@ int config_unreachable(program_cache&, const arguments& args) {
 const std::vector<subcommand>& subcommands() {
   static const std::vector<subcommand> all = {
       {"stats",
-       "stats [--cache SPEC] [--json]",
-       "where the cache is, its entries and size",
+       "stats [--cache SPEC] [--json] [--zero]",
+       "where the cache is, its entries, size, hit rate and counts",
        "Prints the cache's location (for the directory cache its root, for SQLite its file, for\n"
        "Redis its URL without the password), its number of entries and their total size. A\n"
        "tiered cache (LOCAL+redis://...) shows each tier; a remote tier that cannot be reached\n"
-       "is reported as such. --json: {\"description\", \"backend\", \"root\", \"file\" or "
-       "\"url\",\n"
-       "\"entries\", \"size_bytes\"}, and for a tiered cache \"tiers\": [{\"tier\": \"local\" or\n"
-       "\"remote\", \"description\", \"backend\", ..., \"entries\" and \"size_bytes\" or "
-       "\"error\"}];\n"
-       "its own entries and size_bytes are the local tier's. On a tiered cache ls, verify, trim\n"
-       "and clear work on the local tier (name the Redis URL alone for the remote one); show and\n"
-       "export read through both tiers.",
+       "is reported as such. Then the statistics the cache keeps in itself, summed over every\n"
+       "process that used it since the last --zero (ROOT/stats/ of a directory cache,\n"
+       "FILE.stats/ of an SQLite one; a tiered cache counts both tiers in its local tier's):\n"
+       "hits, misses and hit rate, puts, errors, corrupt entries dropped and evictions per tier;\n"
+       "compiles (misses that ran the compiler) and their time; compiles answered by the cache\n"
+       "and the time they saved (an estimate: their number times the mean compile time);\n"
+       "compiles that went without the cache, by reason (needs_extra_digest,\n"
+       "uncacheable_options, header_changed). A Redis cache alone keeps none, nor does any\n"
+       "cache opened with CUCORE_CACHE_STATS=0.\n"
+       "--zero resets the statistics to zero (entries are untouched).\n"
+       "--json: {\"description\", \"backend\", \"root\", \"file\" or \"url\", \"entries\",\n"
+       "\"size_bytes\", \"statistics\"}, and for a tiered cache \"tiers\": [{\"tier\": \"local\"\n"
+       "or \"remote\", \"description\", \"backend\", ..., \"entries\" and \"size_bytes\" or\n"
+       "\"error\"}]; its own entries and size_bytes are the local tier's. \"statistics\" is null\n"
+       "or {\"directory\", \"shards\", \"shards_ignored\", \"zeroed_at\", \"hit_rate\", \"local\"\n"
+       "(and \"remote\"): {\"hits\", \"misses\", \"hit_rate\", \"puts\", \"errors\",\n"
+       "\"corrupt_dropped\", \"evictions\"}, \"compiles\", \"compile_hits\", \"compile_seconds\",\n"
+       "\"compile_seconds_saved\", \"skips\": {\"total\", one count per reason}} (a rate is\n"
+       "null before the first lookup). With --zero: {\"zeroed\": true, \"directory\"}.\n"
+       "On a tiered cache ls, verify, trim and clear work on the local tier (name the Redis URL\n"
+       "alone for the remote one); show and export read through both tiers.",
        "",
-       {cache_dir_option, shared_cache_option, json_option},
+       {cache_dir_option, shared_cache_option, json_option, zero_option},
        0,
        stats},
       {"ls",

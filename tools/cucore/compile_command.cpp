@@ -20,6 +20,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/object_code.hpp"
@@ -136,6 +137,8 @@ object_code compile_with_key(program& prog, const compile_inputs& in,
       cucore::log(log_level::warning,
                   "not storing the compiled program in the " + cache.description() +
                       " cache: a header it includes changed during the compile");
+      if (const auto stats = cache.statistics())
+        stats->record_skip(cache_skip_reason::header_changed);
       return;
     }
     try {
@@ -203,6 +206,10 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
     report.key = make_program_cache_key(inputs, probes_for(*cache));
   } catch (const cucore::invalid_argument& e) {
     const cache_refusal refusal = cache_refusal_of(in, e);
+    if (auto stats = cache->statistics()) {
+      stats->record_skip(refusal.extra_digest_helps ? cache_skip_reason::needs_extra_digest
+                                                    : cache_skip_reason::uncacheable_options);
+    }
     return skip(refusal.reason + (refusal.extra_digest_helps
                                       ? "; pass --extra-digest or --cache none"
                                       : "; pass --cache none to compile without the cache"));

@@ -6,6 +6,8 @@
 //   tmp/                  staging for writes (mode 0700), and entries being evicted
 //   compiler-versions     the compiler version memo (program_cache::compiler_version_memo)
 //   claims                an empty file whose byte-range locks are the single-flight claims
+//   stats/                the persistent statistics (cucore/cache/statistics.hpp), made on first
+//   use
 //
 // Each file holds the versioned, checksummed entry format (header with the full key, then the
 // code); see src/cache/entry_format.hpp. A read verifies all of it, so a damaged, truncated,
@@ -89,6 +91,7 @@
 #include <vector>
 
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/statistics.hpp"
 
 namespace cucore {
 
@@ -112,6 +115,9 @@ struct file_stream_cache_options {
   // world write as well; shared mode rejects a umask that leaves world write (invalid_argument),
   // as it does one above 0777.
   std::optional<unsigned> umask{};
+  // Keep persistent statistics in root/stats/ (cucore/cache/statistics.hpp). Off: statistics()
+  // is nullptr and only this object's stats() count.
+  bool statistics = true;
 };
 
 class file_stream_program_cache final : public program_cache {
@@ -141,6 +147,9 @@ class file_stream_program_cache final : public program_cache {
   // files; temp files of writes in progress are left alone. Shard directories are kept.
   void clear() override;
   cache_stats stats() const override;
+  // root/stats/ (see cucore/cache/statistics.hpp); nullptr with options.statistics off.
+  std::shared_ptr<cache_statistics> statistics() const override { return statistics_; }
+  void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override;
   // Entries whose header reads correctly and whose file name matches their key; payloads are not
   // read (a bounded prefix of each file is). last_used is the recorded last use (the atime).
   std::vector<cache_entry_info> list() override;
@@ -194,11 +203,8 @@ class file_stream_program_cache final : public program_cache {
   unsigned euid_ = 0;  // the opener's effective uid: whose entries private mode trusts (and root's)
   std::atomic<bool> closed_{false};
 
-  struct counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, evictions{0}, corrupt_dropped{0},
-        errors{0};
-  };
-  mutable counters stats_;
+  mutable detail::cache_counters stats_;
+  std::shared_ptr<cache_statistics> statistics_;  // root/stats
 
   std::mutex tracker_mutex_;  // guards the fields below
   std::uint64_t tracked_bytes_ = 0;

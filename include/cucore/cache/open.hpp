@@ -27,7 +27,9 @@ namespace cucore {
 // overridden by $CUCORE_CACHE_MAX_SIZE and $CUCORE_CACHE_SHARED, overridden by `options`. The
 // default cache is capped at default_cache_max_size (5 GiB) unless one of those sets a size
 // (0: no cap); a named directory has no cap unless one is set. A SQLite cache takes `shared`
-// from `options` or $CUCORE_CACHE_SHARED.
+// from `options` or $CUCORE_CACHE_SHARED. $CUCORE_CACHE_STATS=0 opens directory and SQLite caches
+// without persistent statistics (cucore/cache/statistics.hpp; 1 or unset: with them; anything
+// else is an invalid_argument).
 struct open_cache_options {
   // Trust a cache shared with other users (cache_access::shared); unset: the environment, then
   // cucore.conf, then private.

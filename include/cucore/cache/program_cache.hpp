@@ -25,6 +25,9 @@
 
 namespace cucore {
 
+class cache_statistics;                // cucore/cache/statistics.hpp
+enum class cache_tier : std::uint8_t;  // cucore/cache/statistics.hpp
+
 // A borrowed view of a cache key's bytes.
 class cache_key_ref {
  public:
@@ -179,6 +182,18 @@ class program_cache {
   // fresh process loads no compiler; nullopt for caches that do not outlive the process.
   virtual std::optional<std::filesystem::path> compiler_version_memo() const {
     return std::nullopt;
+  }
+  // The counters this cache keeps in itself, summed over every process that used it (see
+  // cucore/cache/statistics.hpp; `cucore cache stats`): the directory and SQLite caches keep
+  // them, and a tiered cache has its local tier's. nullptr for caches that do not outlive the
+  // process or keep none (in-memory, Redis alone).
+  virtual std::shared_ptr<cache_statistics> statistics() const { return nullptr; }
+  // Also count this cache's events into `store`, as `tier` (a tiered cache hands its remote tier
+  // its local tier's statistics). Call before the cache is used; caches without counters ignore
+  // it. The cache keeps `store` alive.
+  virtual void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) {
+    (void)store;
+    (void)tier;
   }
   // Releases resources early (the destructor does the same). Using a closed cache is an error.
   virtual void close() noexcept {}

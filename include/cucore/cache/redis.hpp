@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/statistics.hpp"
 
 namespace cucore {
 
@@ -104,6 +105,8 @@ class redis_program_cache final : public program_cache {
   std::uint64_t size_bytes() override;
   void clear() override;
   cache_stats stats() const override;
+  // Redis keeps no statistics of its own; a tiered cache counts this tier into its local tier's.
+  void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override;
   // last_used is the server's idle time of the key (OBJECT IDLETIME) where the server reports it.
   std::vector<cache_entry_info> list() override;
   cache_verify_report verify(bool remove_bad) override;
@@ -157,11 +160,8 @@ class redis_program_cache final : public program_cache {
   std::string redacted_url_;
   std::atomic<bool> closed_{false};
 
-  struct counters {
-    std::atomic<std::uint64_t> hits{0}, misses{0}, puts{0}, evictions{0}, corrupt_dropped{0},
-        errors{0};
-  };
-  mutable counters stats_;
+  mutable detail::cache_counters stats_;
+  std::shared_ptr<cache_statistics> statistics_;  // set by record_statistics_in (a tiered cache)
 
   std::mutex mutex_;  // guards everything below
   std::unique_ptr<connection> conn_;

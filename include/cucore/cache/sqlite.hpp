@@ -6,6 +6,7 @@
 //                  verified on every read. Schema version in PRAGMA user_version, and
 //                  PRAGMA application_id marks the file as a cucore cache.
 //   <file>-wal, <file>-shm (or <file>-journal)   SQLite's own, while connections are open.
+//   <file>.stats/  the persistent statistics (cucore/cache/statistics.hpp), made on first use.
 //   <file>.lock    an empty coordination file. Every cache object holds a shared flock() on it
 //                  while it has the database open; moving a damaged file aside takes it
 //                  exclusively, so no file is ever renamed under a live cucore connection.
@@ -102,6 +103,9 @@ struct sqlite_cache_options {
   // As file_stream_cache_options::umask, for the database file (SQLite gives its side files the
   // database's mode) and <file>.lock.
   std::optional<unsigned> umask{};
+  // Keep persistent statistics in <file>.stats/ (cucore/cache/statistics.hpp). Off:
+  // statistics() is nullptr and only this object's stats() count.
+  bool statistics = true;
 };
 
 class sqlite_program_cache final : public program_cache {
@@ -124,6 +128,10 @@ class sqlite_program_cache final : public program_cache {
   std::uint64_t size_bytes() override;
   void clear() override;
   cache_stats stats() const override;
+  // <file>.stats/, beside the database (no write transaction per hit): see
+  // cucore/cache/statistics.hpp. nullptr with options.statistics off.
+  std::shared_ptr<cache_statistics> statistics() const override;
+  void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override;
   // Maintenance. list() and verify() throw cucore::error when the database cannot be read;
   // trim() follows on_write_failure.
   std::vector<cache_entry_info> list() override;

@@ -18,7 +18,8 @@
 // Maintenance (size, size_bytes, list, verify, trim, clear) works on the local tier only: the
 // remote tier is shared by the fleet, and wiping or trimming it is a decision for its own tool
 // (open the remote alone: `cucore cache clear --cache redis://...`). compiler_version_memo() is
-// the local tier's.
+// the local tier's, and so are the persistent statistics (statistics()): the remote tier's events
+// are counted there as cache_tier::remote.
 //
 // The remote tier never fails a compile: anything it throws from get, put or erase is caught,
 // logged (the first at warning level, then debug) and counted in stats().errors; a remote get
@@ -95,6 +96,9 @@ class tiered_program_cache final : public program_cache {
   // is released: local waiters then wait on the remote claim too). A remote tier that cannot
   // claim (down, read-only) leaves the local claim alone in force.
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // The local tier's statistics, into which the remote tier's events are counted too (as
+  // cache_tier::remote), remote exceptions caught here included.
+  std::shared_ptr<cache_statistics> statistics() const override { return statistics_; }
   // Flushes, stops the writer, closes both tiers.
   void close() noexcept override;
   // Returns once every put made before the call has reached the remote tier (or failed there).
@@ -124,6 +128,7 @@ class tiered_program_cache final : public program_cache {
   std::unique_ptr<program_cache> local_;
   std::unique_ptr<program_cache> remote_;
   tiered_cache_options options_;
+  std::shared_ptr<cache_statistics> statistics_;  // the local tier's (or null)
 
   mutable std::mutex queue_mutex_;   // guards the queue and the writer's state below
   std::condition_variable work_cv_;  // a put was queued, or stopping_
