@@ -4,6 +4,7 @@
 #include <string_view>
 #include <utility>
 
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore {
@@ -57,7 +58,8 @@ std::optional<object_code> in_memory_program_cache::get(cache_key_ref key) {
   std::lock_guard lock(mutex_);
   auto it = index_.find(key.as_string_view());
   if (it == index_.end()) {
-    ++stats_.misses;
+    // A lookup single-flight repeats while another thread compiles is waiting, not a miss.
+    if (!detail::waiting_for_entry) ++stats_.misses;
     return std::nullopt;
   }
   lru_.splice(lru_.begin(), lru_, it->second);  // promote; iterators stay valid

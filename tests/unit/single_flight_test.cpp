@@ -21,6 +21,7 @@
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/cache/sqlite.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "process_support.hpp"
 #include "redis_test_support.hpp"
@@ -222,6 +223,42 @@ TEST(SingleFlightThreads, SqliteOneCompile) {
   temp_dir dir;
   sqlite_program_cache cache(dir / "c.db");
   expect_one_compile(thread_stampede(cache, 8, 200ms));
+}
+
+// Waiting is not missing: the lookups a waiter repeats while another thread compiles count
+// neither in stats() nor in the persistent statistics. Each thread's first lookup counts (a miss,
+// or a hit), an entry a waiter finds counts as a hit, and the persistent compile counters see one
+// compile and every other thread answered from the cache.
+TEST(SingleFlightThreads, WaitersLookupsAreNotCountedAsMisses) {
+  for (const bool sqlite : {false, true}) {
+    SCOPED_TRACE(sqlite ? "SQLite" : "directory");
+    temp_dir dir;
+    std::unique_ptr<program_cache> cache;
+    if (sqlite) {
+      cache = std::make_unique<sqlite_program_cache>(dir / "c.db");
+    } else {
+      cache = std::make_unique<file_stream_program_cache>(dir.path());
+    }
+    const stampede_result r = thread_stampede(*cache, 8, 300ms);
+    expect_one_compile(r);
+    std::uint64_t compiled = 0, waited = 0, hit = 0;
+    for (const flight_outcome o : r.outcomes) {
+      compiled += o == flight_outcome::compiled;
+      waited += o == flight_outcome::waited;
+      hit += o == flight_outcome::hit;
+    }
+    EXPECT_GT(waited, 0u) << "the stampede had no waiter: the test did not test anything";
+    const cache_stats s = cache->stats();
+    EXPECT_EQ(s.misses, compiled + waited);
+    EXPECT_EQ(s.hits, waited + hit);
+    const auto store = cache->statistics();
+    ASSERT_NE(store, nullptr);
+    const persistent_cache_stats p = store->read();
+    EXPECT_EQ(p.local.misses, compiled + waited);
+    EXPECT_EQ(p.local.hits, waited + hit);
+    EXPECT_EQ(p.compiles, 1u);
+    EXPECT_EQ(p.compile_hits, waited + hit);
+  }
 }
 
 // The environment sets what every cache object starts with (Python and programs that do not
