@@ -183,7 +183,8 @@ class node_factory {
   // allocation alive.
   graph_node launch(const launch_config& config, const kernel& k,
                     const kernel_arguments& args) const;
-  // The same, taking the arguments' owners over instead of copying them.
+  // The same, taking the arguments' owners over instead of copying them: `args` is left without
+  // owners (a moved-from object: assign it before launching with it again).
   graph_node launch(const launch_config& config, const kernel& k, kernel_arguments&& args) const;
   template <class... Args>
   graph_node launch(const launch_config& config, const kernel& k, const Args&... args) const;
