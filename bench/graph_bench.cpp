@@ -247,21 +247,27 @@ BENCHMARK(BM_build_1000_kernel_nodes_raw)->Unit(benchmark::kMicrosecond)->UseRea
 // cucore's own bookkeeping.
 void CUDA_CB ignore(void*) {}
 
-void BM_build_1000_kernel_nodes_raw_user_objects(benchmark::State& state) {
+// The raw chain, each node with its user object retained by the graph.
+CUgraph raw_chain_with_user_objects() {
   static int payload = 0;
+  CUgraph g = nullptr;
+  check(f->api.cuGraphCreate(&g, 0), "cuGraphCreate");
+  CUgraphNode last = nullptr;
+  for (int i = 0; i < kBuildNodes; ++i) {
+    CUuserObject object = nullptr;
+    check(
+        f->api.cuUserObjectCreate(&object, &payload, &ignore, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+        "cuUserObjectCreate");
+    check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
+          "cuGraphRetainUserObject");
+    last = f->add_raw_kernel_node(g, last);
+  }
+  return g;
+}
+
+void BM_build_1000_kernel_nodes_raw_user_objects(benchmark::State& state) {
   for (auto _ : state) {
-    CUgraph g = nullptr;
-    check(f->api.cuGraphCreate(&g, 0), "cuGraphCreate");
-    CUgraphNode last = nullptr;
-    for (int i = 0; i < kBuildNodes; ++i) {
-      CUuserObject object = nullptr;
-      check(f->api.cuUserObjectCreate(&object, &payload, &ignore, 1,
-                                      CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
-            "cuUserObjectCreate");
-      check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
-            "cuGraphRetainUserObject");
-      last = f->add_raw_kernel_node(g, last);
-    }
+    CUgraph g = raw_chain_with_user_objects();
     benchmark::DoNotOptimize(g);
     check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
   }
@@ -273,20 +279,8 @@ BENCHMARK(BM_build_1000_kernel_nodes_raw_user_objects)
 
 // Build only, raw with one user object per node (destroy untimed): the floor of build only.
 void BM_build_only_1000_kernel_nodes_raw_user_objects(benchmark::State& state) {
-  static int payload = 0;
   for (auto _ : state) {
-    CUgraph g = nullptr;
-    check(f->api.cuGraphCreate(&g, 0), "cuGraphCreate");
-    CUgraphNode last = nullptr;
-    for (int i = 0; i < kBuildNodes; ++i) {
-      CUuserObject object = nullptr;
-      check(f->api.cuUserObjectCreate(&object, &payload, &ignore, 1,
-                                      CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
-            "cuUserObjectCreate");
-      check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
-            "cuGraphRetainUserObject");
-      last = f->add_raw_kernel_node(g, last);
-    }
+    CUgraph g = raw_chain_with_user_objects();
     state.PauseTiming();
     check(f->api.cuGraphDestroy(g), "cuGraphDestroy");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
