@@ -390,12 +390,19 @@ graph_node node_factory<D>::allocate(std::size_t bytes, const allocate_options& 
   p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
   p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.poolProps.location.id = dev;
+  p.poolProps.location.id = device_at(dev).handle;
   std::vector<CUmemAccessDesc> access;
   for (const cucore::device& peer : options.peer_access) {
+    // The driver answers a peer without a path with a bare CUDA_ERROR_INVALID_VALUE: say which.
+    if (peer.ordinal() != dev && !peer.can_access_peer(cucore::device(dev))) {
+      throw invalid_argument("allocate: peer_access lists device " +
+                             std::to_string(peer.ordinal()) + ", which cannot access device " +
+                             std::to_string(dev) +
+                             "'s memory (device::can_access_peer is false); copy to it instead");
+    }
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = peer.ordinal();
+    a.location.id = device_at(peer.ordinal()).handle;
     a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     access.push_back(a);
   }

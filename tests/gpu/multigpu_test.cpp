@@ -1,0 +1,307 @@
+// Several devices (labels gpu, multigpu): peer access, cross-device buffer copies, one object_code
+// launched on two devices, cross-device graph copies and graph allocations with peer access. Every
+// test skips with a reason on a machine with fewer than two GPUs.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cucore/error.hpp"
+#include "cucore/graph/definition.hpp"
+#include "cucore/graph/graph.hpp"
+#include "cucore/runtime/device.hpp"
+#include "cucore/runtime/kernel.hpp"
+#include "cucore/runtime/launch.hpp"
+#include "cucore/runtime/memory.hpp"
+#include "cucore/runtime/stream.hpp"
+#include "gpu_test_support.hpp"
+
+namespace cucore {
+namespace {
+
+using gpu_testing::fresh_seed;
+using gpu_testing::kPoison;
+using gpu_testing::random_values;
+using gpu_testing::test_kernels;
+
+class MultiGpu : public gpu_testing::gpu_test {
+ protected:
+  void SetUp() override {
+    gpu_testing::gpu_test::SetUp();
+    if (IsSkipped()) return;
+    if (device::count() < 2) {
+      GTEST_SKIP() << "needs two CUDA devices, this machine has " << device::count()
+                   << ": the multigpu tests run on a two-GPU machine";
+    }
+  }
+};
+
+launch_config cover(int n) {
+  return {.grid = static_cast<unsigned>((n + 255) / 256), .block = 256};
+}
+
+int mismatches(const std::vector<float>& got, const std::vector<float>& want) {
+  int bad = got.size() == want.size() ? 0 : 1;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
+  return bad;
+}
+
+TEST_F(MultiGpu, PeerAccessQueryIsConsistentAndEnablingIsIdempotent) {
+  device d0(0), d1(1);
+  EXPECT_FALSE(d0.can_access_peer(d0));
+  EXPECT_THROW(d0.enable_peer_access(d0), invalid_argument);
+  if (!d0.can_access_peer(d1)) {
+    EXPECT_THROW(d0.enable_peer_access(d1), invalid_argument);
+    GTEST_SKIP() << "devices 0 and 1 have no peer path; checked only the refusal";
+  }
+  // Twice, and from several threads at once: all succeed (ALREADY_ENABLED is success).
+  d0.enable_peer_access(d1);
+  d0.enable_peer_access(d1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      d1.enable_peer_access(d0);
+      d0.enable_peer_access(d1);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST_F(MultiGpu, PoolAccessIsGrantedAndTakenBack) {
+  device d0(0), d1(1);
+  if (!d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have no peer path";
+  auto pool = std::make_shared<pool_memory_resource>(d0);
+  EXPECT_FALSE(pool->access(d1));
+  pool->set_access(d1);
+  EXPECT_TRUE(pool->access(d1));
+  pool->set_access(d1, false);
+  EXPECT_FALSE(pool->access(d1));
+  EXPECT_THROW(pool->set_access(d0), invalid_argument);
+}
+
+// Device 0 → device 1 → device 0 on a stream of either device, random data, compared.
+void round_trip(const stream& s0, const stream& s1, std::size_t n) {
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer a(n * sizeof(float), s0);
+  a.copy_from(host, s0);
+  buffer b(n * sizeof(float), s1);
+  b.fill(kPoison, s1);
+  // a's upload on s0 and b's fill on s1 must be done before s1 copies: synchronize both.
+  s0.synchronize();
+  s1.synchronize();
+  b.copy_from(a, s1);  // ordered on device 1's stream
+  buffer c(n * sizeof(float), s0);
+  c.fill(kPoison, s0);
+  s0.wait(s1);         // the copy into b before s0 reads b
+  c.copy_from(b, s0);  // ordered on device 0's stream
+  EXPECT_EQ(mismatches(c.to_vector<float>(s0), host), 0) << "seed " << seed;
+  EXPECT_EQ(mismatches(b.to_vector<float>(s1), host), 0) << "seed " << seed;
+}
+
+TEST_F(MultiGpu, CrossDeviceCopiesRoundTripWithoutPeerAccess) {
+  // Fresh pools with no peer access: the driver must still copy (peer to peer or staged).
+  device d0(0), d1(1);
+  stream s0(d0), s1(d1);
+  auto p0 = std::make_shared<pool_memory_resource>(d0);
+  auto p1 = std::make_shared<pool_memory_resource>(d1);
+  const std::size_t n = (1 << 20) + 7;
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer a(n * sizeof(float), s0, p0);
+  a.copy_from(host, s0);
+  s0.synchronize();
+  buffer b(n * sizeof(float), s1, p1);
+  b.copy_from(a, s1);
+  EXPECT_EQ(mismatches(b.to_vector<float>(s1), host), 0) << "seed " << seed;
+  buffer c(n * sizeof(float), s0, p0);
+  c.copy_from(b, s0);
+  EXPECT_EQ(mismatches(c.to_vector<float>(s0), host), 0) << "seed " << seed;
+}
+
+TEST_F(MultiGpu, CrossDeviceCopiesRoundTripWithPeerAccess) {
+  device d0(0), d1(1);
+  if (!d0.can_access_peer(d1) || !d1.can_access_peer(d0)) {
+    GTEST_SKIP() << "devices 0 and 1 have no peer path";
+  }
+  d0.enable_peer_access(d1);
+  d1.enable_peer_access(d0);
+  auto p0 = std::static_pointer_cast<pool_memory_resource>(d0.default_memory_resource());
+  auto p1 = std::static_pointer_cast<pool_memory_resource>(d1.default_memory_resource());
+  p0->set_access(d1);
+  p1->set_access(d0);
+  stream s0(d0), s1(d1);
+  round_trip(s0, s1, (1 << 22) + 1);
+  s0.synchronize();  // the buffers' frees are done before the mappings change
+  s1.synchronize();
+  p0->set_access(d1, false);  // the default pools are process-wide: put them back
+  p1->set_access(d0, false);
+}
+
+TEST_F(MultiGpu, CopyIsOrderedOnTheGivenStream) {
+  // Several copies back to back on one stream without host synchronization in between: each
+  // sees the previous one's result.
+  device d0(0), d1(1);
+  stream s0(d0), s1(d1);
+  const std::size_t n = 1 << 20;
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer a(n * sizeof(float), s1);
+  a.copy_from(host, s1);
+  buffer b(n * sizeof(float), s1, d0.default_memory_resource());  // on device 0, ordered on s1
+  EXPECT_EQ(b.device(), d0);
+  b.copy_from(a, s1);
+  a.fill(kPoison, s1);
+  a.copy_from(b, s1);
+  EXPECT_EQ(mismatches(a.to_vector<float>(s1), host), 0) << "seed " << seed;
+}
+
+TEST_F(MultiGpu, OneObjectCodeLaunchesOnBothDevices) {
+  device d0(0), d1(1);
+  if (d0.compute_capability() != d1.compute_capability()) {
+    GTEST_SKIP() << "devices 0 and 1 differ in architecture; the test cubin is for device 0";
+  }
+  const kernel k = test_kernels().get_kernel("add_one");
+  const int n = 100003;
+  for (int ordinal : {0, 1, 0}) {
+    device d(ordinal);
+    stream s(d);
+    const auto seed = fresh_seed();
+    const auto in_host = random_values<float>(static_cast<std::size_t>(n), seed);
+    buffer in(n * sizeof(float), s), out(n * sizeof(float), s);
+    in.copy_from(in_host, s);
+    out.fill(kPoison, s);
+    launch(s, cover(n), k, in, out, n);
+    auto want = in_host;
+    for (auto& x : want) x += 1.0f;
+    EXPECT_EQ(mismatches(out.to_vector<float>(s), want), 0)
+        << "device " << ordinal << ", seed " << seed;
+    EXPECT_GT(k.attributes(d).max_threads_per_block, 0);
+  }
+}
+
+TEST_F(MultiGpu, GraphCopiesAcrossDevicesAndKeepsBothBuffersAlive) {
+  device d0(0), d1(1);
+  stream s0(d0), s1(d1);
+  const std::size_t n = 1 << 18;
+  const std::size_t bytes = n * sizeof(float);
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  std::weak_ptr<const void> src_owner, dst_owner;
+  graph exec;
+  buffer check(bytes, s1);
+  {
+    buffer src(bytes, s0);
+    src.copy_from(host, s0);
+    buffer dst(bytes, s1);
+    dst.fill(kPoison, s1);
+    s0.synchronize();
+    s1.synchronize();
+    graph_definition g(d0);
+    g.memcpy(dst, src, bytes).memcpy(check, dst, bytes);  // 0 → 1, then 1 → 1
+    src_owner = src.owner();
+    dst_owner = dst.owner();
+    exec = g.instantiate();
+  }  // the user's buffers and definition are gone; the executable graph holds both allocations
+  EXPECT_FALSE(src_owner.expired());
+  EXPECT_FALSE(dst_owner.expired());
+  check.fill(kPoison, s1);
+  s1.synchronize();
+  exec.launch(s0);
+  s0.synchronize();
+  EXPECT_EQ(mismatches(check.to_vector<float>(s1), host), 0) << "seed " << seed;
+  exec = graph();
+  s0.synchronize();
+  s1.synchronize();
+}
+
+TEST_F(MultiGpu, GraphAllocationWithPeerAccessIsCopiedToTheOtherDevice) {
+  device d0(0), d1(1);
+  if (!d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have no peer path";
+  stream s0(d0), s1(d1);
+  const std::size_t n = 1 << 16;
+  const std::size_t bytes = n * sizeof(float);
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer in(bytes, s0);
+  in.copy_from(host, s0);
+  buffer out(bytes, s1);
+  out.fill(kPoison, s1);
+  s0.synchronize();
+  s1.synchronize();
+  graph_definition g(d0);
+  graph_node alloc = g.allocate(bytes, {.peer_access = {d1}});
+  const device_address scratch = alloc.alloc_params().address;
+  EXPECT_EQ(alloc.alloc_params().device, 0);
+  EXPECT_EQ(alloc.alloc_params().bytes, bytes);
+  // Fill the allocation on device 0, then copy it into device 1's buffer, then free it.
+  alloc.memcpy(scratch, in, bytes).memcpy(out, scratch, bytes).deallocate(scratch);
+  graph exec = g.instantiate();
+  for (int i = 0; i < 2; ++i) {
+    out.fill(kPoison, s1);
+    s1.synchronize();
+    exec.launch(s0);
+    s0.synchronize();
+    EXPECT_EQ(mismatches(out.to_vector<float>(s1), host), 0) << "launch " << i << ", seed " << seed;
+  }
+}
+
+TEST_F(MultiGpu, KernelOnDevice1ReadsAGraphAllocationOnDevice0) {
+  // The graph runs on device 1; its allocation lives on device 0 with access for device 1, and a
+  // kernel on device 1 reads it directly (no copy).
+  device d0(0), d1(1);
+  if (!d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have no peer path";
+  if (d0.compute_capability() != d1.compute_capability()) {
+    GTEST_SKIP() << "devices 0 and 1 differ in architecture; the test cubin is for device 0";
+  }
+  stream s0(d0), s1(d1);
+  const int n = 1 << 16;
+  const std::size_t bytes = n * sizeof(float);
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(static_cast<std::size_t>(n), seed);
+  std::weak_ptr<const void> in_owner, out_owner;
+  buffer check(bytes, s1);
+  graph exec;
+  {
+    buffer in(bytes, s0);
+    in.copy_from(host, s0);
+    buffer out(bytes, s1);
+    s0.synchronize();
+    graph_definition g(d1);
+    graph_node alloc = g.allocate(bytes, {.device = d0, .peer_access = {d1}});
+    EXPECT_EQ(alloc.alloc_params().device, 0);
+    const device_address scratch = alloc.alloc_params().address;
+    alloc.memcpy(scratch, in, bytes)
+        .launch(cover(n), test_kernels().get_kernel("add_one"), scratch, out, n)
+        .memcpy(check, out, bytes)
+        .deallocate(scratch);
+    in_owner = in.owner();
+    out_owner = out.owner();
+    exec = g.instantiate();
+  }  // the user's handles are gone; the graph keeps both buffers
+  EXPECT_FALSE(in_owner.expired());
+  EXPECT_FALSE(out_owner.expired());
+  auto want = host;
+  for (auto& x : want) x += 1.0f;
+  for (int i = 0; i < 2; ++i) {
+    check.fill(kPoison, s1);
+    exec.launch(s1);
+    EXPECT_EQ(mismatches(check.to_vector<float>(s1), want), 0)
+        << "launch " << i << ", seed " << seed;
+  }
+  exec = graph();
+  s1.synchronize();
+}
+
+TEST_F(MultiGpu, GraphAllocationRefusesAPeerWithoutAPath) {
+  device d0(0), d1(1);
+  if (d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have a peer path";
+  graph_definition g(d0);
+  EXPECT_THROW(g.allocate(1024, {.peer_access = {d1}}), invalid_argument);
+}
+
+}  // namespace
+}  // namespace cucore
