@@ -2,16 +2,26 @@
 // launched on two devices, cross-device graph copies and graph allocations with peer access. Every
 // test skips with a reason on a machine with fewer than two GPUs.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
 #include "cucore/graph/definition.hpp"
 #include "cucore/graph/graph.hpp"
+#include "cucore/program.hpp"
 #include "cucore/runtime/device.hpp"
 #include "cucore/runtime/kernel.hpp"
 #include "cucore/runtime/launch.hpp"
@@ -23,6 +33,9 @@ namespace cucore {
 namespace {
 
 using gpu_testing::fresh_seed;
+using gpu_testing::kernel_names;
+using gpu_testing::kernel_options;
+using gpu_testing::kKernels;
 using gpu_testing::kPoison;
 using gpu_testing::random_values;
 using gpu_testing::test_kernels;
@@ -301,6 +314,107 @@ TEST_F(MultiGpu, GraphAllocationRefusesAPeerWithoutAPath) {
   if (d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have a peer path";
   graph_definition g(d0);
   EXPECT_THROW(g.allocate(1024, {.peer_access = {d1}}), invalid_argument);
+}
+
+// ---- processes pinned to different GPUs sharing one directory cache
+// ------------------------------
+
+constexpr const char* kChildCacheVar = "CUCORE_MULTIGPU_CHILD_CACHE";
+constexpr const char* kChildReportVar = "CUCORE_MULTIGPU_CHILD_REPORT";
+
+// Runs only as a child of the test below (skipped otherwise): compiles the test kernels through
+// the shared directory cache, runs add_one on its one visible device, and reports what
+// single-flight did and which GPU it ran on.
+TEST(MultiGpuChild, CompileThroughSharedCacheAndRun) {
+  const char* root = std::getenv(kChildCacheVar);
+  const char* report_path = std::getenv(kChildReportVar);
+  if (root == nullptr || report_path == nullptr) {
+    GTEST_SKIP() << "runs only as a child of MultiGpu.ProcessesPinnedToEachGpuShareOneCompile";
+  }
+  ASSERT_EQ(device::count(), 1) << "the parent sets CUDA_VISIBLE_DEVICES to one GPU";
+  file_stream_program_cache cache(root);
+  program p(kKernels, source_type::cxx, kernel_options());
+  const object_code code = p.compile(code_type::cubin, kernel_names(), &cache);
+  ASSERT_TRUE(p.last_flight_outcome().has_value());
+  const flight_outcome outcome = *p.last_flight_outcome();
+
+  device d(0);
+  stream s(d);
+  const int n = 4099;
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(static_cast<std::size_t>(n), seed);
+  buffer in(n * sizeof(float), s), out(n * sizeof(float), s);
+  in.copy_from(host, s);
+  out.fill(kPoison, s);
+  launch(s, cover(n), code.get_kernel("add_one"), in, out, n);
+  auto want = host;
+  for (auto& x : want) x += 1.0f;
+  ASSERT_EQ(mismatches(out.to_vector<float>(s), want), 0) << "seed " << seed;
+
+  std::ofstream report(report_path);
+  report << (outcome == flight_outcome::compiled ? "compiled" : "not-compiled") << ' '
+         << static_cast<int>(outcome) << ' ' << d.properties().pci_bus_id << '\n';
+  ASSERT_TRUE(report.good());
+}
+
+// Spawns this test binary, filtered to the child test, with one GPU visible.
+pid_t spawn_child(int gpu, const std::string& root, const std::string& report) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.starts_with("CUDA_VISIBLE_DEVICES=") || entry.starts_with("GTEST_")) continue;
+    env_strings.push_back(entry);
+  }
+  env_strings.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(gpu));
+  env_strings.push_back(std::string(kChildCacheVar) + "=" + root);
+  env_strings.push_back(std::string(kChildReportVar) + "=" + report);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=MultiGpuChild.*";
+  std::vector<char*> argv = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  if (::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
+  return pid;
+}
+
+TEST_F(MultiGpu, ProcessesPinnedToEachGpuShareOneCompile) {
+  if (device(0).compute_capability() != device(1).compute_capability()) {
+    GTEST_SKIP() << "devices 0 and 1 differ in architecture: their compiles have different keys";
+  }
+  gpu_testing::scratch_cache scratch;  // a fresh directory; the children open their own caches
+  const std::string root = scratch.cache().root().string();
+  const std::filesystem::path base = scratch.cache().root();
+  const std::string reports[2] = {base.string() + "-child0.report",
+                                  base.string() + "-child1.report"};
+  // Both at once: the directory cache's single-flight lets one compile and the other wait.
+  const pid_t pids[2] = {spawn_child(0, root, reports[0]), spawn_child(1, root, reports[1])};
+  int compiled = 0;
+  int bus_ids[2] = {-1, -2};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_GT(pids[i], 0) << "posix_spawn failed for child " << i;
+    int status = 0;
+    ASSERT_EQ(::waitpid(pids[i], &status, 0), pids[i]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "child on GPU " << i << " failed (status " << status << "): see its output above";
+    std::ifstream in(reports[i]);
+    std::string what;
+    int outcome = -1;
+    in >> what >> outcome >> bus_ids[i];
+    ASSERT_TRUE(in) << "child on GPU " << i << " wrote no report";
+    compiled += what == "compiled";
+    std::filesystem::remove(reports[i]);
+  }
+  EXPECT_EQ(compiled, 1) << "exactly one process compiles; the other reads its entry";
+  EXPECT_NE(bus_ids[0], bus_ids[1]) << "the children ran on different GPUs";
+  // The oracle: the cached entry equals an uncached compile of the same inputs.
+  program p(kKernels, source_type::cxx, kernel_options());
+  const object_code cached = p.compile(code_type::cubin, kernel_names(), &scratch.cache());
+  EXPECT_EQ(p.last_cache_outcome(), cache_outcome::hit);
+  const object_code fresh = program(kKernels, source_type::cxx, kernel_options())
+                                .compile(code_type::cubin, kernel_names(), nullptr);
+  EXPECT_TRUE(std::ranges::equal(cached.code(), fresh.code()));
 }
 
 }  // namespace
