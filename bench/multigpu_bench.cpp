@@ -1,6 +1,7 @@
 // A cross-device copy, device 0 → device 1, 64 MiB, through cucore beside the raw driver in the
 // same run, same buffers, same stream (device 1's), synchronized after each copy:
-//   BM_copy_0_to_1_cucore/access:A     dst.copy_from(src, s1) + s1.synchronize()
+//   BM_copy_0_to_1_cucore/access:A     dst.copy_from(src, s1) + s1.synchronize() (cucore calls
+//                                      cuMemcpyPeerAsync between devices)
 //     vs BM_copy_0_to_1_raw/access:A   cuMemcpyAsync(dst, src, bytes, s1) + cuStreamSynchronize
 //     vs BM_copy_0_to_1_raw_peer/access:A  cuMemcpyPeerAsync(dst, ctx1, src, ctx0, ...)
 // access:0 with the default pools as they are (no peer mappings), access:1 with each device's

@@ -352,10 +352,21 @@ void buffer::copy_from(const buffer& source, stream_ref s) {
   check_range(0, source.state_->size, state_->size, "a device-to-device copy");
   if (source.state_->size == 0) return;
   const auto& api = detail::runtime_driver(kFeature);
+  const int to = state_->resource->device().ordinal();
+  const int from = source.state_->resource->device().ordinal();
   detail::scoped_context scope(api, s.device().ordinal());
+  if (to == from) {
+    detail::check_driver(
+        api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle()),
+        "cuMemcpyAsync");
+    return;
+  }
+  // Between devices: cuMemcpyAsync on unified addresses is not reliable for stream-ordered pool
+  // memory (NVIDIA bug 3446335: NVIDIA's advice is the peer copy), so name both contexts.
   detail::check_driver(
-      api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle()),
-      "cuMemcpyAsync");
+      api.cuMemcpyPeerAsync(state_->address, detail::primary_context(to), source.state_->address,
+                            detail::primary_context(from), source.state_->size, s.handle()),
+      "cuMemcpyPeerAsync");
 }
 
 void buffer::fill_bits(std::uint32_t bits, std::size_t width, stream_ref s) {

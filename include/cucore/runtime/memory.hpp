@@ -147,10 +147,10 @@ class buffer {
     copy_to(std::ranges::data(host), range_bytes(host), s, offset);
   }
   // Device → device: all of `source` (no larger than this buffer) to the start of this buffer,
-  // ordered on `s` (cuMemcpyAsync in `s`'s device's context). `source` may live on another device
-  // (unified addresses): the driver copies peer to peer where it can, else stages through the
-  // host; no peer access needs enabling. Work on other streams that writes `source` (or uses this
-  // buffer) must be complete or ordered before `s` (stream::wait on an event) first.
+  // ordered on `s` (in `s`'s device's context). `source` may live on another device: then the copy
+  // is cuMemcpyPeerAsync between the two primary contexts, peer to peer where the pair can, else
+  // staged by the driver; no peer access needs enabling. Work on other streams that writes
+  // `source` (or uses this buffer) must be complete or ordered before `s` (stream::wait) first.
   void copy_from(const buffer& source, stream_ref s);
   // Sets every element of the buffer, viewed as an array of T, to `value` (cuMemsetD8/16/32Async).
   // T is 1, 2 or 4 bytes; the size must be a multiple of sizeof(T).
