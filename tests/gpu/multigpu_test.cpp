@@ -271,7 +271,7 @@ TEST_F(MultiGpu, KernelOnDevice1ReadsAGraphAllocationOnDevice0) {
   if (d0.compute_capability() != d1.compute_capability()) {
     GTEST_SKIP() << "devices 0 and 1 differ in architecture; the test cubin is for device 0";
   }
-  stream s0(d0), s1(d1);
+  stream s1(d1);
   const int n = 1 << 16;
   const std::size_t bytes = n * sizeof(float);
   const auto seed = fresh_seed();
