@@ -71,6 +71,7 @@ TEST_F(MultiGpu, PeerAccessQueryIsConsistentAndEnablingIsIdempotent) {
     EXPECT_THROW(d0.enable_peer_access(d1), invalid_argument);
     GTEST_SKIP() << "devices 0 and 1 have no peer path; checked only the refusal";
   }
+  ASSERT_TRUE(d1.can_access_peer(d0)) << "peer capability is expected to be symmetric";
   // Twice, and from several threads at once: all succeed (ALREADY_ENABLED is success).
   d0.enable_peer_access(d1);
   d0.enable_peer_access(d1);
