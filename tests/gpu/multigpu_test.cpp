@@ -360,6 +360,19 @@ TEST(MultiGpuChild, CompileThroughSharedCacheAndRun) {
   ASSERT_TRUE(report.good());
 }
 
+// What CUDA_VISIBLE_DEVICES names this process's device `ordinal` by: the ordinal itself, or the
+// matching entry of this process's own CUDA_VISIBLE_DEVICES when it has one.
+std::string visible_device(int ordinal) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr || *visible == '\0') return std::to_string(ordinal);
+  std::stringstream list(visible);
+  std::string entry;
+  for (int i = 0; std::getline(list, entry, ','); ++i) {
+    if (i == ordinal) return entry;
+  }
+  return std::to_string(ordinal);
+}
+
 // Spawns this test binary, filtered to the child test, with one GPU visible.
 pid_t spawn_child(int gpu, const std::string& root, const std::string& report) {
   std::vector<std::string> env_strings;
@@ -368,7 +381,7 @@ pid_t spawn_child(int gpu, const std::string& root, const std::string& report) {
     if (entry.starts_with("CUDA_VISIBLE_DEVICES=") || entry.starts_with("GTEST_")) continue;
     env_strings.push_back(entry);
   }
-  env_strings.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(gpu));
+  env_strings.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(gpu));
   env_strings.push_back(std::string(kChildCacheVar) + "=" + root);
   env_strings.push_back(std::string(kChildReportVar) + "=" + report);
   std::vector<char*> envp;
