@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -83,6 +84,31 @@ TEST_F(MultiGpu, PeerAccessQueryIsConsistentAndEnablingIsIdempotent) {
     });
   }
   for (auto& t : threads) t.join();
+}
+
+TEST_F(MultiGpu, ThreadsUseBothDevicesAndKeepTheirCurrentContext) {
+  // Each thread makes one device current, then works on both: every call pushes the right
+  // primary context, and the thread's own current context is left as it was.
+  std::vector<std::thread> threads;
+  std::vector<int> failures(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([t, &failures] {
+      const device mine(t % 2);
+      mine.set_current();
+      for (int i = 0; i < 10; ++i) {
+        const device d((t + i) % 2);
+        stream s(d);
+        buffer b(4096 * sizeof(std::uint32_t), s);
+        const auto value = static_cast<std::uint32_t>(t * 1000 + i);
+        b.fill(value, s);
+        for (std::uint32_t x : b.to_vector<std::uint32_t>(s)) failures[t] += x != value;
+        failures[t] += b.device() != d;
+        failures[t] += device::current() != mine;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
 TEST_F(MultiGpu, PoolAccessIsGrantedAndTakenBack) {
