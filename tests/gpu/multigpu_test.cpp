@@ -338,6 +338,54 @@ TEST_F(MultiGpu, KernelOnDevice1ReadsAGraphAllocationOnDevice0) {
   s1.synchronize();
 }
 
+TEST_F(MultiGpu, OneGraphRunsKernelsOnBothDevices) {
+  // A graph of device 0 with a kernel node on device 0 and one on device 1 (launch_on): device 0
+  // adds one into its allocation (mapped for device 1), device 1 reads it and adds one again.
+  device d0(0), d1(1);
+  if (!d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have no peer path";
+  if (d0.compute_capability() != d1.compute_capability()) {
+    GTEST_SKIP() << "devices 0 and 1 differ in architecture; the test cubin is for device 0";
+  }
+  stream s0(d0), s1(d1);
+  const int n = 1 << 16;
+  const std::size_t bytes = n * sizeof(float);
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(static_cast<std::size_t>(n), seed);
+  const kernel k = test_kernels().get_kernel("add_one");
+  std::weak_ptr<const void> in_owner, out_owner;
+  pinned_buffer check(bytes);
+  graph exec;
+  {
+    buffer in(bytes, s0);
+    in.copy_from(host, s0);
+    buffer out(bytes, s1);
+    s0.synchronize();
+    graph_definition g(d0);
+    graph_node alloc = g.allocate(bytes, {.peer_access = {d1}});
+    const device_address mid = alloc.alloc_params().address;
+    graph_node second =
+        alloc.launch(cover(n), k, in, mid, n).launch_on(d1, cover(n), k, mid, out, n);
+    EXPECT_EQ(second.kind(), graph_node_kind::kernel);
+    second.memcpy(check, out, bytes).deallocate(mid);
+    in_owner = in.owner();
+    out_owner = out.owner();
+    exec = g.instantiate();
+  }
+  EXPECT_FALSE(in_owner.expired());
+  EXPECT_FALSE(out_owner.expired());
+  auto want = host;
+  for (auto& x : want) x = (x + 1.0f) + 1.0f;  // the two kernels' float adds, in order
+  for (int i = 0; i < 2; ++i) {
+    std::fill_n(check.span<float>().begin(), n, kPoison);
+    exec.launch(s0);
+    s0.synchronize();
+    const std::vector<float> got(check.span<float>().begin(), check.span<float>().end());
+    EXPECT_EQ(mismatches(got, want), 0) << "launch " << i << ", seed " << seed;
+  }
+  exec = graph();
+  s0.synchronize();
+}
+
 TEST_F(MultiGpu, GraphAllocationRefusesAPeerWithoutAPath) {
   device d0(0), d1(1);
   if (d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have a peer path";
