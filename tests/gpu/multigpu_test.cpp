@@ -427,7 +427,10 @@ TEST(MultiGpuChild, CompileThroughSharedCacheAndRun) {
 
   std::ofstream report(report_path);
   report << (outcome == flight_outcome::compiled ? "compiled" : "not-compiled") << ' '
-         << static_cast<int>(outcome) << ' ' << d.properties().pci_bus_id << '\n';
+         << static_cast<int>(outcome)
+         << ' '
+         // Bus and device: GPUs of one host can share the bus number (00:06.0 and 00:07.0).
+         << d.properties().pci_bus_id * 256 + d.properties().pci_device_id << '\n';
   ASSERT_TRUE(report.good());
 }
 
@@ -478,7 +481,7 @@ TEST_F(MultiGpu, ProcessesPinnedToEachGpuShareOneCompile) {
   // Both at once: the directory cache's single-flight lets one compile and the other wait.
   const pid_t pids[2] = {spawn_child(0, root, reports[0]), spawn_child(1, root, reports[1])};
   int compiled = 0;
-  int bus_ids[2] = {-1, -2};
+  int pci_ids[2] = {-1, -2};  // bus * 256 + device
   for (int i = 0; i < 2; ++i) {
     ASSERT_GT(pids[i], 0) << "posix_spawn failed for child " << i;
     int status = 0;
@@ -488,13 +491,13 @@ TEST_F(MultiGpu, ProcessesPinnedToEachGpuShareOneCompile) {
     std::ifstream in(reports[i]);
     std::string what;
     int outcome = -1;
-    in >> what >> outcome >> bus_ids[i];
+    in >> what >> outcome >> pci_ids[i];
     ASSERT_TRUE(in) << "child on GPU " << i << " wrote no report";
     compiled += what == "compiled";
     std::filesystem::remove(reports[i]);
   }
   EXPECT_EQ(compiled, 1) << "exactly one process compiles; the other reads its entry";
-  EXPECT_NE(bus_ids[0], bus_ids[1]) << "the children ran on different GPUs";
+  EXPECT_NE(pci_ids[0], pci_ids[1]) << "the children ran on different GPUs";
   // The oracle: the cached entry equals an uncached compile of the same inputs.
   program p(kKernels, source_type::cxx, kernel_options());
   const object_code cached = p.compile(code_type::cubin, kernel_names(), &scratch.cache());
