@@ -151,9 +151,15 @@ graph_node node_factory<D>::launch(const launch_config& config, const kernel& k,
 }
 
 template <class D>
+graph_node node_factory<D>::launch_on(const cucore::device& dev, const launch_config& config,
+                                      const kernel& k, const kernel_arguments& args) const {
+  return launch_owned(config, k, args, nullptr, dev.ordinal());
+}
+
+template <class D>
 graph_node node_factory<D>::launch_owned(const launch_config& config, const kernel& k,
-                                         const kernel_arguments& args,
-                                         kernel_arguments* take) const {
+                                         const kernel_arguments& args, kernel_arguments* take,
+                                         int device) const {
   const D& self = static_cast<const D&>(*this);
   const auto& s = self.factory_state();
   CUkernel handle = k.handle();  // throws for an empty kernel
@@ -161,9 +167,11 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
   check_launch_arguments(k, args);
   check_usable(*s);
   std::shared_ptr<const void> kernel_owner = k.owner();
-  // The kernel's function in the graph device's context (a CUkernel in `func` is refused inside
-  // conditional bodies).
-  const CUfunction function = function_of(graph_driver(), handle, kernel_owner, s->device);
+  // The kernel's function in the context of the device it runs on (a CUkernel in `func` is
+  // refused inside conditional bodies); a CUfunction of another device's context makes the node
+  // run on that device.
+  const CUfunction function =
+      function_of(graph_driver(), handle, kernel_owner, device < 0 ? s->device : device);
   owner_list owners;
   owners.push(std::move(kernel_owner));
   if (take != nullptr) {
@@ -390,12 +398,19 @@ graph_node node_factory<D>::allocate(std::size_t bytes, const allocate_options& 
   p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
   p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.poolProps.location.id = dev;
+  p.poolProps.location.id = device_at(dev).handle;
   std::vector<CUmemAccessDesc> access;
   for (const cucore::device& peer : options.peer_access) {
+    // The driver answers a peer without a path with a bare CUDA_ERROR_INVALID_VALUE: say which.
+    if (peer.ordinal() != dev && !peer.can_access_peer(cucore::device(dev))) {
+      throw invalid_argument("allocate: peer_access lists device " +
+                             std::to_string(peer.ordinal()) + ", which cannot access device " +
+                             std::to_string(dev) +
+                             "'s memory (device::can_access_peer is false); copy to it instead");
+    }
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = peer.ordinal();
+    a.location.id = device_at(peer.ordinal()).handle;
     a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     access.push_back(a);
   }

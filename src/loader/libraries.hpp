@@ -81,6 +81,8 @@ namespace cucore::detail {
   X(cuDeviceGetName)                   \
   X(cuDeviceGetAttribute)              \
   X(cuDeviceTotalMem)                  \
+  X(cuDeviceCanAccessPeer)             \
+  X(cuCtxEnablePeerAccess)             \
   X(cuCtxGetDevice)                    \
   X(cuCtxGetCurrent)                   \
   X(cuDevicePrimaryCtxRetain)          \
@@ -114,9 +116,12 @@ namespace cucore::detail {
   X(cuMemPoolSetAttribute)             \
   X(cuMemPoolGetAttribute)             \
   X(cuMemPoolTrimTo)                   \
+  X(cuMemPoolSetAccess)                \
+  X(cuMemPoolGetAccess)                \
   X(cuMemAllocFromPoolAsync)           \
   X(cuMemFreeAsync)                    \
   X(cuMemcpyAsync)                     \
+  X(cuMemcpyPeerAsync)                 \
   X(cuMemsetD8Async)                   \
   X(cuMemsetD16Async)                  \
   X(cuMemsetD32Async)                  \

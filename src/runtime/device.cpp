@@ -119,6 +119,51 @@ device::priority_range device::stream_priority_range() const {
   return range;
 }
 
+namespace {
+
+std::string pair_name(const device& from, const device& to) {
+  return "device " + std::to_string(from.ordinal()) + " (" + from.name() + ") and device " +
+         std::to_string(to.ordinal()) + " (" + to.name() + ")";
+}
+
+}  // namespace
+
+bool device::can_access_peer(const device& other) const {
+  if (other.ordinal_ == ordinal_) return false;
+  const auto& api = detail::runtime_driver(kFeature);
+  int can = 0;
+  detail::check_driver(api.cuDeviceCanAccessPeer(&can, detail::device_at(ordinal_).handle,
+                                                 detail::device_at(other.ordinal_).handle),
+                       "cuDeviceCanAccessPeer");
+  return can != 0;
+}
+
+void device::enable_peer_access(const device& other) const {
+  if (other.ordinal_ == ordinal_) {
+    throw invalid_argument("device::enable_peer_access: device " + std::to_string(ordinal_) +
+                           " cannot be its own peer; pass another device");
+  }
+  if (!can_access_peer(other)) {
+    throw invalid_argument("device::enable_peer_access: " + pair_name(*this, other) +
+                           " cannot access each other's memory (cuDeviceCanAccessPeer is 0, e.g. "
+                           "no NVLink or PCIe peer path); copy through buffer::copy_from, which "
+                           "the driver stages, instead");
+  }
+  const auto& api = detail::runtime_driver(kFeature);
+  const CUcontext peer = detail::primary_context(other.ordinal_);
+  detail::scoped_context scope(api, ordinal_);
+  // The driver keeps the state per context pair; a second enable (from any thread) answers
+  // ALREADY_ENABLED, which is what the caller asked for.
+  const CUresult r = api.cuCtxEnablePeerAccess(peer, 0);
+  if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;
+  if (r == CUDA_SUCCESS) return;
+  const char* text = nullptr;
+  api.cuGetErrorString(r, &text);
+  detail::check_driver(r, "cuCtxEnablePeerAccess",
+                       "enabling peer access from " + pair_name(*this, other) +
+                           " failed: " + (text ? text : "unknown error"));
+}
+
 context device::primary_context() const {
   return context(*this);
 }

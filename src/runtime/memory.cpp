@@ -224,6 +224,38 @@ void pool_memory_resource::trim_to(std::size_t min_bytes_to_keep) {
   detail::check_driver(api.cuMemPoolTrimTo(pool_, min_bytes_to_keep), "cuMemPoolTrimTo");
 }
 
+void pool_memory_resource::set_access(const cucore::device& peer, bool enabled) {
+  if (peer == device_) {
+    throw invalid_argument("pool_memory_resource::set_access: device " +
+                           std::to_string(peer.ordinal()) +
+                           " owns this pool and always has access; pass another device");
+  }
+  if (!peer.can_access_peer(device_)) {
+    throw invalid_argument("pool_memory_resource::set_access: device " +
+                           std::to_string(peer.ordinal()) + " cannot access device " +
+                           std::to_string(device_.ordinal()) +
+                           "'s memory (cuDeviceCanAccessPeer is 0); copy with buffer::copy_from");
+  }
+  const auto& api = detail::runtime_driver(kFeature);
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = detail::device_at(peer.ordinal()).handle;
+  desc.flags = enabled ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  detail::scoped_context scope(api, device_.ordinal());
+  detail::check_driver(api.cuMemPoolSetAccess(pool_, &desc, 1), "cuMemPoolSetAccess");
+}
+
+bool pool_memory_resource::access(const cucore::device& peer) const {
+  const auto& api = detail::runtime_driver(kFeature);
+  CUmemLocation location{};
+  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  location.id = detail::device_at(peer.ordinal()).handle;
+  CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  detail::scoped_context scope(api, device_.ordinal());
+  detail::check_driver(api.cuMemPoolGetAccess(&flags, pool_, &location), "cuMemPoolGetAccess");
+  return flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 // ---- buffer
 // --------------------------------------------------------------------------------------
 
@@ -320,10 +352,21 @@ void buffer::copy_from(const buffer& source, stream_ref s) {
   check_range(0, source.state_->size, state_->size, "a device-to-device copy");
   if (source.state_->size == 0) return;
   const auto& api = detail::runtime_driver(kFeature);
+  const int to = state_->resource->device().ordinal();
+  const int from = source.state_->resource->device().ordinal();
   detail::scoped_context scope(api, s.device().ordinal());
+  if (to == from) {
+    detail::check_driver(
+        api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle()),
+        "cuMemcpyAsync");
+    return;
+  }
+  // Between devices: cuMemcpyAsync on unified addresses is not reliable for stream-ordered pool
+  // memory (NVIDIA bug 3446335: NVIDIA's advice is the peer copy), so name both contexts.
   detail::check_driver(
-      api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle()),
-      "cuMemcpyAsync");
+      api.cuMemcpyPeerAsync(state_->address, detail::primary_context(to), source.state_->address,
+                            detail::primary_context(from), source.state_->size, s.handle()),
+      "cuMemcpyPeerAsync");
 }
 
 void buffer::fill_bits(std::uint32_t bits, std::size_t width, stream_ref s) {

@@ -189,6 +189,15 @@ class node_factory {
   template <class... Args>
   graph_node launch(const launch_config& config, const kernel& k, const Args&... args) const;
 
+  // A kernel launch on `dev`, which may differ from the graph's device (a multi-device graph): the
+  // driver resolves the kernel's function in `dev`'s primary context, and the node runs there
+  // wherever the graph is launched. Owners as for launch().
+  graph_node launch_on(const cucore::device& dev, const launch_config& config, const kernel& k,
+                       const kernel_arguments& args) const;
+  template <class... Args>
+  graph_node launch_on(const cucore::device& dev, const launch_config& config, const kernel& k,
+                       const Args&... args) const;
+
   // Copies `bytes` from src to dst (device, pinned or host memory).
   graph_node memcpy(const memory_operand& dst, const memory_operand& src, std::size_t bytes) const;
 
@@ -239,8 +248,10 @@ class node_factory {
 
  protected:
   // `take`: the arguments to take the owners of (the rvalue overload), else null (copied).
+  // `device`: the ordinal to run on, or -1 for the graph's device.
   graph_node launch_owned(const launch_config& config, const kernel& k,
-                          const kernel_arguments& args, kernel_arguments* take) const;
+                          const kernel_arguments& args, kernel_arguments* take,
+                          int device = -1) const;
   graph_node callback_erased(host_function fn, void* data, std::shared_ptr<const void> fn_owner,
                              std::shared_ptr<const void> data_owner) const;
   graph_node conditional(const graph_condition& c, conditional_kind kind, unsigned count) const;
@@ -369,6 +380,17 @@ graph_node node_factory<Derived>::launch(const launch_config& config, const kern
     return launch(config, k, kernel_arguments());
   } else {
     return launch(config, k, kernel_arguments(args...));
+  }
+}
+
+template <class Derived>
+template <class... Args>
+graph_node node_factory<Derived>::launch_on(const cucore::device& dev, const launch_config& config,
+                                            const kernel& k, const Args&... args) const {
+  if constexpr (sizeof...(Args) == 0) {
+    return launch_on(dev, config, k, kernel_arguments());
+  } else {
+    return launch_on(dev, config, k, kernel_arguments(args...));
   }
 }
 

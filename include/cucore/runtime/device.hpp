@@ -93,6 +93,19 @@ class device {
   // Waits for all work on this device's primary context (cuCtxSynchronize).
   void synchronize() const;
 
+  // Peer access (docs/runtime.md, "Several devices").
+  // Whether this device can read and write `other`'s memory directly (cuDeviceCanAccessPeer);
+  // false for the same device.
+  bool can_access_peer(const device& other) const;
+  // Lets kernels and copies running in this device's primary context access memory that
+  // `other`'s primary context allocated with cuMemAlloc (cuCtxEnablePeerAccess, one direction:
+  // call it on both devices for both). Idempotent and thread-safe: enabling it again is a no-op.
+  // Throws invalid_argument naming both devices when `other` is this device or the pair cannot
+  // access each other (can_access_peer is false), cuda_error when the driver refuses (e.g.
+  // CUDA_ERROR_TOO_MANY_PEERS). It does not cover stream-ordered pool memory (buffer's default):
+  // that is pool_memory_resource::set_access.
+  void enable_peer_access(const device& other) const;
+
   // The memory resource buffers use by default: the device's default memory pool
   // (cuDeviceGetDefaultMemPool), one shared object per device for the process's life.
   const std::shared_ptr<memory_resource>& default_memory_resource() const;

@@ -75,6 +75,13 @@ class pool_memory_resource final : public memory_resource {
   std::uint64_t used_bytes() const;
   // Returns unused memory to the system, keeping at least `min_bytes_to_keep` (cuMemPoolTrimTo).
   void trim_to(std::size_t min_bytes_to_keep);
+  // Lets kernels on `peer` read and write this pool's allocations, past and future
+  // (cuMemPoolSetAccess; pool memory ignores device::enable_peer_access), or takes that away with
+  // `enabled` false. Throws invalid_argument for the pool's own device or a device that
+  // cannot access this one (device::can_access_peer). The default pool is shared process-wide.
+  void set_access(const cucore::device& peer, bool enabled = true);
+  // Whether `peer` may read and write this pool's allocations (cuMemPoolGetAccess).
+  bool access(const cucore::device& peer) const;
 
  private:
   struct adopt_default {};
@@ -139,7 +146,11 @@ class buffer {
   void copy_to(R&& host, stream_ref s, std::size_t offset = 0) const {
     copy_to(std::ranges::data(host), range_bytes(host), s, offset);
   }
-  // Device → device: all of `source` (no larger than this buffer) to the start of this buffer.
+  // Device → device: all of `source` (no larger than this buffer) to the start of this buffer,
+  // ordered on `s` (in `s`'s device's context). `source` may live on another device: then the copy
+  // is cuMemcpyPeerAsync between the two primary contexts, peer to peer where the pair can, else
+  // staged by the driver; no peer access needs enabling. Work on other streams that writes
+  // `source` (or uses this buffer) must be complete or ordered before `s` (stream::wait) first.
   void copy_from(const buffer& source, stream_ref s);
   // Sets every element of the buffer, viewed as an array of T, to `value` (cuMemsetD8/16/32Async).
   // T is 1, 2 or 4 bytes; the size must be a multiple of sizeof(T).
