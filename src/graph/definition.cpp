@@ -111,6 +111,58 @@ void check_operand(const memory_operand& op, std::size_t bytes, const char* side
   }
 }
 
+// The device whose memory `op` is, or -1 for host memory and addresses the driver cannot place.
+int device_of(const driver_api& api, const memory_operand& op) noexcept {
+  if (op.is_host()) return -1;
+  int ordinal = -1;
+  if (api.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, op.address()) !=
+      CUDA_SUCCESS) {
+    return -1;
+  }
+  return ordinal;
+}
+
+// Adds a memcpy node. The driver runs a copy in one context and accepts it only where that
+// context's device can reach both operands (measured, driver 580: pool memory of another device
+// is refused with CUDA_ERROR_INVALID_VALUE unless the pool grants that device access). The graph's
+// device is tried first (what one device needs); when it cannot reach an operand, the devices
+// owning the operands are tried, so a copy between two devices works whenever either of them can
+// reach both.
+CUresult add_memcpy_node(const driver_api& api, CUgraph g, const CUgraphNode* deps,
+                         std::size_t count, const CUDA_MEMCPY3D& copy, const memory_operand& dst,
+                         const memory_operand& src, int graph_device, CUgraphNode* out) {
+  CUresult r = api.cuGraphAddMemcpyNode(out, g, deps, count, &copy, primary_context(graph_device));
+  if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  const int dst_device = device_of(api, dst);
+  const int src_device = device_of(api, src);
+  const auto try_on = [&](int d) {
+    return api.cuGraphAddMemcpyNode(out, g, deps, count, &copy, primary_context(d));
+  };
+  if (dst_device >= 0 && dst_device != graph_device) {
+    r = try_on(dst_device);
+    if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  }
+  if (src_device >= 0 && src_device != graph_device && src_device != dst_device) {
+    r = try_on(src_device);
+    if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  }
+  if ((dst_device >= 0 && dst_device != graph_device) ||
+      (src_device >= 0 && src_device != graph_device)) {
+    const auto where = [](int d) {
+      return d < 0 ? std::string("host or unplaced memory") : "device " + std::to_string(d);
+    };
+    throw invalid_argument(
+        "memcpy node from " + where(src_device) + " to " + where(dst_device) +
+        " refused: no device involved can reach both operands. A graph's copy runs on one "
+        "device, which must be able to read the source and write the destination; pool memory "
+        "is reachable from another device only once its pool grants access "
+        "(pool_memory_resource::set_access(peer), or allocate_options::peer_access for a graph "
+        "allocation). Grant one of the devices access to the other's operand, or copy through "
+        "pinned host memory");
+  }
+  return r;
+}
+
 // The CUfunction of a kernel in the primary context of `device`. Graphs add many nodes of one
 // kernel, so the last answer is kept per thread, tied to the kernel's loaded state: a weak
 // reference to it, so a library unloaded (and its handle reused) never matches. Only a miss asks
@@ -233,11 +285,12 @@ graph_node node_factory<D>::memcpy(const memory_operand& dst, const memory_opera
   c.WidthInBytes = bytes;
   c.Height = 1;
   c.Depth = 1;
-  CUcontext ctx = primary_context(s->device);
-  return add_node(s, self.factory_dependencies(), {dst.owner(), src.owner()},
-                  "cuGraphAddMemcpyNode",
-                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
-                      CUgraphNode* out) { return a.cuGraphAddMemcpyNode(out, g, d, n, &c, ctx); });
+  const int graph_device = s->device;
+  return add_node(
+      s, self.factory_dependencies(), {dst.owner(), src.owner()}, "cuGraphAddMemcpyNode",
+      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
+        return add_memcpy_node(a, g, d, n, c, dst, src, graph_device, out);
+      });
 }
 
 template <class D>

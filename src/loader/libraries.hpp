@@ -122,6 +122,7 @@ namespace cucore::detail {
   X(cuMemFreeAsync)                    \
   X(cuMemcpyAsync)                     \
   X(cuMemcpyPeerAsync)                 \
+  X(cuPointerGetAttribute)             \
   X(cuMemsetD8Async)                   \
   X(cuMemsetD16Async)                  \
   X(cuMemsetD32Async)                  \

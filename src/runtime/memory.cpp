@@ -361,6 +361,22 @@ void buffer::copy_from(const buffer& source, stream_ref s) {
         "cuMemcpyAsync");
     return;
   }
+  if (capturing(api, s)) {
+    // A peer copy cannot be captured (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is
+    // invalidated); a plain copy can, where the stream's device reaches both buffers.
+    const CUresult r =
+        api.cuMemcpyAsync(state_->address, source.state_->address, source.state_->size, s.handle());
+    if (r == CUDA_ERROR_INVALID_VALUE) {
+      throw invalid_argument(
+          "buffer::copy_from device " + std::to_string(from) + " to device " + std::to_string(to) +
+          " on a capturing stream of device " + std::to_string(s.device().ordinal()) +
+          ": a captured copy runs on the stream's device, which cannot reach both buffers. Grant "
+          "it access to the other device's pool (pool_memory_resource::set_access), or copy "
+          "outside the capture");
+    }
+    detail::check_driver(r, "cuMemcpyAsync");
+    return;
+  }
   // Between devices: cuMemcpyAsync on unified addresses is not reliable for stream-ordered pool
   // memory (NVIDIA bug 3446335: NVIDIA's advice is the peer copy), so name both contexts.
   detail::check_driver(

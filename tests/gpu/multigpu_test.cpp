@@ -21,6 +21,7 @@
 
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
+#include "cucore/graph/builder.hpp"
 #include "cucore/graph/definition.hpp"
 #include "cucore/graph/graph.hpp"
 #include "cucore/program.hpp"
@@ -30,10 +31,12 @@
 #include "cucore/runtime/memory.hpp"
 #include "cucore/runtime/stream.hpp"
 #include "gpu_test_support.hpp"
+#include "graph_test_support.hpp"
 
 namespace cucore {
 namespace {
 
+using gpu_testing::expires_within;
 using gpu_testing::fresh_seed;
 using gpu_testing::kernel_names;
 using gpu_testing::kernel_options;
@@ -224,8 +227,14 @@ TEST_F(MultiGpu, OneObjectCodeLaunchesOnBothDevices) {
   }
 }
 
-TEST_F(MultiGpu, GraphCopiesAcrossDevicesAndKeepsBothBuffersAlive) {
+TEST_F(MultiGpu, GraphCopyBetweenPoolsNeedsAccessAndKeepsBothBuffersAlive) {
+  // A copy node runs on one device, which must reach both operands: between two pools that grant
+  // no access it is refused with the rule; once device 0 may use device 1's pool it runs, and the
+  // graph keeps both buffers alive.
   device d0(0), d1(1);
+  if (!d0.can_access_peer(d1)) GTEST_SKIP() << "device 0 cannot reach device 1";
+  auto p0 = std::make_shared<pool_memory_resource>(d0);
+  auto p1 = std::make_shared<pool_memory_resource>(d1);
   stream s0(d0), s1(d1);
   const std::size_t n = 1 << 18;
   const std::size_t bytes = n * sizeof(float);
@@ -233,15 +242,23 @@ TEST_F(MultiGpu, GraphCopiesAcrossDevicesAndKeepsBothBuffersAlive) {
   const auto host = random_values<float>(n, seed);
   std::weak_ptr<const void> src_owner, dst_owner;
   graph exec;
-  buffer check(bytes, s1);
+  buffer check(bytes, s1, p1);
   {
-    buffer src(bytes, s0);
+    buffer src(bytes, s0, p0);
     src.copy_from(host, s0);
-    buffer dst(bytes, s1);
+    buffer dst(bytes, s1, p1);
     dst.fill(kPoison, s1);
     s0.synchronize();
     s1.synchronize();
     graph_definition g(d0);
+    try {
+      g.memcpy(dst, src, bytes);
+      ADD_FAILURE() << "a copy between pools that grant no access was accepted";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("set_access"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(g.node_count(), 0u) << "the refused copy left a node";
+    p1->set_access(d0);
     g.memcpy(dst, src, bytes).memcpy(check, dst, bytes);  // 0 → 1, then 1 → 1
     src_owner = src.owner();
     dst_owner = dst.owner();
@@ -255,6 +272,40 @@ TEST_F(MultiGpu, GraphCopiesAcrossDevicesAndKeepsBothBuffersAlive) {
   s0.synchronize();
   EXPECT_EQ(mismatches(check.to_vector<float>(s1), host), 0) << "seed " << seed;
   exec = graph();
+  EXPECT_TRUE(expires_within(src_owner)) << "the last graph is gone but the source is kept";
+  EXPECT_TRUE(expires_within(dst_owner)) << "the last graph is gone but the destination is kept";
+  s0.synchronize();
+  s1.synchronize();
+}
+
+TEST_F(MultiGpu, CapturedCrossDeviceCopyNeedsAccessAndRuns) {
+  // A peer copy cannot be captured; buffer::copy_from on a capturing stream captures a plain copy,
+  // refused with the rule while the stream's device cannot reach the other pool.
+  device d0(0), d1(1);
+  if (!d0.can_access_peer(d1)) GTEST_SKIP() << "device 0 cannot reach device 1";
+  auto p0 = std::make_shared<pool_memory_resource>(d0);
+  auto p1 = std::make_shared<pool_memory_resource>(d1);
+  stream s0(d0), s1(d1);
+  const std::size_t n = (1 << 16) + 3;
+  const std::size_t bytes = n * sizeof(float);
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer src(bytes, s1, p1);
+  src.copy_from(host, s1);
+  buffer dst(bytes, s0, p0);
+  dst.fill(kPoison, s0);
+  s0.synchronize();
+  s1.synchronize();
+  graph_builder b(s0);
+  b.begin_building();
+  EXPECT_THROW(dst.copy_from(src, s0), invalid_argument);
+  p1->set_access(d0);
+  dst.copy_from(src, s0);  // the capture survived the refusal
+  graph exec = b.end_building().graph_definition().instantiate();
+  EXPECT_EQ(mismatches(dst.to_vector<float>(s0), std::vector<float>(n, kPoison)), 0)
+      << "the captured copy ran while being captured";
+  exec.launch(s0);
+  EXPECT_EQ(mismatches(dst.to_vector<float>(s0), host), 0) << "seed " << seed;
   s0.synchronize();
   s1.synchronize();
 }
@@ -278,7 +329,9 @@ TEST_F(MultiGpu, GraphAllocationWithPeerAccessIsCopiedToTheOtherDevice) {
   const device_address scratch = alloc.alloc_params().address;
   EXPECT_EQ(alloc.alloc_params().device, 0);
   EXPECT_EQ(alloc.alloc_params().bytes, bytes);
-  // Fill the allocation on device 0, then copy it into device 1's buffer, then free it.
+  // Fill the allocation on device 0, then copy it into device 1's buffer, then free it. Device 0
+  // cannot reach `out` (device 1's pool grants it nothing); device 1 reaches both, so the second
+  // copy runs there.
   alloc.memcpy(scratch, in, bytes).memcpy(out, scratch, bytes).deallocate(scratch);
   graph exec = g.instantiate();
   for (int i = 0; i < 2; ++i) {

@@ -149,8 +149,10 @@ class buffer {
   // Device → device: all of `source` (no larger than this buffer) to the start of this buffer,
   // ordered on `s` (in `s`'s device's context). `source` may live on another device: then the copy
   // is cuMemcpyPeerAsync between the two primary contexts, peer to peer where the pair can, else
-  // staged by the driver; no peer access needs enabling. Work on other streams that writes
-  // `source` (or uses this buffer) must be complete or ordered before `s` (stream::wait) first.
+  // staged by the driver; no peer access needs enabling. On a capturing stream (the driver cannot
+  // capture a peer copy) it is a plain copy run by `s`'s device, which must reach both buffers
+  // (pool_memory_resource::set_access), else invalid_argument says so. Work on other streams that
+  // writes `source` (or uses this buffer) must be complete or ordered before `s` (stream::wait).
   void copy_from(const buffer& source, stream_ref s);
   // Sets every element of the buffer, viewed as an array of T, to `value` (cuMemsetD8/16/32Async).
   // T is 1, 2 or 4 bytes; the size must be a multiple of sizeof(T).
