@@ -32,6 +32,7 @@
 #include "cucore/runtime/stream.hpp"
 #include "gpu_test_support.hpp"
 #include "graph_test_support.hpp"
+#include "loader/libraries.hpp"  // the driver table: a peer query answering "no path"
 
 namespace cucore {
 namespace {
@@ -441,6 +442,57 @@ TEST_F(MultiGpu, GraphAllocationRefusesAPeerWithoutAPath) {
   if (d1.can_access_peer(d0)) GTEST_SKIP() << "devices 0 and 1 have a peer path";
   graph_definition g(d0);
   EXPECT_THROW(g.allocate(1024, {.peer_access = {d1}}), invalid_argument);
+}
+
+// The driver's peer query answering "no path" (swapped in the driver table), so the refusals are
+// checked on machines whose GPUs do have one.
+class no_peer_path {
+ public:
+  no_peer_path() : real_(api().cuDeviceCanAccessPeer) { api().cuDeviceCanAccessPeer = &stub; }
+  no_peer_path(const no_peer_path&) = delete;
+  no_peer_path& operator=(const no_peer_path&) = delete;
+  ~no_peer_path() { api().cuDeviceCanAccessPeer = real_; }
+
+ private:
+  static detail::driver_api& api() { return *detail::driver_table().api; }
+  static CUresult stub(int* can, CUdevice, CUdevice) {
+    *can = 0;
+    return CUDA_SUCCESS;
+  }
+  decltype(detail::driver_api::cuDeviceCanAccessPeer) real_;
+};
+
+TEST_F(MultiGpu, WithoutAPeerPathPeerCallsAreRefusedAndCopiesStillWork) {
+  device d0(0), d1(1);
+  stream s0(d0), s1(d1);
+  auto p0 = std::make_shared<pool_memory_resource>(d0);
+  const std::size_t n = 1 << 12;
+  const auto seed = fresh_seed();
+  const auto host = random_values<float>(n, seed);
+  buffer a(n * sizeof(float), s0, p0);
+  a.copy_from(host, s0);
+  s0.synchronize();
+  buffer b(n * sizeof(float), s1);
+  {
+    no_peer_path no_path;
+    EXPECT_FALSE(d0.can_access_peer(d1));
+    try {
+      d0.enable_peer_access(d1);
+      ADD_FAILURE() << "enable_peer_access without a path was accepted";
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("device 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("device 1"), std::string::npos) << what;
+    }
+    EXPECT_THROW(p0->set_access(d1), invalid_argument);
+    EXPECT_FALSE(p0->access(d1));
+    graph_definition g(d0);
+    EXPECT_THROW(g.allocate(1024, {.peer_access = {d1}}), invalid_argument);
+    EXPECT_EQ(g.node_count(), 0u);
+    b.copy_from(a, s1);  // needs no peer path: the driver stages it
+    EXPECT_EQ(mismatches(b.to_vector<float>(s1), host), 0) << "seed " << seed;
+  }
+  EXPECT_EQ(d0.can_access_peer(d1), d1.can_access_peer(d0)) << "the real query is back";
 }
 
 // ---- processes pinned to different GPUs sharing one directory cache
