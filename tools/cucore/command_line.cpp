@@ -18,7 +18,7 @@ const option_spec* find(std::span<const option_spec> specs, std::string_view spe
   return nullptr;
 }
 
-std::string quoted(std::string_view text) {
+std::string in_quotes(std::string_view text) {
   return "\"" + std::string(text) + "\"";
 }
 
@@ -95,7 +95,7 @@ void check_spellings(std::span<const std::string> args, std::span<const option_s
     const option_spec* spec = find(specs, std::string_view(arg).substr(0, 2));
     if (spec == nullptr) continue;
     if (!spec->takes_value()) {
-      if (arg.size() > 2) throw usage_error("unknown option " + quoted(arg));
+      if (arg.size() > 2) throw usage_error("unknown option " + in_quotes(arg));
       continue;
     }
     if (arg.size() > 2) continue;  // -IDIR
@@ -146,7 +146,7 @@ arguments parse(std::span<const std::string> args, std::span<const option_spec> 
     throw usage_error(e.what());
   }
   for (const std::string& extra : app.remaining()) {
-    if (extra != "--") throw usage_error("unknown option " + quoted(extra));
+    if (extra != "--") throw usage_error("unknown option " + in_quotes(extra));
   }
 
   for (const auto& [spec, option] : added) {
@@ -175,10 +175,10 @@ int parse_int(std::string_view option, std::string_view text) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec == std::errc::result_out_of_range) {
-    throw usage_error(std::string(option) + ": " + quoted(text) + " is out of range");
+    throw usage_error(std::string(option) + ": " + in_quotes(text) + " is out of range");
   }
   if (ec != std::errc() || ptr != end) {
-    throw usage_error(std::string(option) + ": " + quoted(text) + " is not an integer");
+    throw usage_error(std::string(option) + ": " + in_quotes(text) + " is not an integer");
   }
   return value;
 }
@@ -187,8 +187,8 @@ bool parse_bool(std::string_view option, std::string_view text, std::string_view
                 std::string_view no) {
   if (text == yes) return true;
   if (text == no) return false;
-  throw usage_error(std::string(option) + ": " + quoted(text) + " is neither " + quoted(yes) +
-                    " nor " + quoted(no));
+  throw usage_error(std::string(option) + ": " + in_quotes(text) + " is neither " + in_quotes(yes) +
+                    " nor " + in_quotes(no));
 }
 
 std::string options_help(std::span<const option_spec> specs) {
