@@ -61,19 +61,29 @@ std::vector<std::string> arguments::all(std::string_view name) const {
 
 namespace {
 
-// The messages CLI11 would word its own way, checked before it parses: a flag given a value
-// ("--json=x"; CLI11 takes "--json=true"), a flag with letters attached ("-Gx"; CLI11 reads it as
-// -G -x), "--arch=" (CLI11 takes the next argument), and a value option last on the line.
-void check_spellings(std::span<const std::string> args, std::span<const option_spec> specs) {
+// The options the command line names, each once: the only ones parse() gives CLI11. A parser of
+// every option costs a fresh process more than the rest of a cache hit (CLI11 checks each new
+// option against all before it); one of those named parses the same line the same way, since an
+// option that is not named cannot match. Also checks what CLI11 would word its own way or accept:
+// a flag given a value ("--json=x"; CLI11 takes "--json=true"), a flag with letters attached
+// ("-Gx"; CLI11 reads -G -x), "--arch=" (CLI11 takes the next argument), and a value option last
+// on the line.
+std::vector<const option_spec*> named_options(std::span<const std::string> args,
+                                              std::span<const option_spec> specs) {
+  std::vector<const option_spec*> named;
+  auto name = [&](const option_spec* spec) {
+    if (std::find(named.begin(), named.end(), spec) == named.end()) named.push_back(spec);
+  };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--") return;
+    if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
     if (arg.starts_with("--")) {
       const auto eq = arg.find('=');
       const std::string_view spelling = std::string_view(arg).substr(0, eq);
       const option_spec* spec = find(specs, spelling);
       if (spec == nullptr) continue;  // unknown: CLI11 leaves it over, and parse() names it
+      name(spec);
       if (eq != std::string::npos) {
         if (!spec->takes_value()) {
           throw usage_error("option " + std::string(spelling) + " takes no value");
@@ -94,6 +104,7 @@ void check_spellings(std::span<const std::string> args, std::span<const option_s
     }
     const option_spec* spec = find(specs, std::string_view(arg).substr(0, 2));
     if (spec == nullptr) continue;
+    name(spec);
     if (!spec->takes_value()) {
       if (arg.size() > 2) throw usage_error("unknown option " + in_quotes(arg));
       continue;
@@ -104,6 +115,7 @@ void check_spellings(std::span<const std::string> args, std::span<const option_s
     }
     ++i;
   }
+  return named;
 }
 
 // CLI11's name list for a spec: "-I,--include-path".
@@ -116,9 +128,9 @@ std::string cli11_names(const option_spec& spec) {
 }  // namespace
 
 arguments parse(std::span<const std::string> args, std::span<const option_spec> specs) {
-  check_spellings(args, specs);
+  const std::vector<const option_spec*> named = named_options(args, specs);
 
-  // Built per call, for the one command being run: the tool parses one command line per process.
+  // Built per call, for the one command being run, from the options its line names.
   CLI::App app;
   app.set_help_flag();  // -h/--help is an ordinary flag here: commands answer it themselves
   app.allow_extras();   // unknown options are reported below, in the tool's words
@@ -131,10 +143,7 @@ arguments parse(std::span<const std::string> args, std::span<const option_spec> 
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     added.emplace_back(&spec, option);
   };
-  for (const auto& spec : specs) {
-    if (!spec.name.empty()) add(spec);
-  }
-  add(help_option);
+  for (const option_spec* spec : named) add(*spec);
   arguments out;
   app.add_option("positionals", out.positionals_);
 
