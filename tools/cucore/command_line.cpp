@@ -155,7 +155,11 @@ arguments parse(std::span<const std::string> args, std::span<const option_spec> 
     throw usage_error(e.what());
   }
   for (const std::string& extra : app.remaining()) {
-    if (extra != "--") throw usage_error("unknown option " + in_quotes(extra));
+    if (extra == "--") continue;
+    // "--frob=1": the option is "--frob".
+    const std::string_view spelling =
+        extra.starts_with("--") ? std::string_view(extra).substr(0, extra.find('=')) : extra;
+    throw usage_error("unknown option " + in_quotes(spelling));
   }
 
   for (const auto& [spec, option] : added) {
