@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libsqlite3-dev libxxhash-dev
   libhiredis-dev redis-server
+  libcli11-dev nlohmann-json3-dev
   clang-format clang libclang-rt-14-dev
   python3 python3-venv python3-dev
 )

@@ -1216,6 +1216,61 @@ TEST_F(Key, IsTheKeyCompileUses) {
   EXPECT_EQ(same.out, r.out);
 }
 
+// The command-line conventions the README documents, as CLI11 parses them (key: no compile
+// needed): spellings of one option give one key, values may start with '-', repeated options keep
+// their order, "--" ends the options; malformed spellings are usage errors naming them.
+TEST_F(Key, CommandLineConventions) {
+  file("k.cu", kTemplate);
+  file("-k.cu", kTemplate);
+  fs::create_directory(work_ / "inc");
+  auto key = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"key", "k.cu", "--arch", kArch, "--target", "ptx"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = cucore(args);
+    EXPECT_EQ(r.status, 0) << describe(r);
+    return r.out;
+  };
+  const std::string include = key({"-I", "inc"});
+  EXPECT_EQ(key({"-Iinc"}), include);
+  EXPECT_EQ(key({"--include-path", "inc"}), include);
+  EXPECT_EQ(key({"--include-path=inc"}), include);
+  EXPECT_NE(key({}), include);
+
+  const std::string ptxas = key({"--ptxas-options", "-v"});
+  EXPECT_EQ(key({"--ptxas-options=-v"}), ptxas);
+  EXPECT_NE(key({}), ptxas);
+  // The value that looks like an option is the value, not the flag it spells.
+  EXPECT_EQ(key({"--name-expression", "--json"}).find('{'), std::string::npos);
+
+  EXPECT_NE(key({"-D", "A=1", "-D", "A=2"}), key({"-D", "A=2", "-D", "A=1"}));
+  EXPECT_EQ(key({"--arch", "sm_52", "--arch", kArch}), key({}));  // the last one wins
+
+  // After "--", "-k.cu" is FILE; before it, an unknown option.
+  auto r = cucore({"key", "--arch", kArch, "--target", "ptx", "--", "-k.cu"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(is_key(r.out.substr(0, r.out.size() - 1))) << r.out;
+  r = cucore({"key", "--arch", kArch, "--target", "ptx", "-k.cu"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "unknown option \"-k.cu\"")) << r.err;
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> errors = {
+      {{"--json=yes"}, "option --json takes no value"},
+      {{"-Gx"}, "unknown option \"-Gx\""},
+      {{"--std="}, "option --std needs a non-empty value (STD)"},
+      {{"-D", ""}, "option -D needs a non-empty value"},
+      {{"--frobnicate=1"}, "unknown option \"--frobnicate\""},
+      {{"-I"}, "option -I needs a value (DIR)"},
+  };
+  for (const auto& [extra, message] : errors) {
+    std::vector<std::string> args = {"key", "k.cu", "--arch", kArch};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = cucore(args);
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+    EXPECT_TRUE(contains(r.err, "Run 'cucore key --help' for usage.")) << r.err;
+  }
+}
+
 // Like compile, key takes the compiler's version from the cache's memo: once the cache has seen
 // the compiler, deriving a key loads no compiler library, and the key is the same either way.
 TEST_F(Key, UsesTheCachesCompilerVersionsAndLoadsNoCompiler) {

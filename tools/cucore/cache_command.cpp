@@ -18,8 +18,8 @@
 #include <system_error>
 #include <vector>
 
-#include "arguments.hpp"
 #include "cache_spec.hpp"
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
 #include "cucore/cache/config.hpp"
@@ -31,7 +31,7 @@
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "cucore/object_code.hpp"
-#include "json_writer.hpp"
+#include "json_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -134,11 +134,9 @@ std::optional<object_code> find_entry(program_cache& cache, const arguments& arg
 }
 
 void print_counts(const std::vector<std::pair<std::string_view, std::uint64_t>>& counts) {
-  json_writer json;
-  json.begin_object();
-  for (const auto& [name, n] : counts) json.key(name).value(n);
-  json.end_object();
-  std::cout << json.str() << '\n';
+  json out = json::object();
+  for (const auto& [name, n] : counts) out[std::string(name)] = n;
+  write_json(out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,22 +226,19 @@ std::string plural(std::uint64_t n, std::string_view one, std::string_view many)
   return std::to_string(n) + " " + std::string(n == 1 ? one : many);
 }
 
-void write_tier_counts(json_writer& json, const cache_stats& s) {
-  json.begin_object();
-  json.key("hits").value(s.hits);
-  json.key("misses").value(s.misses);
-  const std::optional<double> rate = hit_rate(s.hits, s.misses);
-  json.key("hit_rate");
-  if (rate) {
-    json.value(*rate, 4);
-  } else {
-    json.value(nullptr);
-  }
-  json.key("puts").value(s.puts);
-  json.key("errors").value(s.errors);
-  json.key("corrupt_dropped").value(s.corrupt_dropped);
-  json.key("evictions").value(s.evictions);
-  json.end_object();
+// A rate to 4 digits, or null before the first lookup.
+json rate_json(std::optional<double> rate) {
+  return rate ? rounded(*rate, 4) : json(nullptr);
+}
+
+json tier_counts_json(const cache_stats& s) {
+  return {{"hits", s.hits},
+          {"misses", s.misses},
+          {"hit_rate", rate_json(hit_rate(s.hits, s.misses))},
+          {"puts", s.puts},
+          {"errors", s.errors},
+          {"corrupt_dropped", s.corrupt_dropped},
+          {"evictions", s.evictions}};
 }
 
 std::string tier_line(const cache_stats& s) {
@@ -254,47 +249,27 @@ std::string tier_line(const cache_stats& s) {
 }
 
 // The persistent statistics ("statistics": {...}, or null for a cache that keeps none).
-void write_statistics(json_writer& json, const cache_statistics* store,
-                      const persistent_cache_stats& p, bool tiered) {
-  json.key("statistics");
-  if (store == nullptr) {
-    json.value(nullptr);
-    return;
-  }
-  json.begin_object();
-  json.key("directory").value(store->directory().string());
-  json.key("shards").value(p.shards);
-  json.key("shards_ignored").value(p.shards_ignored);
-  json.key("zeroed_at").value(iso_utc(p.zeroed_at));
-  const std::optional<double> rate = overall_hit_rate(p, tiered);
-  json.key("hit_rate");
-  if (rate) {
-    json.value(*rate, 4);
-  } else {
-    json.value(nullptr);
-  }
-  json.key("local");
-  write_tier_counts(json, p.local);
-  if (tiered) {
-    json.key("remote");
-    write_tier_counts(json, p.remote);
-  }
-  json.key("compiles").value(p.compiles);
-  json.key("compile_hits").value(p.compile_hits);
-  json.key("compile_seconds").value(static_cast<double>(p.compile_ns) / 1e9, 6);
-  json.key("compile_seconds_saved");
-  if (const auto saved = p.compile_time_saved()) {
-    json.value(static_cast<double>(saved->count()) / 1e9, 6);
-  } else {
-    json.value(nullptr);
-  }
-  json.key("skips").begin_object();
-  json.key("total").value(p.skips_total());
+json statistics_json(const cache_statistics* store, const persistent_cache_stats& p, bool tiered) {
+  if (store == nullptr) return nullptr;
+  json out = {{"directory", store->directory().string()},
+              {"shards", p.shards},
+              {"shards_ignored", p.shards_ignored},
+              {"zeroed_at", or_null(iso_utc(p.zeroed_at))},
+              {"hit_rate", rate_json(overall_hit_rate(p, tiered))},
+              {"local", tier_counts_json(p.local)}};
+  if (tiered) out["remote"] = tier_counts_json(p.remote);
+  out["compiles"] = p.compiles;
+  out["compile_hits"] = p.compile_hits;
+  out["compile_seconds"] = rounded(static_cast<double>(p.compile_ns) / 1e9, 6);
+  const auto saved = p.compile_time_saved();
+  out["compile_seconds_saved"] =
+      saved ? rounded(static_cast<double>(saved->count()) / 1e9, 6) : json(nullptr);
+  json skips = {{"total", p.skips_total()}};
   for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
-    json.key(to_string(static_cast<cache_skip_reason>(i))).value(p.skips[i]);
+    skips[std::string(to_string(static_cast<cache_skip_reason>(i)))] = p.skips[i];
   }
-  json.end_object();
-  json.end_object();
+  out["skips"] = std::move(skips);
+  return out;
 }
 
 void print_statistics(const cache_statistics* store, const persistent_cache_stats& p, bool tiered,
@@ -344,12 +319,7 @@ int zero_stats(program_cache& cache, const arguments& args) {
   }
   store->zero();
   if (args.has("--json")) {
-    json_writer json;
-    json.begin_object();
-    json.key("zeroed").value(true);
-    json.key("directory").value(store->directory().string());
-    json.end_object();
-    std::cout << json.str() << '\n';
+    write_json({{"zeroed", true}, {"directory", store->directory().string()}});
   } else {
     std::cout << "statistics of the " << cache.description() << " cache zeroed\n";
   }
@@ -372,35 +342,30 @@ int stats(program_cache& cache, const arguments& args) {
   const persistent_cache_stats counts = store ? store->read() : persistent_cache_stats{};
   const bool tiered = !tiers.empty();
   if (args.has("--json")) {
-    json_writer json;
-    json.begin_object();
-    json.key("description").value(cache.description());
-    json.key("backend").value(info.backend);
-    if (info.location) json.key(info.location_name).value(info.location);
-    json.key("entries").value(entries);
-    json.key("size_bytes").value(bytes);
+    json out = {{"description", cache.description()}, {"backend", or_null(info.backend)}};
+    if (info.location) out[std::string(info.location_name)] = *info.location;
+    out["entries"] = entries;
+    out["size_bytes"] = bytes;
     if (!tiers.empty()) {
-      json.key("tiers").begin_array();
+      json tier_list = json::array();
       for (const tier_report& t : tiers) {
         const backend_info tier_info = backend_of(*t.cache);
-        json.begin_object();
-        json.key("tier").value(t.tier);
-        json.key("description").value(t.cache->description());
-        json.key("backend").value(tier_info.backend);
-        if (tier_info.location) json.key(tier_info.location_name).value(tier_info.location);
+        json tier = {{"tier", t.tier},
+                     {"description", t.cache->description()},
+                     {"backend", or_null(tier_info.backend)}};
+        if (tier_info.location) tier[std::string(tier_info.location_name)] = *tier_info.location;
         if (t.entries) {
-          json.key("entries").value(*t.entries);
-          json.key("size_bytes").value(*t.bytes);
+          tier["entries"] = *t.entries;
+          tier["size_bytes"] = *t.bytes;
         } else {
-          json.key("error").value(t.error);
+          tier["error"] = t.error;
         }
-        json.end_object();
+        tier_list.push_back(std::move(tier));
       }
-      json.end_array();
+      out["tiers"] = std::move(tier_list);
     }
-    write_statistics(json, store.get(), counts, tiered);
-    json.end_object();
-    std::cout << json.str() << '\n';
+    out["statistics"] = statistics_json(store.get(), counts, tiered);
+    write_json(out);
     return exit_success;
   }
   constexpr std::size_t width = 9;  // "entries" and two spaces
@@ -438,21 +403,17 @@ int ls(program_cache& cache, const arguments& args) {
     return a.key < b.key;
   });
   if (args.has("--json")) {
-    json_writer json;
-    json.begin_array();
+    json out = json::array();
     for (const auto& e : entries) {
-      json.begin_object();
-      json.key("key").value(key_hex(e.key));
-      json.key("code_type").value(to_string(e.type));
-      json.key("payload_bytes").value(e.payload_bytes);
-      json.key("stored_bytes").value(e.stored_bytes);
-      json.key("name").value(e.name);
-      json.key("symbols").value(e.symbol_count);
-      json.key("last_used").value(iso_utc(e.last_used));
-      json.end_object();
+      out.push_back({{"key", key_hex(e.key)},
+                     {"code_type", to_string(e.type)},
+                     {"payload_bytes", e.payload_bytes},
+                     {"stored_bytes", e.stored_bytes},
+                     {"name", e.name},
+                     {"symbols", e.symbol_count},
+                     {"last_used", or_null(iso_utc(e.last_used))}});
     }
-    json.end_array();
-    std::cout << json.str() << '\n';
+    write_json(out);
     return exit_success;
   }
   std::size_t key_width = 0, type_width = 0, bytes_width = 0, name_width = 0;
@@ -477,19 +438,13 @@ int show(program_cache& cache, const arguments& args) {
   if (!entry) return exit_failure;
   const std::string hex = encode_hex(key);
   if (args.has("--json")) {
-    json_writer json;
-    json.begin_object();
-    json.key("key").value(hex);
-    json.key("code_type").value(to_string(entry->type()));
-    json.key("name").value(entry->name());
-    json.key("payload_bytes").value(entry->size());
-    json.key("symbols").begin_object();
-    for (const auto& [expression, mangled] : entry->symbol_mapping()) {
-      json.key(expression).value(mangled);
-    }
-    json.end_object();
-    json.end_object();
-    std::cout << json.str() << '\n';
+    json symbols = json::object();
+    for (const auto& [expression, mangled] : entry->symbol_mapping()) symbols[expression] = mangled;
+    write_json({{"key", hex},
+                {"code_type", to_string(entry->type())},
+                {"name", entry->name()},
+                {"payload_bytes", entry->size()},
+                {"symbols", std::move(symbols)}});
     return exit_success;
   }
   constexpr std::size_t width = 11;  // "code type" and two spaces
@@ -512,13 +467,8 @@ int export_entry(program_cache& cache, const arguments& args) {
   if (!entry) return exit_failure;
   entry->write(*output);
   if (args.has("--json")) {
-    json_writer json;
-    json.begin_object();
-    json.key("output").value(*output);
-    json.key("bytes").value(entry->size());
-    json.key("code_type").value(to_string(entry->type()));
-    json.end_object();
-    std::cout << json.str() << '\n';
+    write_json(
+        {{"output", *output}, {"bytes", entry->size()}, {"code_type", to_string(entry->type())}});
     return exit_success;
   }
   std::cout << encode_hex(key) << " -> " << *output << " (" << entry->size() << " bytes, "

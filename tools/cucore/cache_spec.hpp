@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "arguments.hpp"
+#include "command_line.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/program_cache.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "arguments.hpp"
+#include "command_line.hpp"
 
 namespace cucore::cli {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
 #include "cache_spec.hpp"
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
 #include "cucore/cache/key.hpp"
@@ -26,7 +26,7 @@
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 #include "cucore/program.hpp"
-#include "json_writer.hpp"
+#include "json_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -221,28 +221,25 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
 void print_json(const std::string& output, const compiled& c, const compile_inputs& in,
                 const std::string& backend, double ms, const std::string& log) {
   const object_code& result = c.code;
-  json_writer json;
-  json.begin_object();
-  json.key("output").value(output);
-  json.key("bytes").value(result.size());
-  json.key("source_type").value(to_string(in.source));
-  json.key("code_type").value(to_string(result.type()));
-  json.key("backend").value(backend);
-  json.key("arch").value(in.arch);
-  json.key("mangled_names").begin_object();
-  for (const auto& e : in.name_expressions) json.key(e).value(result.symbol(e));
-  json.end_object();
-  json.key("compile_ms").value(ms);
-  json.key("log").value(log);
-  json.key("key").value(c.cache.key ? std::optional(c.cache.key->hex()) : std::nullopt);
-  json.key("cache").value(c.cache.outcome);
-  if (c.cache.outcome == "skipped") json.key("cache_skip_reason").value(c.cache.skip_reason);
-  json.key("single_flight")
-      .value(c.cache.flight ? std::optional(std::string(to_string(*c.cache.flight)))
-                            : std::nullopt);
-  write_headers(json, c.cache.key ? &*c.cache.key : nullptr);
-  json.end_object();
-  std::cout << json.str() << '\n';
+  json mangled_names = json::object();
+  for (const auto& e : in.name_expressions) mangled_names[e] = result.symbol(e);
+  json out = {
+      {"output", output},
+      {"bytes", result.size()},
+      {"source_type", to_string(in.source)},
+      {"code_type", to_string(result.type())},
+      {"backend", backend},
+      {"arch", in.arch},
+      {"mangled_names", std::move(mangled_names)},
+      {"compile_ms", rounded(ms, 3)},
+      {"log", log},
+      {"key", c.cache.key ? json(c.cache.key->hex()) : json(nullptr)},
+      {"cache", c.cache.outcome},
+  };
+  if (c.cache.outcome == "skipped") out["cache_skip_reason"] = c.cache.skip_reason;
+  out["single_flight"] = c.cache.flight ? json(to_string(*c.cache.flight)) : json(nullptr);
+  out["headers"] = headers_json(c.cache.key ? &*c.cache.key : nullptr);
+  write_json(out);
 }
 
 int run(const arguments& args) {

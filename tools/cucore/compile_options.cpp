@@ -295,20 +295,14 @@ cache_refusal cache_refusal_of(const compile_inputs& in, const cucore::invalid_a
   return out;
 }
 
-void write_headers(json_writer& json, const program_cache_key* key) {
-  json.key("headers");
-  if (key == nullptr || !key->includes().tracked) {
-    json.value(nullptr);
-    return;
-  }
+json headers_json(const program_cache_key* key) {
+  if (key == nullptr || !key->includes().tracked) return nullptr;
   const include_report& r = key->includes();
-  json.begin_object();
-  json.key("tracked").value(r.files);
-  json.key("absent").value(r.absent);
-  json.key("in_memory").value(r.in_memory);
-  json.key("hashed").value(r.hashed);
-  json.key("stat_fast_path").value(r.stat_fast_path());
-  json.end_object();
+  return {{"tracked", r.files},
+          {"absent", r.absent},
+          {"in_memory", r.in_memory},
+          {"hashed", r.hashed},
+          {"stat_fast_path", r.stat_fast_path()}};
 }
 
 std::optional<std::string> backend_from_key(const program_cache_key& key, source_type source) {

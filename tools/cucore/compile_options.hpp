@@ -11,12 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "arguments.hpp"
+#include "command_line.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
-#include "json_writer.hpp"
+#include "json_output.hpp"
 
 namespace cucore::cli {
 
@@ -119,7 +119,7 @@ cache_refusal cache_refusal_of(const compile_inputs& in, const cucore::invalid_a
 
 // The key's "headers" member for --json: what include tracking did (counts, and whether every file
 // was answered by stat alone), or null for a key without tracked includes or no key at all.
-void write_headers(json_writer& json, const program_cache_key* key);
+json headers_json(const program_cache_key* key);
 
 // The backend a cached compile of `source` would have used, from its key alone (for ptx, the key's
 // linker_backend field): naming it must not load a compiler. nullopt when the key does not say.

@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/toolkit.hpp"
-#include "json_writer.hpp"
+#include "json_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -43,48 +43,40 @@ std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
-void write_library(json_writer& json, std::string_view key, const toolkit::library_status& s) {
-  auto or_null = [](const std::string& text) {
-    return text.empty() ? std::nullopt : std::optional<std::string>(text);
-  };
-  json.key(key).begin_object();
-  json.key("found").value(s.found);
-  json.key("path").value(or_null(s.path));
-  json.key("version").value(or_null(s.version));
-  json.key("error").value(or_null(s.error));
-  json.key("source").value(or_null(s.source));
-  json.key("searched").begin_array();
-  for (const auto& place : s.searched) json.value(place);
-  json.end_array();
-  json.end_object();
+// A string, or null when empty.
+json text_or_null(const std::string& text) {
+  return text.empty() ? json(nullptr) : json(text);
+}
+
+json library_json(const toolkit::library_status& s) {
+  json searched = json::array();
+  for (const auto& place : s.searched) searched.push_back(place);
+  return {{"found", s.found},
+          {"path", text_or_null(s.path)},
+          {"version", text_or_null(s.version)},
+          {"error", text_or_null(s.error)},
+          {"source", text_or_null(s.source)},
+          {"searched", std::move(searched)}};
 }
 
 void print_json(const toolkit::report& r, linker_backend backend) {
-  json_writer json;
-  json.begin_object();
-  write_library(json, "nvrtc", r.nvrtc);
-  write_library(json, "nvjitlink", r.nvjitlink);
-  write_library(json, "nvvm", r.nvvm);
-  write_library(json, "driver", r.driver);
-  json.key("libdevice").value(r.libdevice);
-  json.key("include_directories").begin_array();
-  for (const auto& dir : r.include_directories) json.value(dir);
-  json.end_array();
-  json.key("include_source")
-      .value(r.include_source.empty() ? std::nullopt
-                                      : std::optional<std::string>(r.include_source));
-  json.key("devices").begin_array();
+  json include_directories = json::array();
+  for (const auto& dir : r.include_directories) include_directories.push_back(dir);
+  json devices = json::array();
   for (const auto& d : r.devices) {
-    json.begin_object();
-    json.key("ordinal").value(d.ordinal);
-    json.key("name").value(d.name);
-    json.key("arch").value(d.arch);
-    json.end_object();
+    devices.push_back({{"ordinal", d.ordinal}, {"name", d.name}, {"arch", d.arch}});
   }
-  json.end_array();
-  json.key("linker_backend").value(to_string(backend));
-  json.end_object();
-  std::cout << json.str() << '\n';
+  write_json({
+      {"nvrtc", library_json(r.nvrtc)},
+      {"nvjitlink", library_json(r.nvjitlink)},
+      {"nvvm", library_json(r.nvvm)},
+      {"driver", library_json(r.driver)},
+      {"libdevice", or_null(r.libdevice)},
+      {"include_directories", std::move(include_directories)},
+      {"include_source", text_or_null(r.include_source)},
+      {"devices", std::move(devices)},
+      {"linker_backend", to_string(backend)},
+  });
 }
 
 void print_human(const toolkit::report& r, linker_backend backend) {

@@ -8,14 +8,14 @@
 #include <string>
 #include <string_view>
 
-#include "arguments.hpp"
 #include "cache_spec.hpp"
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
-#include "json_writer.hpp"
+#include "json_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -78,22 +78,16 @@ std::string one_line(std::string_view text) {
 }
 
 void print_json(const program_cache_key& key, bool explain) {
-  json_writer json;
-  json.begin_object();
-  json.key("key").value(key.hex());
-  if (key.includes().tracked) write_headers(json, &key);
+  json out = {{"key", key.hex()}};
+  if (key.includes().tracked) out["headers"] = headers_json(&key);
   if (explain) {
-    json.key("fields").begin_array();
+    json fields = json::array();
     for (const auto& field : key.explain()) {
-      json.begin_object();
-      json.key("label").value(field.label);
-      json.key("payload").value(field.payload);
-      json.end_object();
+      fields.push_back({{"label", field.label}, {"payload", field.payload}});
     }
-    json.end_array();
+    out["fields"] = std::move(fields);
   }
-  json.end_object();
-  std::cout << json.str() << '\n';
+  write_json(out);
 }
 
 void print_human(const program_cache_key& key, bool explain) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "cucore/error.hpp"
 

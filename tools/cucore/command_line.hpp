@@ -1,7 +1,9 @@
-// A small hand-written command-line parser for the cucore tool. No dependency, and exactly the
-// conventions the tool documents:
+// The cucore tool's command line: each command declares its options in a table (option_spec),
+// parse() reads a command line against it with CLI11, and the usage text is written from the same
+// table. The conventions the tool documents (README.md, "The command line"):
 //   --opt VALUE, --opt=VALUE   long options; a value may itself start with '-' ("--ptxas-options
-//   -v") -I DIR, -IDIR              two-character short options; the value may be attached
+//                              -v"): an option that takes a value always takes the next argument
+//   -I DIR, -IDIR              two-character short options; the value may be attached
 //   --                         everything after it is positional
 // Options may repeat; each occurrence is kept, in order. Anything unknown is a usage_error naming
 // it.
@@ -48,12 +50,13 @@ class arguments {
 
  private:
   friend arguments parse(std::span<const std::string> args, std::span<const option_spec> specs);
-  struct occurrence {
-    std::string name;
-    std::string value;  // empty for a flag
+  struct option_values {
+    std::string_view name;            // the canonical spelling
+    std::vector<std::string> values;  // one per occurrence, in order; "" for a flag
   };
+  const option_values* find(std::string_view name) const;
   std::vector<std::string> positionals_;
-  std::vector<occurrence> options_;
+  std::vector<option_values> options_;  // the options given, each once
 };
 
 arguments parse(std::span<const std::string> args, std::span<const option_spec> specs);
