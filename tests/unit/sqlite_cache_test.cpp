@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
-#include "cache/sqlite_handles.hpp"
+#include "cache/sqlite/filesystem.hpp"
 #include "cache_test_support.hpp"
 #include "cache_workload.hpp"
 #include "cucore/cache/sqlite.hpp"
