@@ -124,7 +124,8 @@ BENCHMARK(BM_WriteRenameFloor)
 
 // ---- scale: 1k and 100k entries ---------------------------------------------------------------
 
-enum backend : int { directory = 0, sqlite = 1 };
+// sqlite_mmap: the SQLite file of `sqlite`, opened a second time with mmap_size_bytes = 1 GiB.
+enum backend : int { directory = 0, sqlite = 1, sqlite_mmap = 2 };
 
 struct populated_cache {
   std::unique_ptr<cucore::program_cache> cache;
@@ -143,6 +144,7 @@ std::unique_ptr<cucore::program_cache> open_cache(backend b, const fs::path& whe
   // hit rows measure reads however long a run lasts.
   cucore::sqlite_cache_options o;
   o.touch_flush_interval = std::chrono::hours(1);
+  if (b == sqlite_mmap) o.mmap_size_bytes = 1 << 30;
   return std::make_unique<cucore::sqlite_program_cache>(where, o);
 }
 
@@ -166,6 +168,13 @@ populated_cache& cache_with(backend b, std::size_t entries) {
   auto [it, fresh] = built.try_emplace({b, entries});
   populated_cache& p = it->second;
   if (!fresh) return p;
+  if (b == sqlite_mmap) {
+    const populated_cache& file = cache_with(sqlite, entries);
+    p.keys = file.keys;
+    p.where = file.where;
+    p.cache = open_cache(b, p.where, true);
+    return p;
+  }
   p.where = scratch() / ((b == directory ? "dir-" : "db-") + std::to_string(entries) +
                          (b == directory ? "" : ".db"));
   {
@@ -260,6 +269,12 @@ void scale_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_ScaleHit)->Apply(scale_args);
+BENCHMARK(BM_ScaleHit)
+    ->Name("BM_ScaleHitMmap")
+    ->ArgNames({"sqlite", "entries"})
+    ->Args({sqlite_mmap, 1000})
+    ->Args({sqlite_mmap, 100000})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ScaleMiss)->Apply(scale_args);
 BENCHMARK(BM_ScalePut)->Apply(scale_args);
 BENCHMARK(BM_ScaleTrimNothing)->Apply(scale_args);

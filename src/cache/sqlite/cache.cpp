@@ -19,6 +19,9 @@ sqlite_program_cache::sqlite_program_cache(std::filesystem::path file, sqlite_ca
   if (options.busy_timeout.count() < 0 || options.busy_timeout.count() > INT32_MAX) {
     throw invalid_argument("busy_timeout must be between 0 and INT32_MAX milliseconds");
   }
+  if (options.mmap_size_bytes > static_cast<std::uint64_t>(INT64_MAX)) {
+    throw invalid_argument("mmap_size_bytes must be at most INT64_MAX (0 turns the map off)");
+  }
   if (options.touch_flush_interval.count() < 0) {
     throw invalid_argument("touch_flush_interval must not be negative");
   }

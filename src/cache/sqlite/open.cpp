@@ -225,6 +225,11 @@ bool sqlite_program_cache::impl::configure_locked(sqlite3* handle) {
                        mode == "wal" ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL");
   detail::sqlite::exec(
       handle, ("PRAGMA journal_size_limit = " + std::to_string(kJournalSizeLimit)).c_str());
+  // Opt-in (see sqlite_cache_options::mmap_size_bytes): a file truncated under the map is SIGBUS.
+  if (options.mmap_size_bytes > 0 && !fs.network) {
+    (void)pragma_int(handle,
+                     ("PRAGMA mmap_size = " + std::to_string(options.mmap_size_bytes)).c_str());
+  }
   return true;
 }
 
