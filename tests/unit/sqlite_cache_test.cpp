@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
-#include "cache/sqlite_handles.hpp"
+#include "cache/sqlite/filesystem.hpp"
 #include "cache_test_support.hpp"
 #include "cache_workload.hpp"
 #include "cucore/cache/sqlite.hpp"
@@ -219,7 +219,43 @@ TEST_F(SqliteCache, RejectsBadOptions) {
                invalid_argument);
   EXPECT_THROW(sqlite_program_cache(file, {.max_size_bytes = {}, .touch_flush_interval = -1ms}),
                invalid_argument);
+  EXPECT_THROW(sqlite_program_cache(file, {.max_size_bytes = {}, .mmap_size_bytes = ~0ull}),
+               invalid_argument);
   EXPECT_THROW(sqlite_program_cache(""), invalid_argument);
+}
+
+// Whether this process has `file` itself (not its -shm) memory-mapped: what PRAGMA mmap_size
+// does once a read goes through the map.
+bool mapped(const fs::path& file) {
+  const std::string path = fs::canonical(file).string();
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() >= path.size() &&
+        line.compare(line.size() - path.size(), path.size(), path) == 0)
+      return true;
+  }
+  return false;
+}
+
+TEST_F(SqliteCache, MemoryMapIsOffByDefault) {
+  populate(file, 3);
+  sqlite_program_cache cache(file);
+  EXPECT_EQ(cache.get("k1"), code_of_size(1000, "n", 1));
+  EXPECT_FALSE(mapped(file));
+}
+
+TEST_F(SqliteCache, MemoryMapWhenAskedReadsTheSameValues) {
+  populate(file, 3);
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .mmap_size_bytes = 64 << 20});
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(cache.get("k" + std::to_string(i)), code_of_size(1000, "n", i));
+    EXPECT_TRUE(mapped(file));
+    cache.put("k3", code_of_size(5000, "n", 3));
+    EXPECT_EQ(cache.get("k3"), code_of_size(5000, "n", 3));
+    EXPECT_EQ(cache.verify(false).corrupt, 0u);
+  }
+  EXPECT_FALSE(mapped(file)) << "closing the cache unmaps the file";
 }
 
 TEST_F(SqliteCache, ClosedCacheThrowsAndCloseIsIdempotent) {
@@ -533,6 +569,14 @@ struct pretend_nfs {
   pretend_nfs(const pretend_nfs&) = delete;
   pretend_nfs& operator=(const pretend_nfs&) = delete;
 };
+
+TEST_F(SqliteCache, MemoryMapIsIgnoredOnANetworkFilesystem) {
+  populate(file, 3);
+  pretend_nfs nfs;
+  sqlite_program_cache cache(file, {.max_size_bytes = {}, .mmap_size_bytes = 64 << 20});
+  EXPECT_EQ(cache.get("k1"), code_of_size(1000, "n", 1));
+  EXPECT_FALSE(mapped(file));
+}
 
 TEST_F(SqliteCache, NetworkFilesystemGetsARollbackJournalAndAWarning) {
   pretend_nfs nfs;

@@ -106,6 +106,15 @@ struct sqlite_cache_options {
   // Keep persistent statistics in <file>.stats/ (cucore/cache/statistics.hpp). Off:
   // statistics() is nullptr and only this object's stats() count.
   bool statistics = true;
+  // Opt-in: read the database through a memory map of up to this many bytes (SQLite's
+  // PRAGMA mmap_size; SQLite caps it at its SQLITE_MAX_MMAP_SIZE, 2 GiB in most builds) instead
+  // of a pread() per page: a hit on a 100k-entry cache costs ~30% less. Off (0) by default: a
+  // mapped file that something other than SQLite truncates or rewrites in place (truncate, cp or
+  // a restore over it, another user of a shared cache), or a disk read error, raises SIGBUS in
+  // every process that has it mapped, where pread() gives an error this cache survives (a miss,
+  // the file moved aside). Only for a private cache on a local disk. Ignored on network
+  // filesystems (no coherent page cache across hosts).
+  std::uint64_t mmap_size_bytes = 0;
 };
 
 class sqlite_program_cache final : public program_cache {
