@@ -19,6 +19,7 @@
 
 #include "cache/entry_format.hpp"
 #include "cache/sqlite/filesystem.hpp"
+#include "cache/sqlite/tuning.hpp"
 #include "cache_test_support.hpp"
 #include "cache_workload.hpp"
 #include "cucore/cache/sqlite.hpp"
@@ -481,6 +482,116 @@ TEST_F(SqliteCache, AccessTimesNeverMoveBackwards) {
   const long long newer = atime();
   old_reader.close();
   EXPECT_EQ(atime(), newer);
+}
+
+// A read that finds touch_flush_interval passed writes at most kMaxTouchesPerReadFlush access
+// times; the following reads write the rest, batch by batch, without waiting for the interval.
+// (Random reads over many entries record one access time per hit: without the bound, one read
+// would write a second's worth of them, tens of thousands.)
+TEST_F(SqliteCache, AReadWritesBackABoundedNumberOfAccessTimes) {
+  constexpr auto cap = static_cast<long long>(detail::sqlite::kMaxTouchesPerReadFlush);
+  constexpr int n = 3 * cap + 17;
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 1h});
+    for (int i = 0; i < n; ++i) cache.put("k" + std::to_string(i), code_of_size(10, "n", i));
+  }
+  testing::raw_db raw(file);
+  // Rows whose access time is a read's (odd): the reads written back so far.
+  const auto read_rows = [&] {
+    return raw.integer("SELECT count(*) FROM entries WHERE atime % 2 = 1");
+  };
+  ASSERT_EQ(read_rows(), 0);
+  sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 1h});
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(cache.get("k" + std::to_string(i)));
+  ASSERT_EQ(read_rows(), 0) << "the interval has not passed: nothing written yet";
+
+  detail::sqlite::advance_touch_clock_for_testing(2h);
+  std::vector<long long> written;
+  for (int read = 0; read < 5; ++read) {
+    ASSERT_TRUE(cache.get("k0"));  // pending, or once written, read within the minute: no new time
+    written.push_back(read_rows());
+  }
+  EXPECT_EQ(written, (std::vector<long long>{cap, 2 * cap, 3 * cap, n, n}));
+  // Everything written: the next interval's read has nothing to write.
+  const long long version = raw.integer("PRAGMA data_version");
+  detail::sqlite::advance_touch_clock_for_testing(2h);
+  ASSERT_TRUE(cache.get("k1"));
+  EXPECT_EQ(raw.integer("PRAGMA data_version"), version);
+}
+
+// Writes and close are not bounded: each writes every pending access time before it returns.
+TEST_F(SqliteCache, WritesAndCloseWriteBackEveryAccessTime) {
+  constexpr int n = 2 * static_cast<int>(detail::sqlite::kMaxTouchesPerReadFlush) + 5;
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 1h});
+    for (int i = 0; i < n; ++i) cache.put("k" + std::to_string(i), code_of_size(10, "n", i));
+  }
+  testing::raw_db raw(file);
+  const auto read_rows = [&] {
+    return raw.integer("SELECT count(*) FROM entries WHERE atime % 2 = 1");
+  };
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 1h});
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(cache.get("k" + std::to_string(i)));
+    ASSERT_EQ(read_rows(), 0);
+    cache.put("new", code_of_size(10));
+    EXPECT_EQ(read_rows(), n);
+  }
+  // Made written (even) and two minutes old again: the next reads are recorded, and close writes
+  // them all.
+  raw.exec("UPDATE entries SET atime = atime - atime % 2 - 120000000");
+  ASSERT_EQ(read_rows(), 0);
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = {}, .touch_flush_interval = 1h});
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(cache.get("k" + std::to_string(i)));
+    detail::sqlite::advance_touch_clock_for_testing(2h);
+    ASSERT_TRUE(cache.get("k0"));
+    EXPECT_EQ(read_rows(), static_cast<long long>(detail::sqlite::kMaxTouchesPerReadFlush));
+  }
+  EXPECT_EQ(read_rows(), n);
+}
+
+// New files get kPageSize pages whatever the SQLite build's default; a file with another page size
+// (another build's default, a file converted by hand) keeps it and works as usual.
+TEST_F(SqliteCache, NewFilesGetThePageSizeAndOtherPageSizesStillWork) {
+  const auto small = code_of_size(100, "small");
+  const auto page_sized = code_of_size(4096, "page");
+  const auto large = code_of_size(200000, "large");
+  const int other_page_size = detail::sqlite::kPageSize == 16384 ? 1024 : 16384;
+  {
+    sqlite_program_cache cache(file);
+    cache.put("small", small);
+    cache.put("page", page_sized);
+    cache.put("large", large);
+  }
+  {
+    testing::raw_db raw(file);
+    ASSERT_EQ(raw.integer("PRAGMA page_size"), detail::sqlite::kPageSize);
+    // The same content in pages of another size: 16384 bytes, or 1024 were 16384 the default.
+    raw.exec("PRAGMA journal_mode = DELETE");
+    raw.exec("PRAGMA page_size = " + std::to_string(other_page_size));
+    raw.exec("VACUUM");
+    raw.exec("PRAGMA journal_mode = WAL");
+    ASSERT_EQ(raw.integer("PRAGMA page_size"), other_page_size);
+  }
+  {
+    sqlite_program_cache cache(file, {.max_size_bytes = 400000});
+    EXPECT_EQ(cache.get("small"), small);
+    EXPECT_EQ(cache.get("page"), page_sized);
+    EXPECT_EQ(cache.get("large"), large);
+    for (int i = 0; i < 40; ++i) cache.put("new" + std::to_string(i), code_of_size(4096, "n", i));
+    EXPECT_LE(cache.size_bytes(), 400000u);
+    EXPECT_EQ(cache.get("new39"), code_of_size(4096, "n", 39));
+    const std::size_t stored = cache.size();
+    EXPECT_EQ(cache.trim(0), stored);
+    EXPECT_EQ(cache.size(), 0u);
+    cache.put("again", page_sized);
+    EXPECT_EQ(cache.get("again"), page_sized);
+  }
+  testing::raw_db raw(file);
+  EXPECT_EQ(raw.integer("PRAGMA page_size"), other_page_size);
+  EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(raw.text("PRAGMA application_id"), std::to_string(0x43554350));
 }
 
 TEST_F(SqliteCache, FileShrinksAfterEvictions) {

@@ -176,7 +176,7 @@ void sqlite_program_cache::put(cache_key_ref key, const object_code& code) {
     c.reclaim_locked();
     txn.commit();
     c.touches.clear();
-    c.last_flush = steady::now();
+    c.last_flush = touch_clock_now();
     c.puts.fetch_add(1, std::memory_order_relaxed);
     c.evictions.fetch_add(evicted + (oversized ? 1 : 0), std::memory_order_relaxed);
     if (oversized) {
@@ -210,7 +210,7 @@ bool sqlite_program_cache::erase(cache_key_ref key) {
     c.reclaim_locked();
     txn.commit();
     c.touches.clear();
-    c.last_flush = steady::now();
+    c.last_flush = touch_clock_now();
     return removed;
   } catch (const failure& f) {
     c.after_failure_locked(f);

@@ -2,6 +2,8 @@
 // back in batches, least-recently-used eviction under the size cap, free pages returned to the
 // filesystem.
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <vector>
 
 #include "cache/sqlite/internal.hpp"
@@ -17,34 +19,60 @@ std::int64_t sqlite_program_cache::impl::next_stamp_locked(bool read) {
   return last_stamp;
 }
 
-// Inside a write transaction. The caller clears `touches` after the commit.
-void sqlite_program_cache::impl::flush_touches_locked() {
-  for (const auto& [key, stamp] : touches) {
-    statement_scope s(st->touch);
-    s->bind(1, as_bytes(key));
-    s->bind(2, stamp);
-    s->run();
-  }
+namespace detail::sqlite {
+namespace {
+std::atomic<std::int64_t> touch_clock_offset_ms{0};
+}  // namespace
+
+void advance_touch_clock_for_testing(std::chrono::milliseconds by) noexcept {
+  touch_clock_offset_ms.fetch_add(by.count(), std::memory_order_relaxed);
 }
 
-// From a read: writes the access times back when the interval has passed, waiting only briefly
-// for the lock (best effort; they stay pending otherwise).
+steady::time_point touch_clock_now() noexcept {
+  return steady::now() + milliseconds(touch_clock_offset_ms.load(std::memory_order_relaxed));
+}
+}  // namespace detail::sqlite
+
+std::size_t sqlite_program_cache::impl::flush_touches_locked(std::size_t limit) {
+  std::size_t written = 0;
+  for (auto it = touches.begin(); it != touches.end() && written < limit; ++it, ++written) {
+    statement_scope s(st->touch);
+    s->bind(1, as_bytes(it->first));
+    s->bind(2, it->second);
+    s->run();
+  }
+  return written;
+}
+
+// From a read: writes access times back when the interval has passed (or a backlog is left),
+// at most kMaxTouchesPerReadFlush of them, so that no read pays for an unbounded number of
+// writes (random reads over many entries record one per hit: tens of thousands a second). It
+// waits only briefly for the lock (best effort; they stay pending otherwise).
 void sqlite_program_cache::impl::maybe_flush_touches_locked() {
-  if (touches.empty()) return;
-  const auto now = steady::now();
-  if (options.touch_flush_interval.count() > 0 && now - last_flush < options.touch_flush_interval) {
+  if (touches.empty()) {
+    touch_backlog = false;
+    return;
+  }
+  const auto now = touch_clock_now();
+  if (!touch_backlog && options.touch_flush_interval.count() > 0 &&
+      now - last_flush < options.touch_flush_interval) {
     return;
   }
   last_flush = now;
+  touch_backlog = false;
   const bool shorten =
       options.touch_flush_interval.count() > 0 && options.busy_timeout > kTouchFlushBusyTimeout;
   if (shorten) busy.timeout = kTouchFlushBusyTimeout;
   try {
     write_transaction txn(db.get(), *st);
-    flush_touches_locked();
+    const std::size_t written = flush_touches_locked(kMaxTouchesPerReadFlush);
     txn.commit();
-    touches.clear();
+    // The first `written` in iteration order: nothing changed `touches` since the flush.
+    touches.erase(touches.begin(),
+                  std::next(touches.begin(), static_cast<std::ptrdiff_t>(written)));
+    touch_backlog = !touches.empty();
   } catch (const failure& f) {
+    // Not retried before the interval passes again: a busy database is not polled by every read.
     busy.timeout = options.busy_timeout;
     if (f.corrupt()) {
       after_failure_locked(f);
@@ -53,7 +81,10 @@ void sqlite_program_cache::impl::maybe_flush_touches_locked() {
     }
   }
   busy.timeout = options.busy_timeout;
-  if (touches.size() > kMaxPendingTouches) touches.clear();
+  if (touches.size() > kMaxPendingTouches) {
+    touches.clear();
+    touch_backlog = false;
+  }
 }
 
 std::pair<std::uint64_t, std::uint64_t> sqlite_program_cache::impl::read_meta_locked() {

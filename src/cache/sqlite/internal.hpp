@@ -41,6 +41,7 @@
 
 #include "cache/sqlite/filesystem.hpp"
 #include "cache/sqlite/handles.hpp"
+#include "cache/sqlite/tuning.hpp"
 #include "cache/trust.hpp"
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -83,6 +84,9 @@ inline constexpr int kOpenFlags = SQLITE_OPEN_NOMUTEX
                                   | SQLITE_OPEN_EXRESCODE
 #endif
     ;
+
+// The clock of reads' write-backs: steady_clock, plus what tests advanced it by.
+steady::time_point touch_clock_now() noexcept;
 
 // Microseconds since the epoch: the unit of entries.atime.
 inline std::int64_t now_stamp() {
@@ -254,7 +258,10 @@ struct sqlite_program_cache::impl {
   std::optional<steady::time_point> last_found_sound;
 
   std::unordered_map<std::string, std::int64_t, key_hash, std::equal_to<>> touches;
-  steady::time_point last_flush = steady::now();
+  steady::time_point last_flush = detail::sqlite::touch_clock_now();
+  // A read's write-back left access times pending (more than kMaxTouchesPerReadFlush): the next
+  // read writes the next batch without waiting for touch_flush_interval.
+  bool touch_backlog = false;
   std::int64_t last_stamp = 0;
   std::mt19937_64 write_ids;
 
@@ -295,7 +302,9 @@ struct sqlite_program_cache::impl {
   // eviction.cpp. Microseconds since the epoch, increasing per object. Odd for reads, even for
   // writes: a row whose atime is odd has been read since it was written (see get).
   std::int64_t next_stamp_locked(bool read);
-  void flush_touches_locked();
+  // Inside a write transaction: writes the first `limit` pending access times in `touches`' order
+  // (all by default) and returns how many; the caller erases them after the commit.
+  std::size_t flush_touches_locked(std::size_t limit = SIZE_MAX);
   void maybe_flush_touches_locked();
   std::size_t evict_locked(std::optional<std::span<const std::byte>> keep, std::uint64_t excess);
   void erase_touch_locked(std::string_view key);

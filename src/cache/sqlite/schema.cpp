@@ -126,7 +126,9 @@ void sqlite_program_cache::impl::create_schema(sqlite3* handle) {
   using detail::sqlite::exec;
   const bool wal = options.journal == sqlite_journal::wal ||
                    (options.journal == sqlite_journal::automatic && !fs.network);
-  // Both only take effect on an empty database; auto_vacuum must precede the first table.
+  // These only take effect on an empty database; page_size and auto_vacuum must precede the first
+  // table, page_size also the switch to WAL. A file that exists keeps its page size.
+  exec(handle, ("PRAGMA page_size = " + std::to_string(kPageSize)).c_str());
   exec(handle, "PRAGMA auto_vacuum = INCREMENTAL");
   retry_when_busy(options.busy_timeout, [&] {
     pragma_text(handle, wal ? "PRAGMA journal_mode = WAL" : "PRAGMA journal_mode = DELETE");
