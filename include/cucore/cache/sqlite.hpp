@@ -52,7 +52,8 @@
 //
 // Recency: a get records the access time in memory; the recorded times are written in one
 // transaction at the next write (before it evicts), at most every touch_flush_interval during
-// reads (waiting at most 20 ms for the lock), and on close. Each row keeps the latest access time
+// reads (waiting at most 20 ms for the lock; at most 128 per read, the following reads writing
+// the rest 128 at a time), and on close. Each row keeps the latest access time
 // any process recorded (max), so across processes the LRU order is exact up to that delay. A read
 // of a row already read in the last minute records nothing: hot entries cost no write, even to
 // processes that read once and exit, and the LRU order is exact up to that minute.

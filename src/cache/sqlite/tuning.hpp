@@ -18,7 +18,7 @@ inline constexpr int kPageSize = 4096;
 // writes at most this many (one transaction, about two random page writes each); the rest stay
 // pending and the following reads write the next batches, without waiting for the interval, until
 // none is left. Writes (put, erase, trim, clear) and close still write all of them.
-inline constexpr std::size_t kMaxTouchesPerReadFlush = 256;
+inline constexpr std::size_t kMaxTouchesPerReadFlush = 128;
 
 // Tests only: moves the clock that times reads' write-backs forward by `by` (cumulative), so
 // that a test can make touch_flush_interval pass without sleeping.
