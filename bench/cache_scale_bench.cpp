@@ -3,6 +3,8 @@
 //   directory put                 vs write + rename of the same bytes (with and without fsync)
 //   hit, miss, put, trim, stats   at 1k and at 100k entries of 4 KiB, directory and SQLite,
 //                                 through the API with random keys
+//   SQLite access times           the write-back per recorded hit, and the one read that starts
+//                                 a write-back with 2000 pending (bounded to a batch)
 // The 100k-entry caches are built once per process (with fsync off for the directory: the layout
 // is the same; the SQLite file checkpointed, its WAL empty) and take a while: filter with
 // --benchmark_filter to measure one backend.
