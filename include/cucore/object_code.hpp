@@ -3,10 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,19 +31,20 @@ struct loaded_library_slot {
 };
 
 // Bytes allocated without being zero-filled, for a reader that overwrites them (a cache reading an
-// entry file: zero-filling 256 KiB costs about as much as reading it), on a cache-line boundary
-// (the kernel copies a file into a 16-byte aligned buffer, as malloc gives, at half speed or worse
-// on some CPUs). object_code adopts them without copying.
+// entry file: zero-filling 256 KiB costs about as much as reading it), starting on a cache-line
+// boundary (the kernel copies a file into a 16-byte aligned buffer, as malloc gives, at half speed
+// or worse on some CPUs). Over-allocated from plain new[] rather than aligned new, whose blocks
+// glibc does not reuse for the next request of the same size (every read would go to cold memory).
+// object_code adopts them without copying.
 struct uninitialized_bytes {
   static constexpr std::size_t alignment = 64;
-  struct deleter {
-    void operator()(std::byte* p) const noexcept {
-      ::operator delete[](p, std::align_val_t{alignment});
-    }
-  };
   explicit uninitialized_bytes(std::size_t n)
-      : data(static_cast<std::byte*>(::operator new[](n, std::align_val_t{alignment}))), size(n) {}
-  std::unique_ptr<std::byte[], deleter> data;
+      : storage(new std::byte[n + alignment - 1]),
+        data(storage.get() +
+             (alignment - reinterpret_cast<std::uintptr_t>(storage.get()) % alignment) % alignment),
+        size(n) {}
+  std::unique_ptr<std::byte[]> storage;
+  std::byte* data;  // `size` bytes inside `storage`
   std::size_t size;
 };
 }  // namespace detail
@@ -118,7 +119,7 @@ class object_code {
     code_type type;
     // The bytes live in one of the two buffers; `bytes` points at the code inside it.
     std::vector<std::byte> buffer;
-    std::unique_ptr<std::byte[], detail::uninitialized_bytes::deleter> raw;
+    std::unique_ptr<std::byte[]> raw;
     const std::byte* bytes;
     std::size_t length;
     std::string name;

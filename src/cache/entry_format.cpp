@@ -249,7 +249,7 @@ decoded_entry decode_entry(std::vector<std::byte> data,
 
 decoded_entry decode_entry(uninitialized_bytes data, std::size_t length,
                            std::optional<std::span<const std::byte>> expected_key) {
-  const std::span<const std::byte> view(data.data.get(), std::min(length, data.size));
+  const std::span<const std::byte> view(data.data, std::min(length, data.size));
   return decode(std::move(data), view, expected_key);
 }
 

@@ -632,7 +632,7 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     return miss();
   }
   std::size_t got = 0;
-  if ((ec = posix::read_fully(fd.get(), {data->data.get(), data->size}, got))) {
+  if ((ec = posix::read_fully(fd.get(), {data->data, data->size}, got))) {
     note_error("read", path, ec);
     return miss();
   }

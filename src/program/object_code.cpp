@@ -74,9 +74,9 @@ object_code::object_code(code_type type, detail::uninitialized_bytes buffer, std
                            std::to_string(length) + ") is outside its " +
                            std::to_string(buffer.size) + "-byte buffer");
   }
-  const std::byte* bytes = buffer.data.get() + offset;
+  const std::byte* bytes = buffer.data + offset;
   state_ = std::make_shared<const state>(state{
-      type, {}, std::move(buffer.data), bytes, length, std::move(name), std::move(symbols), {}});
+      type, {}, std::move(buffer.storage), bytes, length, std::move(name), std::move(symbols), {}});
 }
 
 object_code object_code::from_ptx(std::string_view ptx, std::string name, symbol_map symbols) {

@@ -109,7 +109,7 @@ TEST(EntryFormat, UninitializedBufferDecodesOnlyItsValidBytes) {
   const auto bytes = encode_entry(as_key("key"), sample());
   auto copy_into = [&](std::size_t size) {
     uninitialized_bytes buffer(size);
-    std::memcpy(buffer.data.get(), bytes.data(), std::min(size, bytes.size()));
+    std::memcpy(buffer.data, bytes.data(), std::min(size, bytes.size()));
     return buffer;
   };
   auto decoded = decode_entry(copy_into(bytes.size()), bytes.size(), as_key("key"));
@@ -118,7 +118,7 @@ TEST(EntryFormat, UninitializedBufferDecodesOnlyItsValidBytes) {
   EXPECT_EQ(decode_entry(copy_into(bytes.size()), bytes.size() - 1, as_key("key")).status,
             entry_status::truncated);
   uninitialized_bytes larger = copy_into(bytes.size() + 16);
-  std::memset(larger.data.get() + bytes.size(), 0, 16);
+  std::memset(larger.data + bytes.size(), 0, 16);
   EXPECT_EQ(decode_entry(std::move(larger), bytes.size() + 16, as_key("key")).status,
             entry_status::malformed);
   EXPECT_EQ(decode_entry(copy_into(bytes.size()), bytes.size(), as_key("kex")).status,
