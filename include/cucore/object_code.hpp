@@ -32,8 +32,8 @@ struct loaded_library_slot {
 
 // Bytes allocated without being zero-filled, for a reader that overwrites them (a cache reading an
 // entry file: zero-filling 256 KiB costs about as much as reading it), starting on a cache-line
-// boundary (the kernel copies a file into a 16-byte aligned buffer, as malloc gives, at half speed
-// or worse on some CPUs). Over-allocated from plain new[] rather than aligned new, whose blocks
+// boundary (the kernel copies a file into a 16-byte aligned buffer, as malloc gives, up to ~1.6×
+// slower on some CPUs). Over-allocated from plain new[] rather than aligned new, whose blocks
 // glibc does not reuse for the next request of the same size (every read would go to cold memory).
 // object_code adopts them without copying.
 struct uninitialized_bytes {
