@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,7 +40,8 @@ struct loaded_library_slot {
 struct uninitialized_bytes {
   static constexpr std::size_t alignment = 64;
   explicit uninitialized_bytes(std::size_t n)
-      : storage(new std::byte[n + alignment - 1]),
+      : storage(  // n + alignment - 1 must not wrap around to a small block
+            new std::byte[n <= SIZE_MAX - alignment ? n + alignment - 1 : throw std::bad_alloc()]),
         data(storage.get() +
              (alignment - reinterpret_cast<std::uintptr_t>(storage.get()) % alignment) % alignment),
         size(n) {}

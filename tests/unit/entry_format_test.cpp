@@ -123,6 +123,8 @@ TEST(EntryFormat, UninitializedBufferDecodesOnlyItsValidBytes) {
             entry_status::malformed);
   EXPECT_EQ(decode_entry(copy_into(bytes.size()), bytes.size(), as_key("kex")).status,
             entry_status::key_mismatch);
+  EXPECT_THROW(uninitialized_bytes(SIZE_MAX), std::bad_alloc) << "the size with its slack wraps";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(uninitialized_bytes(100).data) % 64, 0u);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     uninitialized_bytes flipped = copy_into(bytes.size());
     flipped.data[i] ^= std::byte{0x10};
