@@ -38,6 +38,8 @@ rows = [
     ("in-memory hit", "BM_InMemoryHit", "unordered_map + mutex", "BM_UnorderedMapFloor", "ratio"),
     ("directory hit, 4 KiB", "BM_DirectoryHit/4096", "open/read/close", "BM_OpenReadCloseFloor/4096", "ratio"),
     ("directory hit, 256 KiB", "BM_DirectoryHit/262144", "open/read/close", "BM_OpenReadCloseFloor/262144", "ratio"),
+    ("directory hit, 4 KiB", "BM_DirectoryHit/4096", "open/read/close, aligned unzeroed buffer", "BM_OpenReadCloseAlignedFloor/4096", "ratio"),
+    ("directory hit, 256 KiB", "BM_DirectoryHit/262144", "open/read/close, aligned unzeroed buffer", "BM_OpenReadCloseAlignedFloor/262144", "ratio"),
     ("SQLite hit, 4 KiB", "BM_SqliteHit/4096", "raw prepared SELECT", "BM_SqliteSelectFloor/4096", "ratio"),
     ("SQLite hit, 256 KiB", "BM_SqliteHit/262144", "raw prepared SELECT", "BM_SqliteSelectFloor/262144", "ratio"),
     ("compile hit, small kernel", "BM_CompileSmallHit", "cold compile", "BM_CompileSmallCold", "speedup"),

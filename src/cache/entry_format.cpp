@@ -2,6 +2,7 @@
 
 #include "cache/checksum.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -89,12 +90,14 @@ class reader {
 struct parsed {
   entry_status status = entry_status::malformed;
   entry_header header;
+  std::span<const std::byte> key;  // into the data parsed
   symbol_map symbols;
   std::uint64_t checksum = 0;
   std::size_t checksum_offset = 0;
 };
 
-parsed parse(std::span<const std::byte> data, bool with_symbols) {
+// A decode needs the symbols but compares the key in place; a header read wants a copy of the key.
+parsed parse(std::span<const std::byte> data, bool with_symbols, bool with_key_copy) {
   parsed p;
   reader r(data);
   std::span<const std::byte> magic;
@@ -124,7 +127,8 @@ parsed parse(std::span<const std::byte> data, bool with_symbols) {
   std::uint32_t key_length = 0;
   std::span<const std::byte> key;
   if (!r.u32(key_length) || !r.bytes(key_length, key)) return p.status = entry_status::truncated, p;
-  p.header.key.assign(key.begin(), key.end());
+  p.key = key;
+  if (with_key_copy) p.header.key.assign(key.begin(), key.end());
   if (!r.text(p.header.name)) return p.status = entry_status::truncated, p;
   std::uint32_t symbol_count = 0;
   if (!r.u32(symbol_count)) return p.status = entry_status::truncated, p;
@@ -206,33 +210,51 @@ std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object
   return out;
 }
 
-decoded_entry decode_entry(std::vector<std::byte> data,
-                           std::optional<std::span<const std::byte>> expected_key) {
+namespace {
+
+// Decodes the entry in `view` (the valid bytes of `buffer`), adopting `buffer` into the code.
+template <typename Buffer>
+decoded_entry decode(Buffer&& buffer, std::span<const std::byte> view,
+                     std::optional<std::span<const std::byte>> expected_key) {
   decoded_entry result;
-  parsed p = parse(data, /*with_symbols=*/true);
+  parsed p = parse(view, /*with_symbols=*/true, /*with_key_copy=*/false);
   if (p.status != entry_status::ok) {
     result.status = p.status;
     return result;
   }
-  if (checksum_of(data, p.checksum_offset, p.header.payload_offset) != p.checksum) {
+  if (checksum_of(view, p.checksum_offset, p.header.payload_offset) != p.checksum) {
     result.status = entry_status::bad_checksum;
     return result;
   }
-  if (expected_key && !std::equal(expected_key->begin(), expected_key->end(), p.header.key.begin(),
-                                  p.header.key.end())) {
+  if (expected_key &&
+      !std::equal(expected_key->begin(), expected_key->end(), p.key.begin(), p.key.end())) {
     result.status = entry_status::key_mismatch;
     return result;
   }
   const std::size_t offset = p.header.payload_offset;
   const auto length = static_cast<std::size_t>(p.header.payload_length);
-  result.code.emplace(p.header.type, std::move(data), offset, length, std::move(p.header.name),
-                      std::move(p.symbols));
+  result.code.emplace(p.header.type, std::forward<Buffer>(buffer), offset, length,
+                      std::move(p.header.name), std::move(p.symbols));
   result.status = entry_status::ok;
   return result;
 }
 
+}  // namespace
+
+decoded_entry decode_entry(std::vector<std::byte> data,
+                           std::optional<std::span<const std::byte>> expected_key) {
+  const std::span<const std::byte> view(data);
+  return decode(std::move(data), view, expected_key);
+}
+
+decoded_entry decode_entry(uninitialized_bytes data, std::size_t length,
+                           std::optional<std::span<const std::byte>> expected_key) {
+  const std::span<const std::byte> view(data.data, std::min(length, data.size));
+  return decode(std::move(data), view, expected_key);
+}
+
 std::optional<entry_header> read_entry_header(std::span<const std::byte> data) {
-  parsed p = parse(data, /*with_symbols=*/false);
+  parsed p = parse(data, /*with_symbols=*/false, /*with_key_copy=*/true);
   if (p.status != entry_status::ok) return std::nullopt;
   return std::move(p.header);
 }

@@ -53,6 +53,9 @@ struct decoded_entry {
 // echoed in the entry must equal it.
 decoded_entry decode_entry(std::vector<std::byte> data,
                            std::optional<std::span<const std::byte>> expected_key);
+// The same for a buffer read without zero-filling it, of which the first `length` bytes are valid.
+decoded_entry decode_entry(uninitialized_bytes data, std::size_t length,
+                           std::optional<std::span<const std::byte>> expected_key);
 
 // Checks the header and returns where the payload starts and the echoed key, without the
 // checksum pass (for listing). nullopt when the header is unreadable.

@@ -623,22 +623,23 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     return miss();
   }
 
-  std::vector<std::byte> data;
+  // Not zero-filled: the read overwrites it, and only the bytes read are decoded.
+  std::optional<detail::uninitialized_bytes> data;
   try {
-    data.resize(static_cast<std::size_t>(st.st_size));
+    data.emplace(static_cast<std::size_t>(st.st_size));
   } catch (const std::bad_alloc&) {
     note_error("allocate memory to read", path, std::make_error_code(std::errc::not_enough_memory));
     return miss();
   }
   std::size_t got = 0;
-  if ((ec = posix::read_fully(fd.get(), data, got))) {
+  if ((ec = posix::read_fully(fd.get(), {data->data, data->size}, got))) {
     note_error("read", path, ec);
     return miss();
   }
-  data.resize(got);  // shorter only if someone truncated it in place: then it fails to decode
   if (const auto* h = hooks(); h != nullptr && h->after_read) h->after_read(path);
 
-  detail::decoded_entry decoded = detail::decode_entry(std::move(data), key.bytes());
+  // `got` is short only if someone truncated the file in place: then it fails to decode.
+  detail::decoded_entry decoded = detail::decode_entry(std::move(*data), got, key.bytes());
   if (decoded.status != detail::entry_status::ok) {
     drop(detail::to_string(decoded.status));
     return miss();

@@ -50,8 +50,9 @@ code_type parse_code_type(std::string_view text) {
 object_code::object_code(code_type type, std::vector<std::byte> code, std::string name,
                          symbol_map symbols) {
   const std::size_t length = code.size();
-  state_ = std::make_shared<const state>(
-      state{type, std::move(code), 0, length, std::move(name), std::move(symbols), {}});
+  const std::byte* bytes = code.data();  // a vector's move keeps its heap block
+  state_ = std::make_shared<const state>(state{
+      type, std::move(code), nullptr, bytes, length, std::move(name), std::move(symbols), {}});
 }
 
 object_code::object_code(code_type type, std::vector<std::byte> buffer, std::size_t offset,
@@ -61,8 +62,21 @@ object_code::object_code(code_type type, std::vector<std::byte> buffer, std::siz
                            std::to_string(length) + ") is outside its " +
                            std::to_string(buffer.size()) + "-byte buffer");
   }
-  state_ = std::make_shared<const state>(
-      state{type, std::move(buffer), offset, length, std::move(name), std::move(symbols), {}});
+  const std::byte* bytes = buffer.data() + offset;
+  state_ = std::make_shared<const state>(state{
+      type, std::move(buffer), nullptr, bytes, length, std::move(name), std::move(symbols), {}});
+}
+
+object_code::object_code(code_type type, detail::uninitialized_bytes buffer, std::size_t offset,
+                         std::size_t length, std::string name, symbol_map symbols) {
+  if (offset > buffer.size || length > buffer.size - offset) {
+    throw invalid_argument("object_code range [" + std::to_string(offset) + ", +" +
+                           std::to_string(length) + ") is outside its " +
+                           std::to_string(buffer.size) + "-byte buffer");
+  }
+  const std::byte* bytes = buffer.data + offset;
+  state_ = std::make_shared<const state>(state{
+      type, {}, std::move(buffer.storage), bytes, length, std::move(name), std::move(symbols), {}});
 }
 
 object_code object_code::from_ptx(std::string_view ptx, std::string name, symbol_map symbols) {

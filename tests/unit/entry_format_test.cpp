@@ -103,6 +103,37 @@ TEST(EntryFormat, TrailingBytesZerosForeignAndOtherVersions) {
   EXPECT_EQ(decode_entry(other_version, std::nullopt).status, entry_status::bad_version);
 }
 
+// The overload that adopts a buffer read without zero-filling decodes only the bytes it is told
+// are valid: the same entry in a larger buffer is a truncation (or trailing garbage), not a hit.
+TEST(EntryFormat, UninitializedBufferDecodesOnlyItsValidBytes) {
+  const auto bytes = encode_entry(as_key("key"), sample());
+  auto copy_into = [&](std::size_t size) {
+    uninitialized_bytes buffer(size);
+    std::memcpy(buffer.data, bytes.data(), std::min(size, bytes.size()));
+    return buffer;
+  };
+  auto decoded = decode_entry(copy_into(bytes.size()), bytes.size(), as_key("key"));
+  ASSERT_EQ(decoded.status, entry_status::ok);
+  EXPECT_EQ(*decoded.code, sample());
+  EXPECT_EQ(decode_entry(copy_into(bytes.size()), bytes.size() - 1, as_key("key")).status,
+            entry_status::truncated);
+  uninitialized_bytes larger = copy_into(bytes.size() + 16);
+  std::memset(larger.data + bytes.size(), 0, 16);
+  EXPECT_EQ(decode_entry(std::move(larger), bytes.size() + 16, as_key("key")).status,
+            entry_status::malformed);
+  EXPECT_EQ(decode_entry(copy_into(bytes.size()), bytes.size(), as_key("kex")).status,
+            entry_status::key_mismatch);
+  EXPECT_THROW(uninitialized_bytes(SIZE_MAX), std::bad_alloc) << "the size with its slack wraps";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(uninitialized_bytes(100).data) % 64, 0u);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    uninitialized_bytes flipped = copy_into(bytes.size());
+    flipped.data[i] ^= std::byte{0x10};
+    EXPECT_NE(decode_entry(std::move(flipped), bytes.size(), as_key("key")).status,
+              entry_status::ok)
+        << "byte " << i;
+  }
+}
+
 TEST(EntryFormat, RandomGarbageNeverDecodes) {
   std::mt19937_64 rng(1);
   for (int i = 0; i < 2000; ++i) {

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -1033,6 +1034,45 @@ TEST(FileStreamCache, DamagedEntriesAreMissesAndArePruned) {
     cache.put("k", code);
     ASSERT_TRUE(cache.get("k")) << "a fresh put works again";
     EXPECT_EQ(*cache.get("k"), code);
+  }
+}
+
+// A hit reads a large entry without zero-filling its buffer and checks the checksum over the whole
+// payload: one flipped byte anywhere in 256 KiB of code (first, page and 64 KiB boundaries, middle,
+// last) is a miss, never stale code; the undamaged entry is a hit with the same bytes.
+TEST(FileStreamCache, AFlippedByteAnywhereInALargePayloadIsAMiss) {
+  std::mt19937_64 rng(9);
+  std::vector<std::byte> payload((256u << 10) + 1000);
+  for (auto& b : payload) b = static_cast<std::byte>(rng());
+  const object_code code(code_type::cubin, payload, "large", symbol_map{{"k<1>", "_Z1kILi1EEvv"}});
+  temp_dir dir;
+  log_capture logs;
+  file_stream_program_cache cache(dir.path(), fast());
+  cache.put("k", code);
+  const fs::path file = entry_file(dir.path(), "k");
+  const auto good = read_bytes(file);
+  auto header = detail::read_entry_header(good);
+  ASSERT_TRUE(header);
+  ASSERT_EQ(header->payload_length, payload.size());
+  auto hit = cache.get("k");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(*hit, code);
+  const std::size_t p = header->payload_offset;
+  const std::size_t n = payload.size();
+  std::uint64_t dropped = 0;
+  for (std::size_t at :
+       {p, p + 4095, p + 4096, p + (64u << 10) - 1, p + (64u << 10), p + n / 2, p + n - 1}) {
+    SCOPED_TRACE("byte " + std::to_string(at));
+    auto bytes = good;
+    bytes[at] ^= std::byte{0x01};
+    write_bytes(file, bytes);
+    EXPECT_FALSE(cache.get("k"));
+    EXPECT_EQ(cache.stats().corrupt_dropped, ++dropped);
+    EXPECT_FALSE(fs::exists(file)) << "pruned";
+    write_bytes(file, good);
+    auto again = cache.get("k");
+    ASSERT_TRUE(again) << "the undamaged entry is a hit";
+    EXPECT_EQ(*again, code);
   }
 }
 
