@@ -29,6 +29,7 @@
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/program.hpp"
+#include "scratch_directory.hpp"
 
 namespace {
 
@@ -50,16 +51,8 @@ std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
 
 // A scratch directory for the whole run, removed at exit.
 const fs::path& scratch() {
-  static const fs::path dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "cucore-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(scratch(), ec);
-    });
-    return fs::path(pattern);
-  }();
-  return dir;
+  static const cucore::bench::scratch_directory dir("cucore-bench-");
+  return dir.path();
 }
 
 // ---- keys -----------------------------------------------------------------------------------

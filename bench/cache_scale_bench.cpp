@@ -28,6 +28,7 @@
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/object_code.hpp"
+#include "scratch_directory.hpp"
 
 namespace {
 
@@ -49,30 +50,8 @@ std::string random_key(std::mt19937_64& rng) {
   return k;
 }
 
-// The run's scratch directory, removed at exit by the static's destructor. (An atexit handler
-// registered while the static was being made ran after its destructor and removed nothing: every
-// run left its ~460 MB behind in /tmp.)
-class scratch_directory {
- public:
-  scratch_directory() {
-    std::string pattern = (fs::temp_directory_path() / "cucore-scale-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  scratch_directory(const scratch_directory&) = delete;
-  scratch_directory& operator=(const scratch_directory&) = delete;
-  ~scratch_directory() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const noexcept { return path_; }
-
- private:
-  fs::path path_;
-};
-
 const fs::path& scratch() {
-  static const scratch_directory dir;
+  static const cucore::bench::scratch_directory dir("cucore-scale-bench-");
   return dir.path();
 }
 
