@@ -162,17 +162,23 @@ void BM_DirectoryHit(benchmark::State& state) {
 }
 BENCHMARK(BM_DirectoryHit)->Arg(4 << 10)->Arg(256 << 10);
 
+// The floors' 64 files of `size` random bytes, named `prefix` + size + index.
+std::vector<fs::path> floor_files(const std::string& prefix, std::size_t size) {
+  std::vector<fs::path> files;
+  const auto bytes = random_bytes(size, 5);
+  for (int i = 0; i < 64; ++i) {
+    files.push_back(scratch() / (prefix + std::to_string(size) + "-" + std::to_string(i)));
+    std::ofstream(files.back(), std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(size));
+  }
+  return files;
+}
+
 // The floor: open, fstat, read the whole file into a fresh buffer, close (no parsing, no
 // checksum, no recency update).
 void BM_OpenReadCloseFloor(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
-  std::vector<fs::path> files;
-  for (int i = 0; i < 64; ++i) {
-    files.push_back(scratch() / ("raw-" + std::to_string(size) + "-" + std::to_string(i)));
-    auto bytes = random_bytes(size, 5);
-    std::ofstream(files.back(), std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(size));
-  }
+  const std::vector<fs::path> files = floor_files("raw-", size);
   std::size_t i = 0;
   for (auto _ : state) {
     int fd = ::open(files[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);
@@ -197,13 +203,7 @@ BENCHMARK(BM_OpenReadCloseFloor)->Arg(4 << 10)->Arg(256 << 10);
 // as the directory hit reads. What a hit costs beyond this is parsing and the checksum.
 void BM_OpenReadCloseAlignedFloor(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
-  std::vector<fs::path> files;
-  for (int i = 0; i < 64; ++i) {
-    files.push_back(scratch() / ("raw-aligned-" + std::to_string(size) + "-" + std::to_string(i)));
-    auto bytes = random_bytes(size, 5);
-    std::ofstream(files.back(), std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(size));
-  }
+  const std::vector<fs::path> files = floor_files("raw-aligned-", size);
   std::size_t i = 0;
   for (auto _ : state) {
     int fd = ::open(files[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);

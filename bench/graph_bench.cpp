@@ -21,7 +21,6 @@
 //   build/release/bin/graph_bench --benchmark_format=console
 #include <benchmark/benchmark.h>
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
@@ -32,6 +31,7 @@
 #include <vector>
 
 #include "cucore/cucore.hpp"
+#include "raw_driver.hpp"
 
 namespace {
 
@@ -47,16 +47,13 @@ extern "C" __global__ void k(float* p, int n) {
 }
 )";
 
+constexpr const char* kProgram = "graph_bench";
+
 void check(CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "graph_bench: %s failed with CUresult %d\n", call, static_cast<int>(r));
-    std::abort();
-  }
+  cucore::bench::check_raw(kProgram, r, call);
 }
 
-// The driver entry points the raw baselines call, resolved as cucore resolves its own: dlopen
-// libcuda.so.1 from the loader path, then cuGetProcAddress for the newest version of each name
-// up to the toolkit's CUDA_VERSION (so each pointer has the type cuda.h declares).
+// The driver entry points the raw baselines call (resolved by raw_driver.hpp).
 #define GRAPH_BENCH_DRIVER_FUNCTIONS(X) \
   X(cuInit)                             \
   X(cuCtxSetCurrent)                    \
@@ -73,37 +70,7 @@ void check(CUresult r, const char* call) {
   X(cuStreamSynchronize)
 
 struct raw_driver {
-#define GRAPH_BENCH_MEMBER(name) decltype(&::name) name = nullptr;
-  GRAPH_BENCH_DRIVER_FUNCTIONS(GRAPH_BENCH_MEMBER)
-#undef GRAPH_BENCH_MEMBER
-
-  raw_driver() {
-    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // never unloaded
-    if (lib == nullptr) {
-      std::fprintf(stderr, "graph_bench: dlopen(libcuda.so.1): %s\n", ::dlerror());
-      std::abort();
-    }
-    using get_proc_address = decltype(&::cuGetProcAddress);  // cuGetProcAddress_v2
-    auto gpa = reinterpret_cast<get_proc_address>(::dlsym(lib, "cuGetProcAddress_v2"));
-    if (gpa == nullptr) {
-      std::fprintf(stderr, "graph_bench: libcuda.so.1 has no cuGetProcAddress_v2\n");
-      std::abort();
-    }
-    auto resolve = [gpa](const char* name) {
-      void* fn = nullptr;
-      CUdriverProcAddressQueryResult status{};
-      if (gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
-          status != CU_GET_PROC_ADDRESS_SUCCESS || fn == nullptr) {
-        std::fprintf(stderr, "graph_bench: cuGetProcAddress(%s) failed\n", name);
-        std::abort();
-      }
-      return fn;
-    };
-#define GRAPH_BENCH_RESOLVE(name) name = reinterpret_cast<decltype(name)>(resolve(#name));
-    GRAPH_BENCH_DRIVER_FUNCTIONS(GRAPH_BENCH_RESOLVE)
-#undef GRAPH_BENCH_RESOLVE
-    check(cuInit(0), "cuInit");
-  }
+  CUCORE_BENCH_RAW_DRIVER(GRAPH_BENCH_DRIVER_FUNCTIONS, kProgram)
 };
 
 // Everything the benchmarks share, made once in main() when there is a GPU.

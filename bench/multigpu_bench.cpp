@@ -14,7 +14,6 @@
 //   build/release/bin/multigpu_bench --benchmark_filter=BM_copy_0_to_1
 #include <benchmark/benchmark.h>
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -23,16 +22,16 @@
 #include <vector>
 
 #include "cucore/cucore.hpp"
+#include "raw_driver.hpp"
 
 namespace {
 
 constexpr std::size_t kBytes = std::size_t{64} << 20;
 
+constexpr const char* kProgram = "multigpu_bench";
+
 void check(CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "multigpu_bench: %s failed with CUresult %d\n", call, static_cast<int>(r));
-    std::abort();
-  }
+  cucore::bench::check_raw(kProgram, r, call);
 }
 
 #define MULTIGPU_BENCH_DRIVER_FUNCTIONS(X) \
@@ -43,37 +42,7 @@ void check(CUresult r, const char* call) {
   X(cuStreamSynchronize)
 
 struct raw_driver {
-#define MULTIGPU_BENCH_MEMBER(name) decltype(&::name) name = nullptr;
-  MULTIGPU_BENCH_DRIVER_FUNCTIONS(MULTIGPU_BENCH_MEMBER)
-#undef MULTIGPU_BENCH_MEMBER
-
-  raw_driver() {
-    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // never unloaded
-    if (lib == nullptr) {
-      std::fprintf(stderr, "multigpu_bench: dlopen(libcuda.so.1): %s\n", ::dlerror());
-      std::abort();
-    }
-    using get_proc_address = decltype(&::cuGetProcAddress);  // cuGetProcAddress_v2
-    auto gpa = reinterpret_cast<get_proc_address>(::dlsym(lib, "cuGetProcAddress_v2"));
-    if (gpa == nullptr) {
-      std::fprintf(stderr, "multigpu_bench: libcuda.so.1 has no cuGetProcAddress_v2\n");
-      std::abort();
-    }
-    auto resolve = [gpa](const char* name) {
-      void* fn = nullptr;
-      CUdriverProcAddressQueryResult status{};
-      if (gpa(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
-          status != CU_GET_PROC_ADDRESS_SUCCESS || fn == nullptr) {
-        std::fprintf(stderr, "multigpu_bench: cuGetProcAddress(%s) failed\n", name);
-        std::abort();
-      }
-      return fn;
-    };
-#define MULTIGPU_BENCH_RESOLVE(name) name = reinterpret_cast<decltype(name)>(resolve(#name));
-    MULTIGPU_BENCH_DRIVER_FUNCTIONS(MULTIGPU_BENCH_RESOLVE)
-#undef MULTIGPU_BENCH_RESOLVE
-    check(cuInit(0), "cuInit");
-  }
+  CUCORE_BENCH_RAW_DRIVER(MULTIGPU_BENCH_DRIVER_FUNCTIONS, kProgram)
 };
 
 struct fixture {
