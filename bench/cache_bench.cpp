@@ -147,17 +147,23 @@ void BM_UnorderedMapFloor(benchmark::State& state) {
 }
 BENCHMARK(BM_UnorderedMapFloor);
 
+// Fills `cache` with 64 entries of `size` random bytes, then times hits cycling through them.
+template <class Cache>
+void time_hits(benchmark::State& state, Cache& cache, std::size_t size) {
+  const auto ks = keys(64);
+  for (const auto& k : ks)
+    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(size, 5)));
+  std::size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+}
+
 // ---- directory ------------------------------------------------------------------------------
 
 void BM_DirectoryHit(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
   const fs::path root = scratch() / ("dir-" + std::to_string(size));
   cucore::file_stream_program_cache cache(root);
-  const auto ks = keys(64);
-  for (const auto& k : ks)
-    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(size, 5)));
-  std::size_t i = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  time_hits(state, cache, size);
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_DirectoryHit)->Arg(4 << 10)->Arg(256 << 10);
@@ -237,11 +243,7 @@ void BM_DirectoryHitStatistics(benchmark::State& state) {
   cucore::file_stream_cache_options o;
   o.statistics = on;
   cucore::file_stream_program_cache cache(root, o);
-  const auto ks = keys(64);
-  for (const auto& k : ks)
-    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 5)));
-  std::size_t i = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  time_hits(state, cache, 4096);
   state.SetLabel(on ? "statistics on" : "statistics off");
 }
 BENCHMARK(BM_DirectoryHitStatistics)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
@@ -252,11 +254,7 @@ void BM_SqliteHit(benchmark::State& state) {
   const auto size = static_cast<std::size_t>(state.range(0));
   const fs::path file = scratch() / ("cache-" + std::to_string(size) + ".db");
   cucore::sqlite_program_cache cache(file);
-  const auto ks = keys(64);
-  for (const auto& k : ks)
-    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(size, 5)));
-  std::size_t i = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  time_hits(state, cache, size);
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_SqliteHit)->Arg(4 << 10)->Arg(256 << 10);
@@ -286,11 +284,7 @@ void BM_SqliteHitStatistics(benchmark::State& state) {
   cucore::sqlite_cache_options o;
   o.statistics = on;
   cucore::sqlite_program_cache cache(file, o);
-  const auto ks = keys(64);
-  for (const auto& k : ks)
-    cache.put(k, cucore::object_code(cucore::code_type::cubin, random_bytes(4096, 5)));
-  std::size_t i = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(cache.get(ks[i++ & 63]));
+  time_hits(state, cache, 4096);
   state.SetLabel(on ? "statistics on" : "statistics off");
 }
 BENCHMARK(BM_SqliteHitStatistics)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
