@@ -133,11 +133,20 @@ parsed parse(std::span<const std::byte> data, bool with_symbols, bool with_key_c
   std::uint32_t symbol_count = 0;
   if (!r.u32(symbol_count)) return p.status = entry_status::truncated, p;
   p.header.symbol_count = symbol_count;
+  // The encoder writes the symbols in symbol_map order, each once: anything else is not an entry
+  // it wrote (and would decode to a map that encodes to other bytes).
+  std::string previous;
   for (std::uint32_t i = 0; i < symbol_count; ++i) {
     std::string expr;
     std::string mangled;
     if (!r.text(expr) || !r.text(mangled)) return p.status = entry_status::truncated, p;
-    if (with_symbols) p.symbols.insert_or_assign(std::move(expr), std::move(mangled));
+    if (i > 0 && !(previous < expr)) return p;  // out of order or repeated: malformed
+    if (with_symbols) {
+      previous = expr;
+      p.symbols.emplace_hint(p.symbols.end(), std::move(expr), std::move(mangled));
+    } else {
+      previous = std::move(expr);
+    }
   }
   if (!r.u64(p.header.payload_length)) return p.status = entry_status::truncated, p;
   p.checksum_offset = r.pos();

@@ -2,12 +2,14 @@
 // pin the bytes (a change to the format must bump kEntryFormatVersion and add new golden files).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "cache/checksum.hpp"
 #include "cache/entry_format.hpp"
 #include "test_support.hpp"
 
@@ -132,6 +134,40 @@ TEST(EntryFormat, UninitializedBufferDecodesOnlyItsValidBytes) {
               entry_status::ok)
         << "byte " << i;
   }
+}
+
+// Symbols the encoder would never write (out of order, or one twice), under a valid checksum: not
+// an entry (found by the fuzzer: such bytes decoded, then encoded to other bytes).
+TEST(EntryFormat, SymbolsOutOfOrderOrRepeatedAreMalformed) {
+  const object_code code(code_type::cubin, {std::byte{1}, std::byte{2}}, "k.cu",
+                         symbol_map{{"a", "x"}, {"b", "y"}});
+  const auto good = encode_entry(as_key("the-key"), code);
+  ASSERT_EQ(decode_entry(good, as_key("the-key")).status, entry_status::ok);
+  // The names are "a" and "b", each behind a 4-byte length; the checksum is the 8 bytes before
+  // the payload and covers everything else.
+  const std::size_t payload_offset = good.size() - code.code().size();
+  const std::size_t checksum_offset = payload_offset - 8;
+  const auto reseal = [&](std::vector<std::byte> bytes) {
+    const std::uint64_t sum = xxh3_64(std::span<const std::byte>(bytes).first(checksum_offset),
+                                      std::span<const std::byte>(bytes).subspan(payload_offset));
+    std::memcpy(bytes.data() + checksum_offset, &sum, sizeof sum);  // little-endian host
+    return bytes;
+  };
+  ASSERT_EQ(decode_entry(reseal(good), as_key("the-key")).status, entry_status::ok);
+  const std::byte name_a[] = {std::byte{1}, std::byte{0}, std::byte{0}, std::byte{0},
+                              std::byte{'a'}};
+  const auto at = std::search(good.begin(), good.end(), std::begin(name_a), std::end(name_a));
+  ASSERT_NE(at, good.end());
+  const auto a = static_cast<std::size_t>(at - good.begin()) + 4;
+  const std::size_t b = a + 1 + 4 + 1 + 4;  // past "a", the length and "x", the length
+  ASSERT_EQ(good[b], std::byte{'b'});
+  auto swapped = good;  // "b" first, then "a"
+  std::swap(swapped[a], swapped[b]);
+  EXPECT_NE(decode_entry(reseal(swapped), as_key("the-key")).status, entry_status::ok);
+  EXPECT_FALSE(read_entry_header(reseal(swapped)).has_value());
+  auto repeated = good;  // "a" twice
+  repeated[b] = std::byte{'a'};
+  EXPECT_NE(decode_entry(reseal(repeated), as_key("the-key")).status, entry_status::ok);
 }
 
 TEST(EntryFormat, RandomGarbageNeverDecodes) {
