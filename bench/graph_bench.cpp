@@ -1,7 +1,9 @@
 // CUDA graph benchmarks: cucore's graph_definition / graph beside the same work done with the raw
 // driver API in the same run:
 //   BM_build_1000_kernel_nodes_cucore   a chain of 1000 kernel nodes, each with a buffer argument,
-//                                       then the graph destroyed
+//                                       then the graph destroyed (the same buffer: the nodes
+//                                       share one user object)
+//     _distinct_buffers_cucore          the same, a buffer per node (a user object per node)
 //     vs _raw                           cuGraphCreate + 1000 cuGraphAddKernelNode + cuGraphDestroy
 //     vs _raw_user_objects              the same plus one user object per node (what cucore
 //                                       asks of the driver; the rest of the gap is cucore's own)
@@ -124,6 +126,19 @@ struct fixture {
     for (int i = 1; i < nodes; ++i) last = last.launch(config, k, buf, n);
     return g;
   }
+  // The same chain, each node's buffer argument a different buffer (no two nodes have the same
+  // owners, so none shares another's user object).
+  cucore::graph_definition cucore_chain_distinct_buffers(int nodes) {
+    while (distinct.size() < static_cast<std::size_t>(nodes)) {
+      distinct.emplace_back(kElements * sizeof(float), stream);
+    }
+    cucore::graph_definition g(dev);
+    cucore::graph_node last = g.launch(config, k, distinct[0], n);
+    for (int i = 1; i < nodes; ++i) last = last.launch(config, k, distinct[i], n);
+    return g;
+  }
+  std::vector<cucore::buffer> distinct;
+
   CUgraph raw_chain(int nodes) {
     CUgraph g = nullptr;
     check(api.cuGraphCreate(&g, 0), "cuGraphCreate");
@@ -174,6 +189,38 @@ void BM_build_only_1000_kernel_nodes_cucore(benchmark::State& state) {
   per_item(state, "per_node", kBuildNodes);
 }
 BENCHMARK(BM_build_only_1000_kernel_nodes_cucore)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The two rows above with a different buffer per node: every node gets a user object of its own,
+// as in the raw + user objects floor.
+void BM_build_1000_kernel_nodes_distinct_buffers_cucore(benchmark::State& state) {
+  f->cucore_chain_distinct_buffers(kBuildNodes);  // the buffers, allocated untimed
+  f->stream.synchronize();
+  for (auto _ : state) {
+    cucore::graph_definition g = f->cucore_chain_distinct_buffers(kBuildNodes);
+    CUgraph h = g.handle();
+    benchmark::DoNotOptimize(h);
+  }
+  per_item(state, "per_node", kBuildNodes);
+}
+BENCHMARK(BM_build_1000_kernel_nodes_distinct_buffers_cucore)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_build_only_1000_kernel_nodes_distinct_buffers_cucore(benchmark::State& state) {
+  f->cucore_chain_distinct_buffers(kBuildNodes);
+  f->stream.synchronize();
+  for (auto _ : state) {
+    cucore::graph_definition g = f->cucore_chain_distinct_buffers(kBuildNodes);
+    state.PauseTiming();
+    g = cucore::graph_definition();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    state.ResumeTiming();
+  }
+  per_item(state, "per_node", kBuildNodes);
+}
+BENCHMARK(BM_build_only_1000_kernel_nodes_distinct_buffers_cucore)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_build_only_1000_kernel_nodes_raw(benchmark::State& state) {
   for (auto _ : state) {

@@ -172,18 +172,40 @@ void CUDA_CB enqueue_release(void* item) {
 prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner_list owners)
     : api_(&api), graph_(g) {
   if (owners.empty()) return;
-  queue().ensure_started(api);
+  create(std::move(owners));
+}
+
+prepared_attachment::prepared_attachment(const driver_api& api, graph_state& top, owner_list owners)
+    : api_(&api), graph_(top.graph), top_(&top) {
+  if (owners.empty()) return;
+  for (std::size_t i = 0; i < top.recent_attachments.size(); ++i) {
+    const auto& recent = top.recent_attachments[i];
+    if (recent.references == 0 || !recent.item->owners.same_owners(owners)) continue;
+    // The graph holds a reference on it, so it is alive: take one more for the new node.
+    check_driver(api.cuGraphRetainUserObject(graph_, recent.object, 1, 0),
+                 "cuGraphRetainUserObject");
+    object_ = recent.object;
+    shared_slot_ = i;
+    return;  // `owners` go here: the shared attachment holds the same ones
+  }
+  create(std::move(owners));
+}
+
+void prepared_attachment::create(owner_list owners) {
+  queue().ensure_started(*api_);
   std::unique_ptr<attachment> item = recycler().take();
   item->owners = std::move(owners);
   CUuserObject object = nullptr;
-  check_driver(api.cuUserObjectCreate(&object, item.get(), &enqueue_release, 1,
-                                      CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+  check_driver(api_->cuUserObjectCreate(&object, item.get(), &enqueue_release, 1,
+                                        CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
                "cuUserObjectCreate");
   // The user object now owns the item: its destructor enqueues it.
-  item.release();
-  const CUresult retained = api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+  item_ = item.release();
+  const CUresult retained =
+      api_->cuGraphRetainUserObject(graph_, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
   if (retained != CUDA_SUCCESS) {
-    api.cuUserObjectRelease(object, 1);  // the only reference: the item goes to the release thread
+    api_->cuUserObjectRelease(object,
+                              1);  // the only reference: the item goes to the release thread
     check_driver(retained, "cuGraphRetainUserObject");
   }
   object_ = object;
@@ -198,8 +220,35 @@ prepared_attachment::~prepared_attachment() {
 
 void prepared_attachment::commit(node_meta& meta) noexcept {
   if (object_ == nullptr) return;
+  if (top_ != nullptr) {
+    auto& recent = top_->recent_attachments;
+    if (shared_slot_ < recent.size()) {
+      ++recent[shared_slot_].references;
+    } else {
+      // Remember the new one: in a slot no node references any more, else the oldest.
+      std::size_t slot = recent.size();
+      for (std::size_t i = 0; i < recent.size() && slot == recent.size(); ++i) {
+        if (recent[i].references == 0) slot = i;
+      }
+      if (slot == recent.size()) {
+        slot = top_->next_recent;
+        top_->next_recent = (top_->next_recent + 1) % recent.size();
+      }
+      recent[slot] = {object_, item_, 1};
+    }
+  }
   meta.attachment = std::exchange(object_, nullptr);
   meta.holder = graph_;
+}
+
+void note_attachment_released(graph_state& top, CUgraph holder, CUuserObject object) noexcept {
+  if (holder != top.graph) return;
+  for (auto& recent : top.recent_attachments) {
+    if (recent.object == object && recent.references > 0) {
+      --recent.references;
+      return;
+    }
+  }
 }
 
 }  // namespace cucore::detail

@@ -68,7 +68,7 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   meta.serial = ++s->last_serial;
   const std::uint64_t serial = meta.serial;
   meta_entry entry = stage_meta(*s, std::move(meta));
-  prepared_attachment prepared(api, attachment_holder(*s), std::move(owners));
+  prepared_attachment prepared(api, attachment_holder_state(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
   check_driver(add(api, s->graph, d.data(), d.size(), &node), call);
@@ -853,8 +853,10 @@ void graph_node::destroy() {
   // Metadata first, then this graph's references (clones and executables keep theirs).
   detail::invalidate_node(*s, node);  // drops the entry: every graph_node of it is destroyed
   CUresult first_failure = CUDA_SUCCESS;
+  detail::graph_state& top = detail::attachment_holder_state(*s);
   for (const auto& [holder, object] : releases) {
     const CUresult r = api.cuGraphReleaseUserObject(holder, object, 1);
+    if (r == CUDA_SUCCESS) detail::note_attachment_released(top, holder, object);
     if (r != CUDA_SUCCESS && first_failure == CUDA_SUCCESS) first_failure = r;
   }
   // The node is gone either way; a reference that could not be released stays with its graph

@@ -79,6 +79,12 @@ CUgraph attachment_holder(const graph_state& s) noexcept {
   return top->graph;
 }
 
+graph_state& attachment_holder_state(graph_state& s) noexcept {
+  graph_state* top = &s;
+  while (top->parent != nullptr) top = top->parent;
+  return *top;
+}
+
 namespace {
 
 // Where the references of a copy's attachments end up. `path`: each source graph from the copied

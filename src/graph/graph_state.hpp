@@ -27,6 +27,7 @@
 namespace cucore::detail {
 
 struct graph_state;
+struct attachment;
 
 // What cucore knows about one node beyond what the driver stores.
 struct node_meta {
@@ -62,6 +63,22 @@ struct graph_state {
   // node (keeping the bucket array, so an add allocates only its entry).
   meta_map meta_staging{&meta_pool};
 
+  // Used on a top graph (the one holding its hierarchy's attachments): the attachments made last
+  // for its nodes, each with the number of references this graph holds on it for nodes (counted
+  // by commits, less the releases of destroyed nodes). A node whose owners are exactly those of
+  // one of them takes one more reference on that user object instead of a new one: the owners
+  // are the same, so they still live exactly as long as some graph can run either node, and the
+  // driver makes one call per node instead of two. Graphs built in loops (the same kernel on
+  // the same buffers) share nearly every attachment.
+  struct recent_attachment {
+    CUuserObject object = nullptr;
+    const attachment* item = nullptr;  // the owners; alive while `references` > 0
+    std::size_t references = 0;
+  };
+  static constexpr std::size_t kRecentAttachments = 4;
+  std::array<recent_attachment, kRecentAttachments> recent_attachments{};
+  std::size_t next_recent = 0;  // the slot a new attachment replaces when none is free
+
   graph_state() = default;
   graph_state(const graph_state&) = delete;
   graph_state& operator=(const graph_state&) = delete;
@@ -91,6 +108,11 @@ void check_usable(const graph_state& s);
 // the ones CUDA copies into clones, embeds and executable graphs, so every attachment of a
 // hierarchy lives there.
 CUgraph attachment_holder(const graph_state& s) noexcept;
+// The state of that graph.
+graph_state& attachment_holder_state(graph_state& s) noexcept;
+// Records that `holder` released one reference on `object` (a destroyed node's), so a recent
+// attachment of `top` whose graph holds none for nodes any more is never shared again.
+void note_attachment_released(graph_state& top, CUgraph holder, CUuserObject object) noexcept;
 
 // Copies the metadata of `source` into `clone` (cuGraphClone of it, or an embed of it), found
 // through cuGraphNodeFindInClone; recurses into child graphs. CUDA already copied the user-object
@@ -145,8 +167,23 @@ class owner_list {
   }
   bool empty() const noexcept { return count_ == 0; }
   std::size_t size() const noexcept { return count_; }
+  // Whether both lists hold the same owners in the same order (the same objects: shared_ptrs
+  // that share ownership, whatever they point at).
+  bool same_owners(const owner_list& o) const noexcept {
+    if (count_ != o.count_) return false;
+    for (std::size_t i = 0; i < count_; ++i) {
+      const auto& a = at(i);
+      const auto& b = o.at(i);
+      if (a.owner_before(b) || b.owner_before(a)) return false;
+    }
+    return true;
+  }
 
  private:
+  const std::shared_ptr<const void>& at(std::size_t i) const noexcept {
+    return i < inline_.size() ? inline_[i] : more_[i - inline_.size()];
+  }
+
   std::array<std::shared_ptr<const void>, 3> inline_;
   std::vector<std::shared_ptr<const void>> more_;
   std::size_t count_ = 0;
@@ -163,10 +200,19 @@ struct attachment final : release_item {
 class prepared_attachment {
  public:
   prepared_attachment() noexcept = default;
-  // No owners prepares nothing.
+  // No owners prepares nothing. A new user object, retained by `g`.
   prepared_attachment(const driver_api& api, CUgraph g, owner_list owners);
+  // For a node of the hierarchy whose top graph is `top`: a new reference on one of `top`'s
+  // recent attachments when its owners are the same as `owners` (which are then dropped), else a
+  // new user object, remembered as recent by commit().
+  prepared_attachment(const driver_api& api, graph_state& top, owner_list owners);
   prepared_attachment(prepared_attachment&& o) noexcept
-      : api_(o.api_), graph_(o.graph_), object_(std::exchange(o.object_, nullptr)) {}
+      : api_(o.api_),
+        graph_(o.graph_),
+        object_(std::exchange(o.object_, nullptr)),
+        top_(o.top_),
+        item_(o.item_),
+        shared_slot_(o.shared_slot_) {}
   prepared_attachment& operator=(prepared_attachment&&) = delete;
   prepared_attachment(const prepared_attachment&) = delete;
   ~prepared_attachment();
@@ -176,9 +222,14 @@ class prepared_attachment {
   void commit_anonymous() noexcept { object_ = nullptr; }
 
  private:
+  void create(owner_list owners);
+
   const driver_api* api_ = nullptr;
   CUgraph graph_ = nullptr;
   CUuserObject object_ = nullptr;
+  graph_state* top_ = nullptr;        // set when the attachment may be shared
+  const attachment* item_ = nullptr;  // the new user object's owners
+  std::size_t shared_slot_ = graph_state::kRecentAttachments;  // a recent one's slot, if shared
 };
 
 // ---- shared helpers ----------------------------------------------------------------------------

@@ -980,6 +980,120 @@ TEST_F(GraphLifetime, ConditionalBodyKeepsItsOwnersAndNodeDestroyReleasesThem) {
   EXPECT_EQ(g.node_count(), 0u);
 }
 
+// ---- nodes with the same owners share one user object (one more reference per node)
+// ----------
+
+// Three kernel nodes with the same owners (kernel, z, out): each keeps them while it exists, a
+// clone keeps them for its copies, and they go with the last reference.
+TEST_F(GraphLifetime, NodesWithTheSameOwnersKeepThemUntilTheLastIsDestroyed) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  buffer in(kBytes, s());
+  buffer out(kBytes, s());
+  std::optional<buffer> z(std::in_place, kBytes, s());
+  const std::weak_ptr<const void> wz = z->owner();
+  const kernel k = graph_kernel("twice");
+  std::optional<graph_definition> g(std::in_place, dev());
+  graph_node copy_in = g->memcpy(*z, in, kBytes);
+  graph_node first = copy_in.launch(cover(kN), k, *z, out, kN);
+  graph_node second = first.launch(cover(kN), k, *z, out, kN);
+  graph_node third = second.launch(cover(kN), k, *z, out, kN);
+  z.reset();
+  first.destroy();
+  EXPECT_TRUE(still_alive_after(wz)) << "two nodes with the same owners remain";
+  second.destroy();
+  copy_in.destroy();
+  EXPECT_TRUE(still_alive_after(wz)) << "the third node still holds them";
+  std::optional<graph_definition> copy(g->clone());
+  third.destroy();
+  EXPECT_EQ(g->node_count(), 0u);
+  EXPECT_TRUE(still_alive_after(wz)) << "the clone holds its own reference";
+  copy.reset();
+  EXPECT_TRUE(expires_within(wz)) << "no graph can run a node that uses it";
+}
+
+// The last node holding a shared attachment is destroyed (its user object goes); a new node with
+// the same owners must get a user object of its own, which keeps them alive and runs correctly.
+TEST_F(GraphLifetime, ANewNodeDoesNotShareAnAttachmentWhoseNodesAreAllDestroyed) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed_note(seed));
+  buffer in(kBytes, s());
+  buffer out(kBytes, s());
+  std::optional<buffer> z(std::in_place, kBytes, s());
+  const std::weak_ptr<const void> wz = z->owner();
+  const kernel k = graph_kernel("twice");
+  std::optional<graph_definition> g(std::in_place, dev());
+  g->launch(cover(kN), k, *z, out, kN).destroy();
+  g->launch(cover(kN), k, *z, out, kN).destroy();
+  graph_node copy_in = g->memcpy(*z, in, kBytes);
+  copy_in.launch(cover(kN), k, *z, out, kN);
+  z.reset();
+  EXPECT_TRUE(still_alive_after(wz));
+  {
+    graph exec = g->instantiate();
+    each_round(seed, [&](const std::vector<float>& data, int) {
+      EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s()), doubled(data)));
+    });
+    g.reset();
+    EXPECT_TRUE(still_alive_after(wz)) << "the executable graph holds them";
+  }
+  EXPECT_TRUE(expires_within(wz));
+}
+
+// A node of a conditional body and a node of the top graph with the same owners share one user
+// object, whose references the top graph holds: destroying the conditional node releases only
+// its body's.
+TEST_F(GraphLifetime, ABodyNodeSharingATopNodesOwnersReleasesOnlyItsReference) {
+  buffer out(kBytes, s());
+  std::optional<buffer> z(std::in_place, kBytes, s());
+  const std::weak_ptr<const void> wz = z->owner();
+  const kernel k = graph_kernel("twice");
+  graph_definition g(dev());
+  graph_node top_node = g.launch(cover(kN), k, *z, out, kN);
+  graph_node cond = g.if_then(g.create_condition(1u));
+  cond.branch(0).launch(cover(kN), k, *z, out, kN);
+  z.reset();
+  top_node.destroy();
+  EXPECT_TRUE(still_alive_after(wz)) << "the body's node still holds them";
+  cond.destroy();
+  EXPECT_TRUE(expires_within(wz)) << "the body's reference was released with its node";
+  EXPECT_EQ(g.node_count(), 0u);
+}
+
+// More distinct owner sets than the graph remembers, in rotation, two nodes of a set in a row
+// (the second shares the first's user object; a set's later nodes get new ones): every set goes
+// exactly when the last node using it is destroyed.
+TEST_F(GraphLifetime, ManyOwnerSetsInRotationEachLiveAsLongAsTheirNodes) {
+  constexpr int kSets = 7;
+  constexpr int kRepeats = 4;
+  buffer out(kBytes, s());
+  std::vector<std::optional<buffer>> inputs;
+  std::vector<std::weak_ptr<const void>> watched;
+  for (int i = 0; i < kSets; ++i) {
+    inputs.emplace_back(std::in_place, kBytes, s());
+    watched.push_back(inputs.back()->owner());
+  }
+  const kernel k = graph_kernel("twice");
+  graph_definition g(dev());
+  std::vector<std::vector<graph_node>> nodes(kSets);
+  for (int r = 0; r < kRepeats; ++r) {
+    for (int i = 0; i < kSets; ++i) {
+      for (int twice = 0; twice < 2; ++twice) {
+        nodes[i].push_back(g.launch(cover(kN), k, *inputs[i], out, kN));
+      }
+    }
+  }
+  inputs.clear();
+  for (int i = 0; i < kSets; ++i) {
+    SCOPED_TRACE("owner set " + std::to_string(i));
+    for (std::size_t n = 0; n + 1 < nodes[i].size(); ++n) nodes[i][n].destroy();
+    EXPECT_TRUE(still_alive_after(watched[i])) << "one node still uses it";
+    nodes[i].back().destroy();
+    EXPECT_TRUE(expires_within(watched[i]));
+    for (int j = i + 1; j < kSets; ++j) EXPECT_FALSE(watched[j].expired());
+  }
+}
+
 // ---- failed and refused adds keep nothing
 // ---------------------------------------------------------
 
