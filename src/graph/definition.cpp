@@ -63,21 +63,22 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   scoped_context scope(api, s->device);
   const dependency_list d(*s, deps);
 
-  // Fallible work first: the map entry (extracted from the state's staging map, so only the
-  // entry itself is allocated), room in the map, and the attachment.
+  // Fallible work first: memory for the map entry (reserved in the graph's pool), room in the
+  // map (so the insert cannot rehash), and the attachment.
   meta.serial = ++s->last_serial;
   const std::uint64_t serial = meta.serial;
-  meta_entry entry = stage_meta(*s, std::move(meta));
+  s->meta_pool.reserve();
+  make_room_for_one(s->meta);
   prepared_attachment prepared(api, attachment_holder_state(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
   check_driver(add(api, s->graph, d.data(), d.size(), &node), call);
 
-  // Commit: nothing below allocates or throws (room was reserved above).
-  finish(node, entry.mapped());
-  prepared.commit(entry.mapped());
-  entry.key() = node;
-  s->meta.insert(std::move(entry));
+  // Commit: nothing below fails (the entry's memory and the map's room were reserved above, and
+  // node_meta moves without allocating).
+  finish(node, meta);
+  prepared.commit(meta);
+  s->meta.emplace(node, std::move(meta));
   return graph_access::node(s, node, serial);
 }
 

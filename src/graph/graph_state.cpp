@@ -12,6 +12,46 @@
 namespace cucore {
 namespace detail {
 
+// A map entry (the node_meta, its key and the list link) is one of the pool's small blocks.
+static_assert(sizeof(std::pair<const CUgraphNode, node_meta>) + 2 * sizeof(void*) <=
+              entry_pool::kMaxBlock);
+
+entry_pool::~entry_pool() = default;
+
+void* entry_pool::do_allocate(std::size_t bytes, std::size_t align) {
+  if (bytes > kMaxBlock || align > kAlign) {
+    return std::pmr::new_delete_resource()->allocate(bytes, align);
+  }
+  const std::size_t c = size_class(bytes);
+  if (free_block* b = free_[c]) {
+    free_[c] = b->next;
+    return b;
+  }
+  const std::size_t size = c * kAlign;
+  if (static_cast<std::size_t>(chunk_end_ - chunk_next_) < size) new_chunk();
+  void* p = chunk_next_;
+  chunk_next_ += size;
+  return p;
+}
+
+void entry_pool::do_deallocate(void* p, std::size_t bytes, std::size_t align) {
+  if (bytes > kMaxBlock || align > kAlign) {
+    std::pmr::new_delete_resource()->deallocate(p, bytes, align);
+    return;
+  }
+  auto* b = static_cast<free_block*>(p);
+  b->next = free_[size_class(bytes)];
+  free_[size_class(bytes)] = b;
+}
+
+void entry_pool::new_chunk() {
+  chunks_.reserve(chunks_.size() + 1);  // so the push below cannot fail after the allocation
+  // operator new[] aligns for any fundamental type (16 bytes here), and blocks are multiples of 16.
+  chunks_.push_back(std::make_unique_for_overwrite<std::byte[]>(kChunk));
+  chunk_next_ = chunks_.back().get();
+  chunk_end_ = chunk_next_ + kChunk;
+}
+
 graph_state::~graph_state() {
   if (owns && graph != nullptr && driver_alive()) {
     // CUDA destroys the embedded child and body graphs with it and drops every user-object
@@ -61,6 +101,7 @@ graph_node node_of(const std::shared_ptr<graph_state>& state, CUgraphNode node) 
 bool names_live_node(const graph_node& n) noexcept {
   const auto& g = graph_access::graph_of(n);
   if (!g || g->invalid) return false;
+  if (g->erased_entries == 0) return graph_access::serial_of(n) != 0;
   const auto it = g->meta.find(graph_access::handle_of(n));
   return it != g->meta.end() && it->second.serial == graph_access::serial_of(n);
 }
@@ -246,6 +287,7 @@ void invalidate_node(graph_state& s, CUgraphNode node) noexcept {
     }
   }
   s.meta.erase(it);
+  ++s.erased_entries;
 }
 
 graph_node_kind kind_of(CUgraphNodeType t) noexcept {

@@ -42,6 +42,45 @@ struct node_meta {
   std::vector<std::unique_ptr<graph_state>> bodies;
 };
 
+// The memory of a graph's metadata maps: blocks of up to kMaxBlock bytes (entries, small bucket
+// arrays) from free lists per 16-byte size class, carved from 4 KiB chunks and kept until the
+// graph goes; larger ones from the heap. After reserve(), the next small allocation cannot fail,
+// so an entry can be inserted after the CUDA call that adds its node without a way to fail.
+class entry_pool final : public std::pmr::memory_resource {
+ public:
+  entry_pool() = default;
+  entry_pool(const entry_pool&) = delete;
+  entry_pool& operator=(const entry_pool&) = delete;
+  ~entry_pool() override;
+  // Makes sure the next allocation of up to kMaxBlock bytes is served without the heap.
+  void reserve() {
+    if (static_cast<std::size_t>(chunk_end_ - chunk_next_) < kMaxBlock) new_chunk();
+  }
+
+  static constexpr std::size_t kMaxBlock = 256;
+
+ private:
+  static constexpr std::size_t kAlign = 16;
+  static constexpr std::size_t kChunk = 4096;
+  struct free_block {
+    free_block* next;
+  };
+  static std::size_t size_class(std::size_t bytes) noexcept {
+    return bytes == 0 ? 1 : (bytes + kAlign - 1) / kAlign;
+  }
+  void* do_allocate(std::size_t bytes, std::size_t align) override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t align) override;
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override {
+    return this == &o;
+  }
+  void new_chunk();
+
+  std::array<free_block*, kMaxBlock / kAlign + 1> free_{};
+  std::byte* chunk_next_ = nullptr;
+  std::byte* chunk_end_ = nullptr;
+  std::vector<std::unique_ptr<std::byte[]>> chunks_;
+};
+
 struct graph_state {
   CUgraph graph = nullptr;
   int device = 0;
@@ -50,10 +89,13 @@ struct graph_state {
   CUgraphNode owner_node = nullptr;  // the node of `parent` this graph belongs to
   bool invalid = false;              // that node was destroyed
   std::uint64_t last_serial = 0;     // the last node_meta::serial handed out
+  // Entries erased from `meta` so far (destroyed nodes). While none is, every graph_node made for
+  // this graph names a node that still exists: no look-up needed to tell.
+  std::uint64_t erased_entries = 0;
   // The maps' entries and buckets come from a pool of the graph's own: an add takes its entry
   // from a free list rather than the heap, and a destroyed graph hands its blocks back at once.
   // Declared before the maps, so it outlives them.
-  std::pmr::unsynchronized_pool_resource meta_pool;
+  entry_pool meta_pool;
   using meta_map = std::pmr::unordered_map<CUgraphNode, node_meta>;
   // Per node known to cucore (added through it, or named by a graph_node since).
   meta_map meta{&meta_pool};
