@@ -67,8 +67,8 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   // map (so the insert cannot rehash), and the attachment.
   meta.serial = ++s->last_serial;
   const std::uint64_t serial = meta.serial;
+  make_room_for_one(s->meta);  // may take pool memory for the buckets: before the reserve
   s->meta_pool.reserve();
-  make_room_for_one(s->meta);
   prepared_attachment prepared(api, attachment_holder_state(*s), std::move(owners));
 
   CUgraphNode node = nullptr;
