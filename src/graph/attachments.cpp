@@ -204,8 +204,8 @@ void prepared_attachment::create(owner_list owners) {
   const CUresult retained =
       api_->cuGraphRetainUserObject(graph_, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
   if (retained != CUDA_SUCCESS) {
-    api_->cuUserObjectRelease(object,
-                              1);  // the only reference: the item goes to the release thread
+    // The only reference: the item goes to the release thread.
+    api_->cuUserObjectRelease(object, 1);
     check_driver(retained, "cuGraphRetainUserObject");
   }
   object_ = object;
