@@ -57,6 +57,9 @@ class entry_pool final : public std::pmr::memory_resource {
     if (static_cast<std::size_t>(chunk_end_ - chunk_next_) < kMaxBlock) new_chunk();
   }
 
+  // The 4 KiB chunks taken from the heap so far (for tests).
+  std::size_t chunk_count() const noexcept { return chunks_.size(); }
+
   static constexpr std::size_t kMaxBlock = 256;
 
  private:
