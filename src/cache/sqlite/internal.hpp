@@ -153,12 +153,14 @@ bool database_in_use(const std::string& path);
 
 // ---- entries, eviction
 
-// Pending access times by key, looked up by string_view.
+// Pending access times by key, looked up by string_view. Deliberately not noexcept: libstdc++ then
+// keeps each node's hash in the node, so a lookup compares hashes while walking a bucket instead of
+// rehashing (and so reading) every other key's heap-held bytes to find where the bucket ends. Under
+// random reads over many entries the map holds tens of thousands of keys in cold memory, and that
+// rehashing was most of its cost per hit (docs/performance.md, "Scale").
 struct key_hash {
   using is_transparent = void;
-  std::size_t operator()(std::string_view k) const noexcept {
-    return std::hash<std::string_view>{}(k);
-  }
+  std::size_t operator()(std::string_view k) const { return std::hash<std::string_view>{}(k); }
 };
 
 // Statements kept for the connection's life.
