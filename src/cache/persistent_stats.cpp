@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -33,6 +34,10 @@ constexpr std::size_t kFileBytes = 4096;
 constexpr std::size_t kHeaderBytes = 64;
 constexpr std::uint32_t kSlots = (kFileBytes - kHeaderBytes) / 8;  // 504
 constexpr unsigned kShards = 16;
+// Fresh shards are written under this prefix, then renamed; zero() removes those older than
+// kStaleTemporary (left by a process that died in between).
+constexpr char kTemporaryPrefix[] = ".new-";
+constexpr std::chrono::minutes kStaleTemporary{10};
 
 struct shard_header {
   char magic[8];
@@ -130,7 +135,7 @@ shard_map map_shard(const std::string& path, bool writable, cache_access access,
 // Writes a fresh shard (header, zeros) under a temporary name in `dir`; returns its path.
 std::string write_fresh_shard(const std::string& dir, const detail::trust::create_modes& modes,
                               std::error_code& ec) {
-  const std::string tmp = dir + "/.new-" + std::to_string(::getpid()) + "-" +
+  const std::string tmp = dir + "/" + kTemporaryPrefix + std::to_string(::getpid()) + "-" +
                           std::to_string(posix::random_u64() % 1'000'000'000);
   posix::unique_fd fd =
       posix::open_file(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, modes.file, ec);
@@ -357,6 +362,7 @@ void cache_statistics::zero() {
   // Every shard name a writer may use, and any other shard-* file found (a layout with more
   // shards): valid ones are zeroed in place, damaged or foreign ones replaced.
   std::vector<std::string> names;
+  std::vector<std::string> temporaries;  // ".new-*": fresh shards not renamed in (yet)
   for (unsigned i = 0; i < kShards; ++i) names.push_back(shard_name(i));
   if (posix::directory_reader dir = posix::directory_reader::open(dir_, ec)) {
     posix::directory_reader::entry e{};
@@ -364,8 +370,20 @@ void cache_statistics::zero() {
       if (std::strncmp(e.name, "shard-", 6) == 0 &&
           std::find(names.begin(), names.end(), e.name) == names.end()) {
         names.emplace_back(e.name);
+      } else if (std::strncmp(e.name, kTemporaryPrefix, std::strlen(kTemporaryPrefix)) == 0) {
+        temporaries.emplace_back(e.name);
       }
     }
+  }
+  // A process that died between writing a fresh shard and renaming it in left its temporary
+  // file behind; one older than kStaleTemporary is such a leftover (a writer renames or removes
+  // its own within microseconds). Best effort: what cannot be removed stays.
+  for (const std::string& name : temporaries) {
+    const std::string path = dir_ + "/" + name;
+    struct stat st {};
+    if (posix::lstat_path(path, st) || !S_ISREG(st.st_mode)) continue;
+    const std::int64_t age_ns = posix::to_ns(posix::now_realtime()) - posix::to_ns(st.st_mtim);
+    if (age_ns > std::chrono::nanoseconds(kStaleTemporary).count()) (void)posix::unlink_path(path);
   }
   // Replaces `path` (damaged or foreign; or missing, with replace false) by a fresh shard.
   auto fresh = [&](const std::string& path, bool replace) {

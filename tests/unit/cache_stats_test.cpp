@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -207,6 +208,32 @@ TEST(PersistentStats, DamagedShardIsIgnoredSkippedAndReplacedOnZero) {
   EXPECT_EQ(p.shards, 3u);
   EXPECT_EQ(fs::file_size(shard_path(stats_dir, my_shard())), 4096u);
   EXPECT_EQ(p.local.hits, 0u);
+}
+
+// A process that died between writing a fresh shard and renaming it in leaves ".new-*" behind:
+// zero() removes such leftovers once they are old, and leaves a young one (a peer may be about to
+// rename it) and every shard alone.
+TEST(PersistentStats, ZeroRemovesTemporaryShardsLeftByDeadProcesses) {
+  temp_dir dir;
+  const fs::path stats_dir = dir.path() / "stats";
+  {
+    file_stream_program_cache cache(dir.path(), fast());
+    cache.put("k", sample());
+  }
+  const fs::path old_temp = stats_dir / ".new-123-456";
+  const fs::path young_temp = stats_dir / ".new-789-12";
+  testing::write_text(old_temp, std::string(4096, '\0'));
+  testing::write_text(young_temp, std::string(4096, '\0'));
+  fs::last_write_time(old_temp, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(young_temp, fs::file_time_type::clock::now() - std::chrono::minutes(1));
+  cache_statistics stats(stats_dir);
+  stats.zero();
+  EXPECT_FALSE(fs::exists(old_temp)) << "an hour-old temporary shard is a leftover";
+  EXPECT_TRUE(fs::exists(young_temp)) << "a minute-old one may still be renamed by its writer";
+  const persistent_cache_stats p = stats.read();
+  EXPECT_EQ(p.shards, 1u);
+  EXPECT_EQ(p.shards_ignored, 0u);
+  EXPECT_TRUE(p.zeroed_at);
 }
 
 TEST(PersistentStats, APlantedSymlinkIsNotFollowed) {
