@@ -39,6 +39,11 @@ bool statistics_from_env() {
                          "\": use 1 (keep statistics, the default) or 0 (keep none)");
 }
 
+// The caller's choice, else the environment's.
+bool statistics_for(const open_cache_options& options) {
+  return options.statistics ? *options.statistics : statistics_from_env();
+}
+
 cache_access access_of(bool shared) {
   return shared ? cache_access::shared : cache_access::private_to_user;
 }
@@ -52,7 +57,7 @@ std::unique_ptr<program_cache> open_directory(const std::filesystem::path& dir, 
   file_stream_cache_options o;
   o.access = access_of(chosen.value_or(config.shared.value_or(false)));
   o.umask = config.umask;
-  o.statistics = statistics_from_env();
+  o.statistics = statistics_for(options);
   std::optional<std::uint64_t> max_size = cache_max_size_from_env();
   if (!max_size) max_size = config.max_size;
   if (!max_size && is_default) max_size = default_cache_max_size;
@@ -73,7 +78,7 @@ std::unique_ptr<program_cache> open_local(std::string_view spec,
     }
     sqlite_cache_options o;
     o.access = access_of(user_shared(options).value_or(false));
-    o.statistics = statistics_from_env();
+    o.statistics = statistics_for(options);
     return std::make_unique<sqlite_program_cache>(std::filesystem::path(file), o);
   }
   if (spec.rfind("dir:", 0) == 0) spec = spec.substr(4);

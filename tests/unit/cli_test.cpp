@@ -1489,6 +1489,33 @@ TEST_F(Cache, LsShowExport) {
   EXPECT_TRUE(contains(r.err, "-o")) << r.err;
 }
 
+// Looking at an entry is not a lookup: show and export leave the hit and miss counts as they
+// were, on a directory and an SQLite cache (each cucore run is a process of its own).
+TEST_F(Cache, ShowAndExportCountNothing) {
+  file("k.cu", kTemplate);
+  for (const std::string& spec :
+       {cache_.path().string(), "sqlite:" + (cache_.path() / "c.db").string()}) {
+    SCOPED_TRACE(spec);
+    const std::string key = json_of(compile_k({"--cache", spec}))["key"].string;
+    ASSERT_TRUE(is_key(key));
+    ASSERT_EQ(json_of(compile_k({"--cache", spec}))["cache"].string, "hit");
+    const json before = json_of({"cache", "stats", "--json", "--cache", spec})["statistics"];
+    ASSERT_EQ(before["local"]["hits"].number, 1);
+    ASSERT_EQ(before["local"]["misses"].number, 1);
+    auto r = cucore({"cache", "show", key, "--cache", spec});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    r = cucore({"cache", "export", key, "-o", "looked.cubin", "--cache", spec});
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_EQ(output("looked.cubin"), output("k.cubin"));
+    r = cucore({"cache", "show", std::string(64, '0'), "--cache", spec});
+    EXPECT_EQ(r.status, 1) << describe(r);
+    const json after = json_of({"cache", "stats", "--json", "--cache", spec})["statistics"];
+    EXPECT_EQ(after["local"]["hits"].number, 1);
+    EXPECT_EQ(after["local"]["misses"].number, 1);
+    EXPECT_EQ(after["compile_hits"].number, 1);
+  }
+}
+
 TEST_F(Cache, LsAndShowWorkOnSqlite) {
   file("k.cu", kTemplate);
   const std::string spec = "sqlite:" + (cache_.path() / "c.db").string();

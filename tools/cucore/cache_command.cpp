@@ -824,7 +824,10 @@ int run(const arguments& args) {
     throw usage_error("--cache memory: an in-memory cache starts empty in every process, so " +
                       who + " would see nothing: name a directory (DIR) or sqlite:FILE");
   }
-  const std::unique_ptr<program_cache> cache = open_cache(spec, args);
+  // show and export only look at an entry: reading it must not count as a hit.
+  const bool looks_only = sub->name == "show" || sub->name == "export";
+  const std::unique_ptr<program_cache> cache =
+      open_cache(spec, args, looks_only ? std::optional<bool>(false) : std::nullopt);
   return sub->run(*cache, args);
 }
 

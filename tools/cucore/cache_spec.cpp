@@ -22,9 +22,11 @@ bool is_memory_cache(std::string_view spec) {
   return spec == "memory";
 }
 
-std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args) {
+std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args,
+                                          std::optional<bool> statistics) {
   open_cache_options options;
   if (args.has(shared_cache_option.name)) options.shared = true;
+  options.statistics = statistics;
   return open_program_cache(spec, options);
 }
 

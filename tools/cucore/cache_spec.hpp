@@ -42,8 +42,10 @@ bool is_no_cache(std::string_view spec);      // "none", "off"
 bool is_memory_cache(std::string_view spec);  // "memory"
 
 // Opens the cache `spec` names (nullptr for none), shared when args has --shared-cache; throws
-// what the backend throws.
-std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args);
+// what the backend throws. `statistics` false: without persistent statistics (a command that
+// only looks at entries); unset: the library's default.
+std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args,
+                                          std::optional<bool> statistics = std::nullopt);
 
 // The compiler identities to derive `cache`'s keys with: the ones remembered beside a persistent
 // cache (so that a hit loads no compiler library), else the installed libraries'. The same answers

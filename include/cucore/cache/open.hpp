@@ -34,6 +34,10 @@ struct open_cache_options {
   // Trust a cache shared with other users (cache_access::shared); unset: the environment, then
   // cucore.conf, then private.
   std::optional<bool> shared;
+  // Keep persistent statistics (directory and SQLite caches); unset: $CUCORE_CACHE_STATS, else
+  // on. Tools that only look at entries (`cucore cache show`, `export`) open with false, so that
+  // looking does not count as a hit.
+  std::optional<bool> statistics;
 };
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
                                                   const open_cache_options& options);
