@@ -233,6 +233,7 @@ void BM_ScalePreadFloor(benchmark::State& state) {
   }
   ::close(fd);
 }
+
 void BM_ScaleMiss(benchmark::State& state) {
   auto& p = cache_with(backend_of(state), entries_of(state));
   std::mt19937_64 rng(5);
