@@ -382,7 +382,7 @@ void cache_statistics::zero() {
     const std::string path = dir_ + "/" + name;
     struct stat st {};
     if (posix::lstat_path(path, st) || !S_ISREG(st.st_mode)) continue;
-    const std::int64_t age_ns = posix::to_ns(posix::now_realtime()) - posix::to_ns(st.st_mtim);
+    const std::int64_t age_ns = static_cast<std::int64_t>(now_ns) - posix::to_ns(st.st_mtim);
     if (age_ns > std::chrono::nanoseconds(kStaleTemporary).count()) (void)posix::unlink_path(path);
   }
   // Replaces `path` (damaged or foreign; or missing, with replace false) by a fresh shard.
