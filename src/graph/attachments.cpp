@@ -9,6 +9,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -162,12 +163,47 @@ release_queue& queue() {
   return *q;
 }
 
-// The user object's destructor (CUhostFn): only hands the attachment over.
+// The scope collecting this thread's releases, if any (see local_release_scope).
+thread_local local_release_scope* current_release_scope = nullptr;
+
+// The user object's destructor (CUhostFn): only hands the attachment over, to the scope of the
+// thread the driver runs it on if there is one, else to the release thread.
 void CUDA_CB enqueue_release(void* item) {
-  queue().push(static_cast<release_item*>(item));
+  auto* i = static_cast<release_item*>(item);
+  if (local_release_scope* scope = current_release_scope) {
+    collect_release(*scope, i);
+    return;
+  }
+  queue().push(i);
 }
 
 }  // namespace
+
+void collect_release(local_release_scope& scope, release_item* item) noexcept {
+  item->next = scope.items_;
+  scope.items_ = item;
+}
+
+local_release_scope::local_release_scope(const driver_api& api) noexcept
+    : api_(&api), previous_(current_release_scope) {
+  current_release_scope = this;
+}
+
+local_release_scope::~local_release_scope() {
+  // Restored first: an owner dropped below may destroy another graph, under a scope of its own.
+  current_release_scope = previous_;
+  if (items_ == nullptr) return;
+  const background_release release;  // the exit waits for this batch
+  if (!release.ok()) return;         // exiting: leak them, as the release thread does
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const bool relaxed = api_->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  for (release_item* i = std::exchange(items_, nullptr); i != nullptr;) {
+    release_item* next = i->next;
+    recycler().give(static_cast<attachment*>(i));  // attachments are the only release items
+    i = next;
+  }
+  if (relaxed) api_->cuThreadExchangeStreamCaptureMode(&mode);
+}
 
 prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner_list owners)
     : api_(&api), graph_(g) {
@@ -181,14 +217,18 @@ prepared_attachment::prepared_attachment(const driver_api& api, graph_state& top
   for (std::size_t i = 0; i < top.recent_attachments.size(); ++i) {
     const auto& recent = top.recent_attachments[i];
     if (recent.references == 0 || !recent.item->owners.same_owners(owners)) continue;
-    // The graph holds a reference on it, so it is alive: take one more for the new node.
-    check_driver(api.cuGraphRetainUserObject(graph_, recent.object, 1, 0),
-                 "cuGraphRetainUserObject");
-    object_ = recent.object;
-    shared_slot_ = i;
+    share_slot(i);
     return;  // `owners` go here: the shared attachment holds the same ones
   }
   create(std::move(owners));
+}
+
+void prepared_attachment::share_slot(std::size_t slot) {
+  // The graph holds a reference on it, so it is alive: take one more for the new node.
+  const CUuserObject object = top_->recent_attachments[slot].object;
+  check_driver(api_->cuGraphRetainUserObject(graph_, object, 1, 0), "cuGraphRetainUserObject");
+  object_ = object;
+  shared_slot_ = slot;
 }
 
 void prepared_attachment::create(owner_list owners) {
@@ -214,6 +254,7 @@ void prepared_attachment::create(owner_list owners) {
 prepared_attachment::~prepared_attachment() {
   if (object_ == nullptr) return;
   if (!driver_alive()) return;  // leak rather than call a driver that is gone
+  const local_release_scope release(*api_);
   log_driver_failure(api_->cuGraphReleaseUserObject(graph_, object_, 1),
                      "cuGraphReleaseUserObject");
 }

@@ -338,7 +338,7 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
     meta.bodies.push_back(std::move(body));
     out.push_back(graph_builder(std::move(b)));
   }
-  detail::meta_entry entry = detail::stage_meta(*s, std::move(meta));
+  s->meta.reserve_one();
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -351,11 +351,10 @@ std::vector<graph_builder> graph_builder::conditional(const graph_condition& c, 
     detail::check_driver(r, "cuStreamUpdateCaptureDependencies");
   }
   for (unsigned n = 0; n < count; ++n) {
-    entry.mapped().bodies[n]->graph = p.conditional.phGraph_out[n];
-    entry.mapped().bodies[n]->owner_node = node;
+    meta.bodies[n]->graph = p.conditional.phGraph_out[n];
+    meta.bodies[n]->owner_node = node;
   }
-  entry.key() = node;
-  s->meta.insert(std::move(entry));
+  s->meta.emplace(node, std::move(meta));
   return out;
 }
 
@@ -392,7 +391,7 @@ void embed_into_capture(graph_builder::impl& i,
   auto body = detail::make_body(*s);
   detail::graph_state* body_ptr = body.get();
   meta.bodies.push_back(std::move(body));
-  detail::meta_entry entry = detail::stage_meta(*s, std::move(meta));
+  s->meta.reserve_one();
 
   const capture_info info = query_capture(api, i.stream);
   CUgraphNode node = nullptr;
@@ -411,8 +410,7 @@ void embed_into_capture(graph_builder::impl& i,
     throw;
   }
   body_ptr->owner_node = node;
-  entry.key() = node;
-  s->meta.insert(std::move(entry));
+  s->meta.emplace(node, std::move(meta));
 }
 
 }  // namespace
@@ -445,7 +443,7 @@ void graph_builder::callback_erased(host_function fn, void* data,
   const auto& s = i.graph;
   const auto& api = detail::graph_driver();
   detail::scoped_context scope(api, i.dev.ordinal());
-  detail::meta_entry entry = detail::stage_meta(*s, detail::node_meta{});
+  s->meta.reserve_one();
   detail::owner_list owners;
   owners.push(std::move(fn_owner));
   owners.push(std::move(data_owner));
@@ -456,9 +454,9 @@ void graph_builder::callback_erased(host_function fn, void* data,
   try {
     const capture_info info = query_capture(api, i.stream);
     if (info.count == 1 && !s->meta.contains(info.deps[0])) {
-      prepared.commit(entry.mapped());
-      entry.key() = info.deps[0];
-      s->meta.insert(std::move(entry));
+      detail::node_meta meta;
+      prepared.commit(meta);
+      s->meta.emplace(info.deps[0], std::move(meta));
       return;
     }
   } catch (const cuda_error&) {

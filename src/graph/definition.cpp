@@ -51,25 +51,24 @@ class dependency_list {
   std::size_t size_ = 0;
 };
 
-// Runs `add(api, graph, deps, count, &node)` between prepare and commit. `meta`, when it carries
-// anything (bodies, a conditional) or an attachment is prepared, is published for the node;
-// `finish(node, meta)` completes it before publication and must not throw.
-template <class Add, class Finish>
-graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph_node> deps,
-                    owner_list owners, const char* call, node_meta meta, Add&& add,
-                    Finish&& finish) {
+// Runs `add(api, graph, deps, count, &node)` between prepare and commit. `prepare(api, top)`
+// returns the node's prepared attachment (held by `top`, the top graph). `meta` is published for
+// the node; `finish(node, meta)` completes it before publication and must not throw.
+template <class Prepare, class Add, class Finish>
+graph_node add_prepared_node(const std::shared_ptr<graph_state>& s,
+                             std::span<const graph_node> deps, Prepare&& prepare, const char* call,
+                             node_meta meta, Add&& add, Finish&& finish) {
   check_usable(*s);
   const driver_api& api = graph_driver();
   scoped_context scope(api, s->device);
   const dependency_list d(*s, deps);
 
-  // Fallible work first: memory for the map entry (reserved in the graph's pool), room in the
-  // map (so the insert cannot rehash), and the attachment.
+  // Fallible work first: room in the metadata table and memory for the entry, and the
+  // attachment.
   meta.serial = ++s->last_serial;
   const std::uint64_t serial = meta.serial;
-  make_room_for_one(s->meta);  // may take pool memory for the buckets: before the reserve
-  s->meta_pool.reserve();
-  prepared_attachment prepared(api, attachment_holder_state(*s), std::move(owners));
+  s->meta.reserve_one();
+  prepared_attachment prepared = prepare(api, attachment_holder_state(*s));
 
   CUgraphNode node = nullptr;
   check_driver(add(api, s->graph, d.data(), d.size(), &node), call);
@@ -80,6 +79,18 @@ graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph
   prepared.commit(meta);
   s->meta.emplace(node, std::move(meta));
   return graph_access::node(s, node, serial);
+}
+
+template <class Add, class Finish>
+graph_node add_node(const std::shared_ptr<graph_state>& s, std::span<const graph_node> deps,
+                    owner_list owners, const char* call, node_meta meta, Add&& add,
+                    Finish&& finish) {
+  return add_prepared_node(
+      s, deps,
+      [&owners](const driver_api& api, graph_state& top) {
+        return prepared_attachment(api, top, std::move(owners));
+      },
+      call, std::move(meta), std::forward<Add>(add), std::forward<Finish>(finish));
 }
 
 template <class Add>
@@ -168,8 +179,9 @@ CUresult add_memcpy_node(const driver_api& api, CUgraph g, const CUgraphNode* de
 // kernel, so the last answer is kept per thread, tied to the kernel's loaded state: a weak
 // reference to it, so a library unloaded (and its handle reused) never matches. Only a miss asks
 // the driver (in the device's context).
-CUfunction function_of(const driver_api& api, CUkernel handle,
-                       const std::shared_ptr<const void>& kernel_owner, int device) {
+template <class Owner>
+CUfunction function_of(const driver_api& api, CUkernel handle, const Owner& kernel_owner,
+                       int device) {
   struct last_function {
     std::weak_ptr<const void> owner;
     CUkernel handle = nullptr;
@@ -219,19 +231,26 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
   check_launch_config(config);
   check_launch_arguments(k, args);
   check_usable(*s);
-  std::shared_ptr<const void> kernel_owner = k.owner();
+  const auto& kernel_owner = kernel_access::owner(k);  // not null: handle() checked
   // The kernel's function in the context of the device it runs on (a CUkernel in `func` is
   // refused inside conditional bodies); a CUfunction of another device's context makes the node
   // run on that device.
   const CUfunction function =
       function_of(graph_driver(), handle, kernel_owner, device < 0 ? s->device : device);
-  owner_list owners;
-  owners.push(std::move(kernel_owner));
-  if (take != nullptr) {
-    for (auto& o : take->movable_owners()) owners.push(std::move(o));
-  } else {
-    for (const auto& o : args.owners()) owners.push(o);
-  }
+  // A node with the owners of a recent attachment shares it, and copies none of them; else the
+  // owners are copied (or taken over from rvalue arguments) into a new one.
+  const auto prepare = [&](const driver_api& api, graph_state& top) {
+    prepared_attachment shared = prepared_attachment::share(api, top, kernel_owner, args.owners());
+    if (shared.shared()) return shared;
+    owner_list owners;
+    owners.push(kernel_owner);
+    if (take != nullptr) {
+      for (auto& o : take->movable_owners()) owners.push(std::move(o));
+    } else {
+      for (const auto& o : args.owners()) owners.push(o);
+    }
+    return prepared_attachment(api, top, std::move(owners));
+  };
   argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};
   p.gridDimX = config.grid.x;
@@ -243,8 +262,8 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
   p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
   p.kernelParams = pointers.data();
   p.func = function;
-  return add_node(
-      s, self.factory_dependencies(), std::move(owners), "cuGraphAddKernelNode",
+  return add_prepared_node(
+      s, self.factory_dependencies(), prepare, "cuGraphAddKernelNode", node_meta{},
       [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
         CUresult r = a.cuGraphAddKernelNode(out, g, d, n, &p);
         if (r != CUDA_SUCCESS) return r;
@@ -265,7 +284,8 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
           check_driver(r, "cuGraphKernelNodeSetAttribute");
         }
         return r;
-      });
+      },
+      [](CUgraphNode, node_meta&) noexcept {});
 }
 
 template <class D>
@@ -804,8 +824,8 @@ graph_definition graph_node::child_graph() const {
 namespace {
 
 const detail::node_meta& conditional_meta(const live_node& r) {
-  auto it = r.graph->meta.find(r.node);
-  if (it == r.graph->meta.end() || !it->second.conditional) {
+  const detail::node_entry* it = r.graph->meta.find(r.node);
+  if (it == nullptr || !it->second.conditional) {
     throw invalid_argument(
         "not a conditional node built by cucore (conditional nodes of a clone, or built outside "
         "cucore, have no readable condition or bodies: CUDA has no call that returns them)");
@@ -855,6 +875,7 @@ void graph_node::destroy() {
   detail::invalidate_node(*s, node);  // drops the entry: every graph_node of it is destroyed
   CUresult first_failure = CUDA_SUCCESS;
   detail::graph_state& top = detail::attachment_holder_state(*s);
+  const detail::local_release_scope release(api);  // owners no graph needs go here
   for (const auto& [holder, object] : releases) {
     const CUresult r = api.cuGraphReleaseUserObject(holder, object, 1);
     if (r == CUDA_SUCCESS) detail::note_attachment_released(top, holder, object);

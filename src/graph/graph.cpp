@@ -19,8 +19,11 @@ struct graph::state {
   state& operator=(const state&) = delete;
   ~state() {
     if (exec != nullptr && detail::driver_alive()) {
-      detail::log_driver_failure(detail::graph_driver().cuGraphExecDestroy(exec),
-                                 "cuGraphExecDestroy");
+      // With no launch in flight, the driver destroys the user objects only this graph held
+      // now: their owners are dropped here (see local_release_scope).
+      const auto& api = detail::graph_driver();
+      const detail::local_release_scope release(api);
+      detail::log_driver_failure(api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");
     }
   }
 };

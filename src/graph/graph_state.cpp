@@ -1,9 +1,15 @@
 #include "graph/graph_state.hpp"
 
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <new>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -12,11 +18,58 @@
 namespace cucore {
 namespace detail {
 
-// A map entry (the node_meta, its key and the list link) is one of the pool's small blocks.
-static_assert(sizeof(std::pair<const CUgraphNode, node_meta>) + 2 * sizeof(void*) <=
-              entry_pool::kMaxBlock);
+// A table entry is one of the pool's small blocks, and moving a node_meta into it cannot fail.
+static_assert(sizeof(node_entry) <= entry_pool::kMaxBlock);
+static_assert(alignof(node_entry) <= alignof(std::max_align_t));
+static_assert(std::is_nothrow_move_constructible_v<node_meta>);
 
-entry_pool::~entry_pool() = default;
+namespace {
+
+// Chunks of destroyed graphs' pools, kept for the next graphs (of any thread): a program that
+// builds and destroys graphs in a loop reuses memory already mapped instead of asking the heap
+// again (which returns large freed ranges to the system and faults them back in).
+class chunk_cache {
+ public:
+  chunk_cache() { spare_.reserve(kMaxSpare); }
+  // A spare chunk, or a new one (every chunk has entry_pool's size: `bytes`).
+  std::unique_ptr<std::byte[]> take(std::size_t bytes) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!spare_.empty()) {
+        std::unique_ptr<std::byte[]> c = std::move(spare_.back());
+        spare_.pop_back();
+        return c;
+      }
+    }
+    return std::make_unique_for_overwrite<std::byte[]>(bytes);
+  }
+  // Keeps as many of `chunks` as there is room for (the vector's capacity never grows, so this
+  // cannot fail); the rest are freed when `chunks` goes.
+  void give(std::vector<std::unique_ptr<std::byte[]>>& chunks) noexcept {
+    const std::lock_guard lock(mutex_);
+    while (!chunks.empty() && spare_.size() < kMaxSpare) {
+      spare_.push_back(std::move(chunks.back()));
+      chunks.pop_back();
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMaxSpare = 256;  // 1 MiB
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<std::byte[]>> spare_;
+};
+
+// Never destroyed: graphs may be destroyed during exit.
+chunk_cache& chunks() {
+  static chunk_cache* c = new chunk_cache;
+  return *c;
+}
+
+}  // namespace
+
+entry_pool::~entry_pool() {
+  chunks().give(chunks_);
+}
 
 void* entry_pool::do_allocate(std::size_t bytes, std::size_t align) {
   if (bytes > kMaxBlock || align > kAlign) {
@@ -47,21 +100,85 @@ void entry_pool::do_deallocate(void* p, std::size_t bytes, std::size_t align) {
 void entry_pool::new_chunk() {
   chunks_.reserve(chunks_.size() + 1);  // so the push below cannot fail after the allocation
   // operator new[] aligns for any fundamental type (16 bytes here), and blocks are multiples of 16.
-  chunks_.push_back(std::make_unique_for_overwrite<std::byte[]>(kChunk));
+  chunks_.push_back(chunks().take(kChunk));
   chunk_next_ = chunks_.back().get();
   chunk_end_ = chunk_next_ + kChunk;
+}
+
+node_table::~node_table() {
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    if (node_entry* e = slots_[i]) {
+      e->~node_entry();
+      pool_->deallocate(e, sizeof(node_entry), alignof(node_entry));
+    }
+  }
+}
+
+node_meta& node_table::operator[](CUgraphNode node) {
+  if (node_entry* e = find(node)) return e->second;
+  reserve_one();
+  return emplace(node, node_meta{});
+}
+
+void node_table::reserve_one() {
+  // At most half full: probes stay short, and an empty slot always ends a search.
+  if (2 * (size_ + 1) > capacity_) grow(capacity_ == 0 ? 16 : 2 * capacity_);
+  pool_->reserve();
+}
+
+void node_table::grow(std::size_t capacity) {
+  auto slots = std::make_unique<node_entry*[]>(capacity);  // value-initialized: all empty
+  std::unique_ptr<node_entry*[]> old = std::exchange(slots_, std::move(slots));
+  const std::size_t old_capacity = std::exchange(capacity_, capacity);
+  shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
+  for (std::size_t i = 0; i < old_capacity; ++i) {
+    if (node_entry* e = old[i]) *slot_of(e->first) = e;
+  }
+}
+
+node_meta& node_table::emplace(CUgraphNode node, node_meta&& meta) noexcept {
+  void* p = pool_->allocate(sizeof(node_entry), alignof(node_entry));  // reserved: cannot fail
+  auto* e = new (p) node_entry{node, std::move(meta)};
+  *slot_of(node) = e;
+  ++size_;
+  return e->second;
+}
+
+void node_table::erase(node_entry* e) noexcept {
+  const std::size_t mask = capacity_ - 1;
+  std::size_t hole = static_cast<std::size_t>(slot_of(e->first) - slots_.get());
+  // Backward-shift deletion: move later entries of the probe run into the hole when their home
+  // slot is not between the hole and where they are, so every search still finds them.
+  for (std::size_t j = (hole + 1) & mask; slots_[j] != nullptr; j = (j + 1) & mask) {
+    const std::size_t h = home(slots_[j]->first);
+    const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+    if (stays) continue;
+    slots_[hole] = slots_[j];
+    hole = j;
+  }
+  slots_[hole] = nullptr;
+  --size_;
+  e->~node_entry();
+  pool_->deallocate(e, sizeof(node_entry), alignof(node_entry));
 }
 
 graph_state::~graph_state() {
   if (owns && graph != nullptr && driver_alive()) {
     // CUDA destroys the embedded child and body graphs with it and drops every user-object
-    // reference the graph holds; the owners reach the release thread.
-    log_driver_failure(graph_driver().cuGraphDestroy(graph), "cuGraphDestroy");
+    // reference the graph holds. The owners of those it destroys now (none of their nodes can
+    // run elsewhere) are dropped here, on this thread, before the destructor returns; the others
+    // when the driver lets go of them, on the release thread.
+    const driver_api& api = graph_driver();
+    const local_release_scope release(api);
+    log_driver_failure(api.cuGraphDestroy(graph), "cuGraphDestroy");
   }
 }
 
 const driver_api& graph_driver() {
-  return runtime_driver("CUDA graphs");
+  // Looked up once: every node add asks for it. A failure (no driver) is not kept, so it is
+  // reported again on the next use.
+  static const driver_api* const api = &runtime_driver("CUDA graphs");
+  return *api;
 }
 
 std::shared_ptr<graph_state> adopt_root_graph(CUgraph g, int device) {
@@ -102,8 +219,8 @@ bool names_live_node(const graph_node& n) noexcept {
   const auto& g = graph_access::graph_of(n);
   if (!g || g->invalid) return false;
   if (g->erased_entries == 0) return graph_access::serial_of(n) != 0;
-  const auto it = g->meta.find(graph_access::handle_of(n));
-  return it != g->meta.end() && it->second.serial == graph_access::serial_of(n);
+  const node_entry* e = g->meta.find(graph_access::handle_of(n));
+  return e != nullptr && e->second.serial == graph_access::serial_of(n);
 }
 
 void check_usable(const graph_state& s) {
@@ -197,8 +314,8 @@ namespace {
 
 bool is_conditional_body(const graph_state& s) {
   if (s.parent == nullptr) return false;
-  const auto it = s.parent->meta.find(s.owner_node);
-  return it != s.parent->meta.end() && it->second.conditional.has_value();
+  const node_entry* e = s.parent->meta.find(s.owner_node);
+  return e != nullptr && e->second.conditional.has_value();
 }
 
 }  // namespace
@@ -239,8 +356,8 @@ std::shared_ptr<graph_state> whole_copy_of_view(const driver_api& api, const gra
 
 std::vector<std::pair<CUgraph, CUuserObject>> releases_for(const graph_state& s, CUgraphNode node) {
   std::vector<std::pair<CUgraph, CUuserObject>> out;
-  auto it = s.meta.find(node);
-  if (it == s.meta.end()) return out;
+  const node_entry* it = s.meta.find(node);
+  if (it == nullptr) return out;
   if (it->second.attachment != nullptr) out.emplace_back(it->second.holder, it->second.attachment);
   // References held by graphs inside the destroyed node die with them (CUDA drops them); the
   // others are held by a graph that survives and must be released there.
@@ -273,8 +390,8 @@ void mark_destroyed(graph_state& s) noexcept {
 }  // namespace
 
 void invalidate_node(graph_state& s, CUgraphNode node) noexcept {
-  auto it = s.meta.find(node);
-  if (it == s.meta.end()) return;
+  node_entry* it = s.meta.find(node);
+  if (it == nullptr) return;
   for (auto& body : it->second.bodies) {
     if (!body) continue;
     mark_destroyed(*body);

@@ -11,12 +11,13 @@
 #include <cuda.h>
 
 #include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <memory_resource>
 #include <optional>
+#include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "cucore/graph/builder.hpp"
@@ -42,10 +43,10 @@ struct node_meta {
   std::vector<std::unique_ptr<graph_state>> bodies;
 };
 
-// The memory of a graph's metadata maps: blocks of up to kMaxBlock bytes (entries, small bucket
-// arrays) from free lists per 16-byte size class, carved from 4 KiB chunks and kept until the
-// graph goes; larger ones from the heap. After reserve(), the next small allocation cannot fail,
-// so an entry can be inserted after the CUDA call that adds its node without a way to fail.
+// The memory of a graph's metadata entries: blocks of up to kMaxBlock bytes from free lists per
+// 16-byte size class, carved from 4 KiB chunks and kept until the graph goes (then handed to the
+// next graphs); larger ones from the heap. After reserve(), the next small allocation cannot
+// fail, so an entry can be inserted after the CUDA call that adds its node without a way to fail.
 class entry_pool final : public std::pmr::memory_resource {
  public:
   entry_pool() = default;
@@ -84,6 +85,95 @@ class entry_pool final : public std::pmr::memory_resource {
   std::vector<std::unique_ptr<std::byte[]>> chunks_;
 };
 
+// A node's handle and what cucore knows about it (read as `auto& [node, m] = entry`).
+struct node_entry {
+  CUgraphNode first;
+  node_meta second;
+};
+
+// The metadata of a graph's nodes by handle: an open-addressing table (linear probing, a
+// power-of-two number of slots, at most half full) of pointers to entries allocated from the
+// graph's pool. Entries stay where they are while the table grows. An add reserves before the CUDA
+// call that makes its node (room in the table, memory for the entry) and inserts after it, where
+// nothing may fail. Cheaper per add than a node-based hash map: no bucket lists, no division.
+class node_table {
+ public:
+  explicit node_table(entry_pool& pool) noexcept : pool_(&pool) {}
+  node_table(const node_table&) = delete;
+  node_table& operator=(const node_table&) = delete;
+  ~node_table();
+
+  template <class Entry>
+  class basic_iterator {
+   public:
+    basic_iterator(node_entry* const* slot, node_entry* const* end) noexcept
+        : slot_(slot), end_(end) {
+      skip_empty();
+    }
+    Entry& operator*() const noexcept { return **slot_; }
+    Entry* operator->() const noexcept { return *slot_; }
+    basic_iterator& operator++() noexcept {
+      ++slot_;
+      skip_empty();
+      return *this;
+    }
+    bool operator==(const basic_iterator& o) const noexcept { return slot_ == o.slot_; }
+
+   private:
+    void skip_empty() noexcept {
+      while (slot_ != end_ && *slot_ == nullptr) ++slot_;
+    }
+    node_entry* const* slot_;
+    node_entry* const* end_;
+  };
+  using iterator = basic_iterator<node_entry>;
+  using const_iterator = basic_iterator<const node_entry>;
+  iterator begin() noexcept { return {slots_.get(), slots_.get() + capacity_}; }
+  iterator end() noexcept { return {slots_.get() + capacity_, slots_.get() + capacity_}; }
+  const_iterator begin() const noexcept { return {slots_.get(), slots_.get() + capacity_}; }
+  const_iterator end() const noexcept {
+    return {slots_.get() + capacity_, slots_.get() + capacity_};
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  // The entry of `node`, or nullptr.
+  node_entry* find(CUgraphNode node) noexcept { return slots_ ? *slot_of(node) : nullptr; }
+  const node_entry* find(CUgraphNode node) const noexcept {
+    return slots_ ? *slot_of(node) : nullptr;
+  }
+  bool contains(CUgraphNode node) const noexcept { return find(node) != nullptr; }
+  // The entry of `node`, made (empty) if there is none. May throw (out of memory).
+  node_meta& operator[](CUgraphNode node);
+  // Makes sure the next emplace cannot fail: room in the table and memory for one entry.
+  void reserve_one();
+  // Adds `node`, which has no entry; reserve_one() must have been called since the last emplace.
+  node_meta& emplace(CUgraphNode node, node_meta&& meta) noexcept;
+  // Removes `e` (an entry of this table) and frees it.
+  void erase(node_entry* e) noexcept;
+
+ private:
+  std::size_t home(CUgraphNode node) const noexcept {
+    // Fibonacci hashing: handles are aligned heap addresses, so the low bits carry little.
+    return static_cast<std::size_t>(
+        (reinterpret_cast<std::uintptr_t>(node) * 0x9e3779b97f4a7c15ull) >> shift_);
+  }
+  // The slot holding `node`, or the empty slot where it would go.
+  node_entry** slot_of(CUgraphNode node) const noexcept {
+    const std::size_t mask = capacity_ - 1;
+    for (std::size_t i = home(node);; i = (i + 1) & mask) {
+      node_entry* e = slots_[i];
+      if (e == nullptr || e->first == node) return &slots_[i];
+    }
+  }
+  void grow(std::size_t capacity);
+
+  entry_pool* pool_;
+  std::unique_ptr<node_entry*[]> slots_;
+  std::size_t capacity_ = 0;  // a power of two, or 0
+  unsigned shift_ = 64;       // 64 - log2(capacity_)
+  std::size_t size_ = 0;
+};
+
 struct graph_state {
   CUgraph graph = nullptr;
   int device = 0;
@@ -95,18 +185,14 @@ struct graph_state {
   // Entries erased from `meta` so far (destroyed nodes). While none is, every graph_node made for
   // this graph names a node that still exists: no look-up needed to tell.
   std::uint64_t erased_entries = 0;
-  // The maps' entries and buckets come from a pool of the graph's own: an add takes its entry
-  // from a free list rather than the heap, and a destroyed graph hands its blocks back at once.
-  // Declared before the maps, so it outlives them.
+  // The table's entries come from a pool of the graph's own: an add takes its entry from a free
+  // list rather than the heap, and a destroyed graph hands its blocks back at once. Declared
+  // before the table, so it outlives it.
   entry_pool meta_pool;
-  using meta_map = std::pmr::unordered_map<CUgraphNode, node_meta>;
   // Per node known to cucore (added through it, or named by a graph_node since).
-  meta_map meta{&meta_pool};
+  node_table meta{meta_pool};
   // Bodies of destroyed nodes, kept at stable addresses for the views that still point at them.
   std::vector<std::unique_ptr<graph_state>> graveyard;
-  // Always empty: a node's entry is made here and extracted before the CUDA call that adds the
-  // node (keeping the bucket array, so an add allocates only its entry).
-  meta_map meta_staging{&meta_pool};
 
   // Used on a top graph (the one holding its hierarchy's attachments): the attachments made last
   // for its nodes, each with the number of references this graph holds on it for nodes (counted
@@ -193,6 +279,30 @@ struct release_item {
   virtual ~release_item() = default;
 };
 
+// While one lives on a thread, the owners of the user objects that the driver destroys on this
+// thread are dropped when it ends, on this thread, instead of on the release thread. The driver
+// runs a user object's destructor inside the call that drops its last reference when no launch
+// needs it any more: cuGraphDestroy, cuGraphExecDestroy of an executable graph with no launch in
+// flight, cuGraphReleaseUserObject. So destroying a graph that never ran, or a node, releases its
+// owners before it returns, like any C++ container, with their reference counts and memory staying
+// in this thread's cache. Put one around such a call; it drops nothing until the call returned
+// (a destructor must not call CUDA), and drops in the relaxed capture mode, so a free never
+// invalidates a global-mode capture of this thread. Destructors run anywhere else (after a launch,
+// on a driver thread) still go to the release thread.
+class local_release_scope {
+ public:
+  explicit local_release_scope(const driver_api& api) noexcept;
+  local_release_scope(const local_release_scope&) = delete;
+  local_release_scope& operator=(const local_release_scope&) = delete;
+  ~local_release_scope();
+
+ private:
+  friend void collect_release(local_release_scope& scope, release_item* item) noexcept;
+  const driver_api* api_;
+  local_release_scope* previous_;
+  release_item* items_ = nullptr;
+};
+
 // Owners of a node, up to three inline (a kernel with two buffer arguments, a memcpy, a callback
 // and its data), so making one allocates nothing in the common case. Null owners are skipped.
 class owner_list {
@@ -217,14 +327,28 @@ class owner_list {
   bool same_owners(const owner_list& o) const noexcept {
     if (count_ != o.count_) return false;
     for (std::size_t i = 0; i < count_; ++i) {
-      const auto& a = at(i);
-      const auto& b = o.at(i);
-      if (a.owner_before(b) || b.owner_before(a)) return false;
+      if (!same_owner(at(i), o.at(i))) return false;
+    }
+    return true;
+  }
+  // Whether this list holds `first` then `rest`, in that order (none of them null), compared
+  // without copying them.
+  template <class First>
+  bool same_owners(const First& first,
+                   std::span<const std::shared_ptr<const void>> rest) const noexcept {
+    if (count_ != 1 + rest.size() || !same_owner(at(0), first)) return false;
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      if (!same_owner(at(i + 1), rest[i])) return false;
     }
     return true;
   }
 
  private:
+  template <class T>
+  static bool same_owner(const std::shared_ptr<const void>& a,
+                         const std::shared_ptr<T>& b) noexcept {
+    return !a.owner_before(b) && !b.owner_before(a);
+  }
   const std::shared_ptr<const void>& at(std::size_t i) const noexcept {
     return i < inline_.size() ? inline_[i] : more_[i - inline_.size()];
   }
@@ -251,6 +375,22 @@ class prepared_attachment {
   // recent attachments when its owners are the same as `owners` (which are then dropped), else a
   // new user object, remembered as recent by commit().
   prepared_attachment(const driver_api& api, graph_state& top, owner_list owners);
+  // One more reference on one of `top`'s recent attachments whose owners are `first` then
+  // `rest` (compared without copying them), or nothing (shared() is false) when none has them.
+  template <class First>
+  static prepared_attachment share(const driver_api& api, graph_state& top, const First& first,
+                                   std::span<const std::shared_ptr<const void>> rest) {
+    prepared_attachment p(api, top);
+    for (std::size_t i = 0; i < top.recent_attachments.size(); ++i) {
+      const auto& recent = top.recent_attachments[i];
+      if (recent.references != 0 && recent.item->owners.same_owners(first, rest)) {
+        p.share_slot(i);
+        break;
+      }
+    }
+    return p;
+  }
+  bool shared() const noexcept { return shared_slot_ < graph_state::kRecentAttachments; }
   prepared_attachment(prepared_attachment&& o) noexcept
       : api_(o.api_),
         graph_(o.graph_),
@@ -267,7 +407,11 @@ class prepared_attachment {
   void commit_anonymous() noexcept { object_ = nullptr; }
 
  private:
+  prepared_attachment(const driver_api& api, graph_state& top) noexcept
+      : api_(&api), graph_(top.graph), top_(&top) {}
   void create(owner_list owners);
+  // Takes one more reference on top_'s recent attachment in `slot`.
+  void share_slot(std::size_t slot);
 
   const driver_api* api_ = nullptr;
   CUgraph graph_ = nullptr;
@@ -298,26 +442,6 @@ graph_condition create_condition(const driver_api& api, const graph_state& s,
 // conditional.phGraph_out at its own array of the bodies (read them from there).
 CUgraphNodeParams conditional_params(const graph_state& s, const graph_condition& c,
                                      conditional_kind kind, unsigned count, CUgraph* bodies_out);
-
-// Makes room for one more entry, so the next insert cannot rehash (and so cannot throw).
-// Grows geometrically: reserve(size() + 1) on every add would shrink and regrow the buckets.
-template <class Map>
-void make_room_for_one(Map& m) {
-  if (static_cast<float>(m.size() + 1) >
-      m.max_load_factor() * static_cast<float>(m.bucket_count())) {
-    m.reserve(2 * (m.size() + 1));
-  }
-}
-
-// A map entry for a node about to be added to `s`, with room made for it in `s->meta`: after the
-// CUDA call succeeds, set its key and insert it (neither allocates nor throws).
-using meta_entry = graph_state::meta_map::node_type;
-inline meta_entry stage_meta(graph_state& s, node_meta meta) {
-  s.meta_staging.emplace(nullptr, std::move(meta));
-  meta_entry entry = s.meta_staging.extract(s.meta_staging.begin());
-  make_room_for_one(s.meta);
-  return entry;
-}
 
 // A copy of a host callback's user data, aligned for any type (callbacks cast it to a struct).
 std::shared_ptr<void> copy_user_data(std::span<const std::byte> data);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cucore/runtime/device.hpp"
+#include "cucore/runtime/kernel.hpp"
 #include "cucore/runtime/launch.hpp"
 #include "loader/libraries.hpp"
 
@@ -26,6 +27,14 @@ const driver_api& runtime_driver(std::string_view feature);
 // right after cuInit, is destroyed before anything the driver set up for itself). Destructors
 // check it and leak instead of calling into a driver that may be gone.
 bool driver_alive() noexcept;
+
+// Friend of kernel: the state that owns its library, read without a copy (graph nodes compare
+// owners before they copy them). Null for an empty kernel.
+struct kernel_access {
+  static const std::shared_ptr<const kernel::state>& owner(const kernel& k) noexcept {
+    return k.state_;
+  }
+};
 
 // Marks a release made on one of cucore's own threads (the graphs' release thread, the deferred
 // frees), which run on while the process exits: ok() says whether the driver may be called, and

@@ -980,6 +980,138 @@ TEST_F(GraphLifetime, ConditionalBodyKeepsItsOwnersAndNodeDestroyReleasesThem) {
   EXPECT_EQ(g.node_count(), 0u);
 }
 
+// ---- where and when the owners go
+// ----------------------------------------------------------------
+
+// The thread a watched owner was dropped on. Shared with the owner's deleter, so a drop that comes
+// later than the test expects still has somewhere to write.
+struct drop_record {
+  std::atomic<bool> dropped{false};
+  std::thread::id thread;
+};
+
+std::shared_ptr<int> recorded_owner(const std::shared_ptr<drop_record>& record) {
+  return std::shared_ptr<int>(new int(1), [record](int* p) {
+    record->thread = std::this_thread::get_id();
+    record->dropped.store(true);
+    delete p;
+  });
+}
+
+// How the last holder of a node's owners goes, when no launch still needs them.
+enum class last_holder { definition, node, executable };
+
+class OwnersOfTheLastHolder : public GraphLifetime,
+                              public ::testing::WithParamInterface<last_holder> {};
+
+// When the last graph that can run a node goes and no launch is in flight, the driver destroys the
+// node's user object inside that call: its owners (a callable, and a buffer whose release frees
+// device memory) are dropped before the call returns, on the calling thread.
+TEST_P(OwnersOfTheLastHolder, AreDroppedBeforeItsDestroyReturnsOnThatThread) {
+  auto record = std::make_shared<drop_record>();
+  auto pool = std::make_shared<pool_memory_resource>(dev());
+  std::optional<buffer> b(std::in_place, kBytes, s(), pool);
+  const std::weak_ptr<const void> memory = b->owner();
+  std::optional<graph_definition> g(std::in_place, dev());
+  std::atomic<int> calls{0};
+  // graph_nodes keep their graph alive: held only as long as the case needs them.
+  std::optional<graph_node> kernel_node(g->launch(cover(kN), graph_kernel("add_one"), *b, kN));
+  std::optional<graph_node> callback_node(
+      kernel_node->callback([owner = recorded_owner(record), &calls] { calls.fetch_add(*owner); }));
+  b.reset();
+  s().synchronize();
+  ASSERT_GT(pool->used_bytes(), 0u);
+  std::optional<graph> exec;
+  switch (GetParam()) {
+    case last_holder::definition:
+      kernel_node.reset();
+      callback_node.reset();
+      g.reset();
+      break;
+    case last_holder::node:
+      callback_node->destroy();
+      kernel_node->destroy();
+      ASSERT_EQ(g->node_count(), 0u);
+      break;
+    case last_holder::executable:
+      exec.emplace(g->instantiate());
+      kernel_node.reset();
+      callback_node.reset();
+      g.reset();
+      ASSERT_FALSE(record->dropped.load()) << "the executable graph holds the owners";
+      exec.reset();
+      break;
+  }
+  EXPECT_TRUE(record->dropped.load()) << "the owners were not dropped before the call returned";
+  EXPECT_EQ(record->thread, std::this_thread::get_id());
+  EXPECT_TRUE(memory.expired());
+  s().synchronize();
+  EXPECT_EQ(pool->used_bytes(), 0u) << "the buffer's memory went back to its pool";
+  EXPECT_EQ(calls.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Destroyed, OwnersOfTheLastHolder,
+                         ::testing::Values(last_holder::definition, last_holder::node,
+                                           last_holder::executable),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case last_holder::definition:
+                               return "Definition";
+                             case last_holder::node:
+                               return "Node";
+                             case last_holder::executable:
+                               return "NeverLaunchedExecutable";
+                           }
+                           return "Unknown";
+                         });
+
+// After a launch, the driver may destroy the user objects later, on a thread of its own: the
+// owners then reach the release thread, and still go.
+TEST_F(GraphLifetime, OwnersOfALaunchedExecutableGoAfterItIsDestroyed) {
+  auto record = std::make_shared<drop_record>();
+  std::atomic<int> calls{0};
+  std::optional<graph> exec;
+  {
+    graph_definition g(dev());
+    g.callback([owner = recorded_owner(record), &calls] { calls.fetch_add(*owner); });
+    exec.emplace(g.instantiate());
+  }
+  exec->launch(s());
+  exec.reset();  // the launch may still be in flight
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!record->dropped.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(record->dropped.load());
+  s().synchronize();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+// A graph destroyed while its thread captures in global mode (the strictest) drops a buffer whose
+// release stream is not the captured one: the free runs at once, and the capture survives (a
+// cuMemFreeAsync on another stream in global mode would invalidate it).
+TEST_F(GraphLifetime, OwnersDroppedDuringAGlobalCaptureOfThisThreadLeaveTheCaptureValid) {
+  auto pool = std::make_shared<pool_memory_resource>(dev());
+  stream other(dev());
+  std::optional<buffer> b(std::in_place, kBytes, other, pool);
+  const std::weak_ptr<const void> memory = b->owner();
+  std::optional<graph_definition> g(std::in_place, dev());
+  g->launch(cover(kN), graph_kernel("add_one"), *b, kN);
+  b.reset();
+  other.synchronize();
+  ASSERT_GT(pool->used_bytes(), 0u);
+
+  graph_builder builder(s());
+  builder.begin_building(capture_mode::global);
+  g.reset();
+  EXPECT_TRUE(memory.expired());
+  ASSERT_NO_THROW(builder.end_building()) << "the capture was invalidated";
+  EXPECT_EQ(builder.graph_definition().node_count(), 0u) << "a free entered the capture";
+  builder.close();
+  other.synchronize();
+  EXPECT_EQ(pool->used_bytes(), 0u);
+}
+
 // ---- nodes with the same owners share one user object (one more reference per node)
 // ----------
 
@@ -1357,9 +1489,9 @@ TEST_F(GraphLifetime, CapturedCallbackLivesAsLongAsTheCapturedGraph) {
 // ---------------------------------------------------------------
 
 // The last owner of a buffer lets go while the buffer's release stream captures (in global mode,
-// the strictest): by the graphs' release thread as a graph holding it is destroyed, or by the
-// capturing thread itself. Enqueued then, the free would become a node of the user's capture (or
-// invalidate it); it must wait for the capture to end, and then happen.
+// the strictest): as a graph holding it is destroyed, or by the capturing thread itself. Enqueued
+// then, the free would become a node of the user's capture (or invalidate it); it must wait for the
+// capture to end, and then happen.
 class FreeDuringCapture : public GraphLifetime, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(FreeDuringCapture, WaitsForTheCaptureToEnd) {
@@ -1375,7 +1507,7 @@ TEST_P(FreeDuringCapture, WaitsForTheCaptureToEnd) {
   ASSERT_GT(pool->used_bytes(), 0u);
 
   if (!dropped_by_graph) {
-    g = graph_definition();  // the buffer becomes the last owner, once the release thread is done
+    g = graph_definition();  // the buffer becomes the last owner
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (memory.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -1386,7 +1518,7 @@ TEST_P(FreeDuringCapture, WaitsForTheCaptureToEnd) {
   graph_builder builder(s());
   builder.begin_building(capture_mode::global);
   if (dropped_by_graph) {
-    g = graph_definition();  // the release thread drops the last owner
+    g = graph_definition();  // its destroy drops the last owner, on this thread
   } else {
     b.reset();  // this thread drops the last owner, in its own capture
   }
@@ -1408,7 +1540,7 @@ TEST_P(FreeDuringCapture, WaitsForTheCaptureToEnd) {
 
 INSTANTIATE_TEST_SUITE_P(LastOwner, FreeDuringCapture, ::testing::Values(true, false),
                          [](const auto& info) {
-                           return info.param ? "DroppedByTheReleaseThread"
+                           return info.param ? "DroppedByDestroyingTheGraph"
                                              : "DroppedByTheCapturingThread";
                          });
 

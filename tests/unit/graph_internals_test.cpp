@@ -1,6 +1,6 @@
-// The graph module's host-side building blocks that need no GPU: the metadata maps' memory pool
-// and the owner comparison that decides when nodes share an attachment. Run under ASan, UBSan
-// and TSan in CI (the GPU tests, which use them on every node, cannot run there).
+// The graph module's host-side building blocks that need no GPU: the metadata table and its
+// memory pool, and the owner comparison that decides when nodes share an attachment. Run under
+// ASan, UBSan and TSan in CI (the GPU tests, which use them on every node, cannot run there).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,6 +16,9 @@
 namespace {
 
 using cucore::detail::entry_pool;
+using cucore::detail::node_entry;
+using cucore::detail::node_meta;
+using cucore::detail::node_table;
 using cucore::detail::owner_list;
 
 bool aligned16(const void* p) {
@@ -83,6 +86,83 @@ TEST(GraphEntryPool, FreedBlocksAreReusedAndLargeOnesUseTheHeap) {
   pool.deallocate(large, 4 * entry_pool::kMaxBlock);
   pool.deallocate(over_aligned, 64, 64);
   pool.deallocate(a, 80);
+}
+
+// A fake node handle: the table only compares and hashes them. Heap-like addresses, 16 bytes
+// apart (the alignment whose low bits carry nothing), from a few dense ranges.
+CUgraphNode handle(std::uint64_t i) {
+  return reinterpret_cast<CUgraphNode>(0x7f0000000000ull + (i % 7) * 0x100000ull + (i / 7) * 16);
+}
+
+// The table against a std::map of the same operations, with every look-up checked after every
+// erase: backward-shift deletion must keep every remaining entry reachable, through growth and
+// reuse of freed entries.
+TEST(GraphNodeTable, FindsExactlyTheEntriesItHoldsThroughInsertsErasesAndGrowth) {
+  entry_pool pool;
+  node_table table(pool);
+  std::map<CUgraphNode, std::uint64_t> expected;
+  std::mt19937_64 random(11);
+  for (int step = 0; step < 20000; ++step) {
+    const CUgraphNode key = handle(random() % 2000);
+    if (random() % 3 == 0) {
+      node_entry* e = table.find(key);
+      ASSERT_EQ(e != nullptr, expected.count(key) == 1) << step;
+      if (e != nullptr) {
+        EXPECT_EQ(e->first, key);
+        table.erase(e);
+        expected.erase(key);
+      }
+    } else if (node_entry* e = table.find(key)) {
+      e->second.serial = static_cast<std::uint64_t>(step);
+      expected[key] = static_cast<std::uint64_t>(step);
+    } else {
+      node_meta meta;
+      meta.serial = static_cast<std::uint64_t>(step);
+      table.reserve_one();
+      table.emplace(key, std::move(meta));
+      expected[key] = static_cast<std::uint64_t>(step);
+    }
+    if (step % 997 == 0) {
+      for (const auto& [k, serial] : expected) {
+        const node_entry* e = table.find(k);
+        ASSERT_NE(e, nullptr) << step;
+        EXPECT_EQ(e->second.serial, serial);
+      }
+    }
+  }
+  ASSERT_EQ(table.size(), expected.size());
+  std::map<CUgraphNode, std::uint64_t> seen;
+  for (const auto& [node, m] : table) seen[node] = m.serial;
+  EXPECT_EQ(seen, expected) << "iteration visits every entry once";
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    EXPECT_EQ(table.contains(handle(i)), expected.count(handle(i)) == 1) << i;
+  }
+}
+
+// Entries stay where they are while the table grows: references into them remain valid.
+TEST(GraphNodeTable, EntriesDoNotMoveWhenTheTableGrows) {
+  entry_pool pool;
+  node_table table(pool);
+  node_meta& first = table[handle(0)];
+  first.serial = 42;
+  for (std::uint64_t i = 1; i < 5000; ++i) table[handle(i)].serial = i;
+  EXPECT_EQ(&table[handle(0)], &first);
+  EXPECT_EQ(first.serial, 42u);
+  EXPECT_EQ(table.size(), 5000u);
+}
+
+// After reserve_one(), emplace needs no memory: what lets an add insert its entry after the CUDA
+// call without a way to fail.
+TEST(GraphNodeTable, AfterReserveOneEmplaceTakesNoNewChunk) {
+  static_assert(noexcept(std::declval<node_table&>().emplace(nullptr, node_meta{})));
+  entry_pool pool;
+  node_table table(pool);
+  for (std::uint64_t i = 0; i < 3000; ++i) {
+    table.reserve_one();
+    const std::size_t chunks = pool.chunk_count();
+    table.emplace(handle(i), node_meta{});
+    ASSERT_EQ(pool.chunk_count(), chunks) << i;
+  }
 }
 
 std::shared_ptr<const void> object() {

@@ -32,6 +32,10 @@ struct kernel_parameter {
   std::size_t size = 0;
 };
 
+namespace detail {
+struct kernel_access;
+}
+
 // A kernel of a loaded library. A cheap, copyable shared handle: every copy (and every owner()
 // handed out, e.g. to a graph node) keeps the library loaded; the library is unloaded
 // (cuLibraryUnload) when the object_code and every kernel from it are gone. Thread-safe.
@@ -69,6 +73,7 @@ class kernel {
 
  private:
   friend class object_code;
+  friend struct detail::kernel_access;
   struct state;
   explicit kernel(std::shared_ptr<const state> s) noexcept : state_(std::move(s)) {}
   std::shared_ptr<const state> state_;
