@@ -249,7 +249,7 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
     } else {
       for (const auto& o : args.owners()) owners.push(o);
     }
-    return prepared_attachment(api, top, std::move(owners));
+    return prepared_attachment::unshared(api, top, std::move(owners));
   };
   argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};

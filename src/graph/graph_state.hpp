@@ -391,6 +391,13 @@ class prepared_attachment {
     return p;
   }
   bool shared() const noexcept { return shared_slot_ < graph_state::kRecentAttachments; }
+  // A new user object for `owners` (retained by `top`'s graph, remembered as recent by commit()),
+  // without looking for a recent one to share: for a caller that already looked (share()).
+  static prepared_attachment unshared(const driver_api& api, graph_state& top, owner_list owners) {
+    prepared_attachment p(api, top);
+    if (!owners.empty()) p.create(std::move(owners));
+    return p;
+  }
   prepared_attachment(prepared_attachment&& o) noexcept
       : api_(o.api_),
         graph_(o.graph_),

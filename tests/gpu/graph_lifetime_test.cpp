@@ -137,6 +137,33 @@ class GraphLifetime : public gpu_testing::gpu_test {
   std::optional<stream> stream_;
 };
 
+// For tests that watch one buffer, `z`, used by several nodes (copied from `in`, doubled into
+// `out` by `k`): the test drops `z` and watches it through `wz`. A trace names the seed of the
+// data.
+class GraphLifetimeWatched : public GraphLifetime {
+ protected:
+  void SetUp() override {
+    GraphLifetime::SetUp();
+    if (IsSkipped()) return;
+    trace_.emplace(__FILE__, __LINE__, seed_note(seed));
+    in.emplace(kBytes, s());
+    out.emplace(kBytes, s());
+    z.emplace(kBytes, s());
+    wz = z->owner();
+    k = graph_kernel("twice");
+  }
+
+  const std::uint64_t seed = fresh_seed();
+  std::optional<buffer> in;
+  std::optional<buffer> out;
+  std::optional<buffer> z;
+  std::weak_ptr<const void> wz;
+  kernel k;
+
+ private:
+  std::optional<::testing::ScopedTrace> trace_;
+};
+
 // ---- one graph, many views: a sample whose owners the test drops
 // ----------------------------------
 
@@ -952,29 +979,23 @@ TEST_F(GraphLifetime, DestroyingAChildGraphNodeReleasesItsEmbeddedOwners) {
   EXPECT_EQ(parent->node_count(), 1u);
 }
 
-TEST_F(GraphLifetime, ConditionalBodyKeepsItsOwnersAndNodeDestroyReleasesThem) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> z(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wz = z->owner();
+TEST_F(GraphLifetimeWatched, ConditionalBodyKeepsItsOwnersAndNodeDestroyReleasesThem) {
   graph_definition g(dev());
   graph_node cond = g.if_then(g.create_condition(1u));
-  cond.branch(0).memcpy(*z, in, kBytes).launch(cover(kN), graph_kernel("twice"), *z, out, kN);
+  cond.branch(0).memcpy(*z, *in, kBytes).launch(cover(kN), k, *z, *out, kN);
   z.reset();
   EXPECT_TRUE(still_alive_after(wz)) << "the body's nodes hold it";
   {
     graph exec = g.instantiate();
     each_round(seed, [&](const std::vector<float>& data, int) {
-      EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s()), doubled(data)));
+      EXPECT_TRUE(all_match(launch_with(exec, *in, *out, data, s()), doubled(data)));
     });
     cond.destroy();
     EXPECT_TRUE(still_alive_after(wz)) << "the executable graph still runs the body";
     const auto data = round_data(seed, kRounds);
-    in.copy_from(data, s());
+    in->copy_from(data, s());
     exec.launch(s());
-    EXPECT_TRUE(all_match(out.to_vector<float>(s()), doubled(data)));
+    EXPECT_TRUE(all_match(out->to_vector<float>(s()), doubled(data)));
   }
   EXPECT_TRUE(expires_within(wz)) << "destroying the conditional node released its body's owners";
   EXPECT_EQ(g.node_count(), 0u);
@@ -1117,19 +1138,12 @@ TEST_F(GraphLifetime, OwnersDroppedDuringAGlobalCaptureOfThisThreadLeaveTheCaptu
 
 // Three kernel nodes with the same owners (kernel, z, out): each keeps them while it exists, a
 // clone keeps them for its copies, and they go with the last reference.
-TEST_F(GraphLifetime, NodesWithTheSameOwnersKeepThemUntilTheLastIsDestroyed) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> z(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wz = z->owner();
-  const kernel k = graph_kernel("twice");
+TEST_F(GraphLifetimeWatched, NodesWithTheSameOwnersKeepThemUntilTheLastIsDestroyed) {
   std::optional<graph_definition> g(std::in_place, dev());
-  graph_node copy_in = g->memcpy(*z, in, kBytes);
-  graph_node first = copy_in.launch(cover(kN), k, *z, out, kN);
-  graph_node second = first.launch(cover(kN), k, *z, out, kN);
-  graph_node third = second.launch(cover(kN), k, *z, out, kN);
+  graph_node copy_in = g->memcpy(*z, *in, kBytes);
+  graph_node first = copy_in.launch(cover(kN), k, *z, *out, kN);
+  graph_node second = first.launch(cover(kN), k, *z, *out, kN);
+  graph_node third = second.launch(cover(kN), k, *z, *out, kN);
   z.reset();
   first.destroy();
   EXPECT_TRUE(still_alive_after(wz)) << "two nodes with the same owners remain";
@@ -1146,25 +1160,18 @@ TEST_F(GraphLifetime, NodesWithTheSameOwnersKeepThemUntilTheLastIsDestroyed) {
 
 // The last node holding a shared attachment is destroyed (its user object goes); a new node with
 // the same owners must get a user object of its own, which keeps them alive and runs correctly.
-TEST_F(GraphLifetime, ANewNodeDoesNotShareAnAttachmentWhoseNodesAreAllDestroyed) {
-  const auto seed = fresh_seed();
-  SCOPED_TRACE(seed_note(seed));
-  buffer in(kBytes, s());
-  buffer out(kBytes, s());
-  std::optional<buffer> z(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wz = z->owner();
-  const kernel k = graph_kernel("twice");
+TEST_F(GraphLifetimeWatched, ANewNodeDoesNotShareAnAttachmentWhoseNodesAreAllDestroyed) {
   std::optional<graph_definition> g(std::in_place, dev());
-  g->launch(cover(kN), k, *z, out, kN).destroy();
-  g->launch(cover(kN), k, *z, out, kN).destroy();
+  g->launch(cover(kN), k, *z, *out, kN).destroy();
+  g->launch(cover(kN), k, *z, *out, kN).destroy();
   // No graph_node of it is kept, so g.reset() destroys the graph.
-  g->memcpy(*z, in, kBytes).launch(cover(kN), k, *z, out, kN);
+  g->memcpy(*z, *in, kBytes).launch(cover(kN), k, *z, *out, kN);
   z.reset();
   EXPECT_TRUE(still_alive_after(wz));
   {
     graph exec = g->instantiate();
     each_round(seed, [&](const std::vector<float>& data, int) {
-      EXPECT_TRUE(all_match(launch_with(exec, in, out, data, s()), doubled(data)));
+      EXPECT_TRUE(all_match(launch_with(exec, *in, *out, data, s()), doubled(data)));
     });
     g.reset();
     EXPECT_TRUE(still_alive_after(wz)) << "the executable graph holds them";
@@ -1175,15 +1182,11 @@ TEST_F(GraphLifetime, ANewNodeDoesNotShareAnAttachmentWhoseNodesAreAllDestroyed)
 // A node of a conditional body and a node of the top graph with the same owners share one user
 // object, whose references the top graph holds: destroying the conditional node releases only
 // its body's.
-TEST_F(GraphLifetime, ABodyNodeSharingATopNodesOwnersReleasesOnlyItsReference) {
-  buffer out(kBytes, s());
-  std::optional<buffer> z(std::in_place, kBytes, s());
-  const std::weak_ptr<const void> wz = z->owner();
-  const kernel k = graph_kernel("twice");
+TEST_F(GraphLifetimeWatched, ABodyNodeSharingATopNodesOwnersReleasesOnlyItsReference) {
   graph_definition g(dev());
-  graph_node top_node = g.launch(cover(kN), k, *z, out, kN);
+  graph_node top_node = g.launch(cover(kN), k, *z, *out, kN);
   graph_node cond = g.if_then(g.create_condition(1u));
-  cond.branch(0).launch(cover(kN), k, *z, out, kN);
+  cond.branch(0).launch(cover(kN), k, *z, *out, kN);
   z.reset();
   top_node.destroy();
   EXPECT_TRUE(still_alive_after(wz)) << "the body's node still holds them";
