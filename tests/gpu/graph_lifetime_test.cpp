@@ -1063,8 +1063,8 @@ TEST_P(OwnersOfTheLastHolder, AreDroppedBeforeItsDestroyReturnsOnThatThread) {
       exec.reset();
       break;
   }
-  EXPECT_TRUE(record->dropped.load()) << "the owners were not dropped before the call returned";
-  EXPECT_EQ(record->thread, std::this_thread::get_id());
+  ASSERT_TRUE(record->dropped.load()) << "the owners were not dropped before the call returned";
+  EXPECT_EQ(record->thread, std::this_thread::get_id());  // written before `dropped`
   EXPECT_TRUE(memory.expired());
   s().synchronize();
   EXPECT_EQ(pool->used_bytes(), 0u) << "the buffer's memory went back to its pool";
@@ -1109,8 +1109,8 @@ TEST_F(GraphLifetime, OwnersOfALaunchedExecutableGoAfterItIsDestroyed) {
 }
 
 // A graph destroyed while its thread captures in global mode (the strictest) drops a buffer whose
-// release stream is not the captured one: the free runs at once, and the capture survives (a
-// cuMemFreeAsync on another stream in global mode would invalidate it).
+// release stream is not the captured one: the free runs at once, made in the relaxed capture
+// mode, and the capture survives it.
 TEST_F(GraphLifetime, OwnersDroppedDuringAGlobalCaptureOfThisThreadLeaveTheCaptureValid) {
   auto pool = std::make_shared<pool_memory_resource>(dev());
   stream other(dev());

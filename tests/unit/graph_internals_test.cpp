@@ -9,6 +9,7 @@
 #include <memory_resource>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "graph/graph_state.hpp"
@@ -94,8 +95,8 @@ CUgraphNode handle(std::uint64_t i) {
   return reinterpret_cast<CUgraphNode>(0x7f0000000000ull + (i % 7) * 0x100000ull + (i / 7) * 16);
 }
 
-// The table against a std::map of the same operations, with every look-up checked after every
-// erase: backward-shift deletion must keep every remaining entry reachable, through growth and
+// The table against a std::map of the same operations, every entry looked up at intervals and at
+// the end: backward-shift deletion must keep every remaining entry reachable, through growth and
 // reuse of freed entries.
 TEST(GraphNodeTable, FindsExactlyTheEntriesItHoldsThroughInsertsErasesAndGrowth) {
   entry_pool pool;
