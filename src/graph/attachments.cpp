@@ -212,14 +212,10 @@ prepared_attachment::prepared_attachment(const driver_api& api, CUgraph g, owner
 }
 
 prepared_attachment::prepared_attachment(const driver_api& api, graph_state& top, owner_list owners)
-    : api_(&api), graph_(top.graph), top_(&top) {
+    : prepared_attachment(api, top) {
   if (owners.empty()) return;
-  for (std::size_t i = 0; i < top.recent_attachments.size(); ++i) {
-    const auto& recent = top.recent_attachments[i];
-    if (recent.references == 0 || !recent.item->owners.same_owners(owners)) continue;
-    share_slot(i);
-    return;  // `owners` go here: the shared attachment holds the same ones
-  }
+  // Shared: `owners` go here, the shared attachment holds the same ones.
+  if (share_recent([&](const owner_list& o) { return o.same_owners(owners); })) return;
   create(std::move(owners));
 }
 

@@ -381,13 +381,7 @@ class prepared_attachment {
   static prepared_attachment share(const driver_api& api, graph_state& top, const First& first,
                                    std::span<const std::shared_ptr<const void>> rest) {
     prepared_attachment p(api, top);
-    for (std::size_t i = 0; i < top.recent_attachments.size(); ++i) {
-      const auto& recent = top.recent_attachments[i];
-      if (recent.references != 0 && recent.item->owners.same_owners(first, rest)) {
-        p.share_slot(i);
-        break;
-      }
-    }
+    p.share_recent([&](const owner_list& o) { return o.same_owners(first, rest); });
     return p;
   }
   bool shared() const noexcept { return shared_slot_ < graph_state::kRecentAttachments; }
@@ -417,6 +411,19 @@ class prepared_attachment {
   prepared_attachment(const driver_api& api, graph_state& top) noexcept
       : api_(&api), graph_(top.graph), top_(&top) {}
   void create(owner_list owners);
+  // Takes one more reference on the first recent attachment of top_ (one its graph still holds
+  // for nodes) whose owners satisfy `same`; whether there was one.
+  template <class Same>
+  bool share_recent(Same&& same) {
+    for (std::size_t i = 0; i < top_->recent_attachments.size(); ++i) {
+      const auto& recent = top_->recent_attachments[i];
+      if (recent.references != 0 && same(recent.item->owners)) {
+        share_slot(i);
+        return true;
+      }
+    }
+    return false;
+  }
   // Takes one more reference on top_'s recent attachment in `slot`.
   void share_slot(std::size_t slot);
 
