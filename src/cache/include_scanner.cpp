@@ -246,12 +246,22 @@ struct found_definition {
   std::size_t offset;
 };
 
+struct found_function_definition {
+  function_macro_definition definition;
+  std::size_t offset;
+};
+
 // Parses the references at the candidates of one (spliced) text.
 class scanner {
  public:
   scanner(std::string_view text, const spliced_text* map, std::vector<found_reference>& references,
-          std::vector<found_definition>& definitions)
-      : t_(text), map_(map), references_(references), definitions_(definitions) {}
+          std::vector<found_definition>& definitions,
+          std::vector<found_function_definition>& function_definitions)
+      : t_(text),
+        map_(map),
+        references_(references),
+        definitions_(definitions),
+        function_definitions_(function_definitions) {}
 
   // Scans the whole text. With `watch_splices` (the text is the original), stops at the first
   // strict splice (the text must then be spliced and scanned again) and records which splices it
@@ -447,7 +457,11 @@ class scanner {
     i = skip_blanks(i, false);
     const std::size_t name_start = i;
     while (i < t_.size() && wide_ident_char(t_[i])) ++i;
-    if (i == name_start || (i < t_.size() && t_[i] == '(')) return;  // none, or function-like
+    if (i == name_start) return;
+    if (i < t_.size() && t_[i] == '(') {
+      function_definition(name_start, i, at);
+      return;
+    }
     std::string body = operand_text(skip_blanks(i, false), false);
     if (body.empty()) return;
     const bool names_a_header =
@@ -457,6 +471,46 @@ class scanner {
     if (!names_a_header) return;
     definitions_.push_back(
         {{std::string(t_.substr(name_start, i - name_start)), std::move(body), 0}, original(at)});
+  }
+
+  // A function-like definition: the name spans [name_start, open), its parameter list opens there.
+  void function_definition(std::size_t name_start, std::size_t open, std::size_t at) {
+    std::vector<std::string> parameters;
+    std::size_t i = open + 1;
+    for (;;) {
+      i = skip_blanks(i, false);
+      if (i >= t_.size() || line_end(t_[i])) return;
+      if (t_[i] == ')') break;
+      if (starts_with(t_, i, "...")) {
+        parameters.emplace_back("...");
+        i += 3;
+      } else {
+        const std::size_t p0 = i;
+        while (i < t_.size() && wide_ident_char(t_[i])) ++i;
+        if (i == p0) return;
+        parameters.emplace_back(t_.substr(p0, i - p0));
+        i = skip_blanks(i, false);
+        if (starts_with(t_, i, "...")) i += 3;  // GNU named variadic parameter
+      }
+      i = skip_blanks(i, false);
+      if (i < t_.size() && t_[i] == ',') {
+        ++i;
+      } else if (i >= t_.size() || t_[i] != ')') {
+        return;
+      }
+    }
+    std::string body = operand_text(skip_blanks(i + 1, false), false);
+    if (body.empty()) return;
+    const bool may_name_a_header = body.find_first_of("<\"") != std::string::npos ||
+                                   std::all_of(body.begin(), body.end(), [](char c) {
+                                     return wide_ident_char(c) || c == '/' || c == '.' ||
+                                            c == '-' || c == ' ' || c == '(' || c == ')' ||
+                                            c == ',' || c == '#';
+                                   });
+    if (!may_name_a_header) return;
+    function_definitions_.push_back({{std::string(t_.substr(name_start, open - name_start)),
+                                      std::move(parameters), std::move(body), 0},
+                                     original(at)});
   }
 
   // "__has_" at `at`: __has_include, __has_include_next or __has_embed as a whole identifier.
@@ -487,6 +541,7 @@ class scanner {
   const spliced_text* map_;
   std::vector<found_reference>& references_;
   std::vector<found_definition>& definitions_;
+  std::vector<found_function_definition>& function_definitions_;
   std::size_t cached_from_ = 1;  // comment_end's last answer (none yet: an empty range)
   std::size_t cached_close_ = 0;
   std::size_t cached_end_ = 0;
@@ -513,11 +568,14 @@ class line_counter {
   std::size_t line_ = 1;
 };
 
+// Duplicates are the same reference on the same line (both readings found it). The same header
+// named on two lines is two references: each may sit in its own #if group.
 std::string dedup_key(const include_reference& r) {
   std::string key;
-  key.reserve(r.name.size() + 2);
+  key.reserve(r.name.size() + 6);
   key += static_cast<char>(r.kind);
   key += static_cast<char>(r.form);
+  key.append(reinterpret_cast<const char*>(&r.line), sizeof r.line);
   key += r.name;
   return key;
 }
@@ -527,22 +585,27 @@ std::string dedup_key(const include_reference& r) {
 include_scan scan_includes(std::string_view text) {
   std::vector<found_reference> references;
   std::vector<found_definition> definitions;
+  std::vector<found_function_definition> function_definitions;
   splice_kinds splices;
   // Most texts have no splice: they are scanned as they are, with no copy.
-  const std::size_t stopped = scanner(text, nullptr, references, definitions).run(true, splices);
+  const std::size_t stopped =
+      scanner(text, nullptr, references, definitions, function_definitions).run(true, splices);
   bool merged = false;
   if (splices.strict) {
     references.clear();
     definitions.clear();
+    function_definitions.clear();
     find_splices(text, stopped, splices);
     const spliced_text strict = splice(text, false);
     splice_kinds ignored;
-    scanner(strict.text, &strict, references, definitions).run(false, ignored);
+    scanner(strict.text, &strict, references, definitions, function_definitions)
+        .run(false, ignored);
   }
   if (splices.lenient) {
     const spliced_text lenient = splice(text, true);
     splice_kinds ignored;
-    scanner(lenient.text, &lenient, references, definitions).run(false, ignored);
+    scanner(lenient.text, &lenient, references, definitions, function_definitions)
+        .run(false, ignored);
     merged = true;
   }
   if (merged) {
@@ -557,6 +620,13 @@ include_scan scan_includes(std::string_view text) {
                                            x.definition.body == y.definition.body;
                                   }),
                       definitions.end());
+    std::stable_sort(function_definitions.begin(), function_definitions.end(), by_offset);
+    function_definitions.erase(
+        std::unique(function_definitions.begin(), function_definitions.end(),
+                    [](const found_function_definition& x, const found_function_definition& y) {
+                      return x.offset == y.offset && x.definition == y.definition;
+                    }),
+        function_definitions.end());
   }
 
   include_scan out;
@@ -568,9 +638,10 @@ include_scan scan_includes(std::string_view text) {
     include_reference& r = found.reference;
     r.line = lines.at(found.offset);
     if (out.references.size() < kLinearDedup) {
-      const bool duplicate = std::any_of(
-          out.references.begin(), out.references.end(),
-          [&](const auto& o) { return o.kind == r.kind && o.form == r.form && o.name == r.name; });
+      const bool duplicate =
+          std::any_of(out.references.begin(), out.references.end(), [&](const auto& o) {
+            return o.kind == r.kind && o.form == r.form && o.line == r.line && o.name == r.name;
+          });
       if (duplicate) continue;
       out.references.push_back(std::move(r));
       if (out.references.size() == kLinearDedup) {
@@ -585,6 +656,12 @@ include_scan scan_includes(std::string_view text) {
   for (auto& found : definitions) {
     found.definition.line = definition_lines.at(found.offset);
     out.definitions.push_back(std::move(found.definition));
+  }
+  line_counter function_lines(text);
+  out.function_definitions.reserve(function_definitions.size());
+  for (auto& found : function_definitions) {
+    found.definition.line = function_lines.at(found.offset);
+    out.function_definitions.push_back(std::move(found.definition));
   }
   return out;
 }

@@ -53,10 +53,23 @@ struct macro_definition {
   friend bool operator==(const macro_definition&, const macro_definition&) = default;
 };
 
+// A function-like #define whose replacement list could form a header name once its parameters are
+// replaced (CUTLASS: #define CUDA_STD_HEADER(header) <cccl/cuda/std/header>): the body holds '<'
+// or '"', or only identifier characters, '/', '.', '-', blanks, parentheses, commas and '#'.
+struct function_macro_definition {
+  std::string name;
+  std::vector<std::string> parameters;  // "..." for a variadic tail
+  std::string body;                     // as macro_definition::body
+  std::uint32_t line;
+  friend bool operator==(const function_macro_definition&,
+                         const function_macro_definition&) = default;
+};
+
 struct include_scan {
-  // In text order; duplicates (same kind, form and name) removed, keeping the first.
+  // In text order; duplicates (same kind, form, name and line) removed.
   std::vector<include_reference> references;
-  std::vector<macro_definition> definitions;  // in text order
+  std::vector<macro_definition> definitions;                    // in text order
+  std::vector<function_macro_definition> function_definitions;  // in text order
 };
 
 // Every reference the preprocessor could follow from `text`, regardless of #if/#ifdef (a

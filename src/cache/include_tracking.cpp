@@ -10,12 +10,16 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cache/checksum.hpp"
+#include "cache/conditional_scan.hpp"
 #include "cache/include_scanner.hpp"
 #include "common/sha256.hpp"
 
@@ -80,6 +84,11 @@ struct scanned_file {
   std::uint64_t size = 0;
   include_scan scan;
   wrapper_info wrappers;
+  conditional_structure conditionals;  // for skipping includes in groups never entered
+  std::vector<std::string> defined;    // every macro name the file may #define (a superset)
+  // Derived (not stored): whether where the file was found matters to what it includes
+  // (#include_next, __has_include_next continue the search from there).
+  bool continues_search = false;
 };
 
 namespace {
@@ -186,6 +195,25 @@ wrapper_info find_wrappers(std::string_view text) {
   return out;
 }
 
+void derive(scanned_file& file) {
+  file.continues_search = std::any_of(
+      file.scan.references.begin(), file.scan.references.end(), [](const include_reference& r) {
+        return r.kind == include_kind::include_next || r.kind == include_kind::has_include_next;
+      });
+}
+
+std::shared_ptr<scanned_file> make_scanned(std::string_view text) {
+  auto file = std::make_shared<scanned_file>();
+  file->size = text.size();
+  file->digest = sha256(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  file->scan = scan_includes(text);
+  file->wrappers = find_wrappers(text);
+  file->conditionals = scan_conditionals(text);
+  file->defined = defined_names(text);
+  derive(*file);
+  return file;
+}
+
 }  // namespace
 
 class header_digest_memo {
@@ -232,7 +260,7 @@ namespace {
 // The memo file: magic, format version, records, then an XXH3 of everything before it. A file that
 // does not parse or check is ignored (and replaced on the next save).
 constexpr std::string_view kMemoMagic = "CUCOREHM";
-constexpr std::uint32_t kMemoVersion = 2;
+constexpr std::uint32_t kMemoVersion = 3;
 constexpr std::size_t kMemoMaxRecords = 200'000;
 
 class writer {
@@ -381,7 +409,31 @@ void parse_memo(std::string_view data, memo_map& into) {
       if (c.form == include_form::computed) return;
       file->wrappers.header_calls.push_back(std::move(c));
     }
+    const std::uint32_t functions = r.u32();
+    for (std::uint32_t k = 0; k < functions && r.ok(); ++k) {
+      function_macro_definition f;
+      f.name = r.str();
+      const std::uint32_t parameters = r.u32();
+      for (std::uint32_t q = 0; q < parameters && r.ok(); ++q) f.parameters.push_back(r.str());
+      f.body = r.str();
+      f.line = r.u32();
+      file->scan.function_definitions.push_back(std::move(f));
+    }
+    file->conditionals.known = r.u8() != 0;
+    const std::uint32_t groups = r.u32();
+    for (std::uint32_t k = 0; k < groups && r.ok(); ++k) {
+      conditional_group g;
+      g.first_line = r.u32();
+      g.last_line = r.u32();
+      g.chain = r.u32();
+      g.condition = r.str();
+      if (g.chain > k) return;
+      file->conditionals.groups.push_back(std::move(g));
+    }
+    const std::uint32_t names = r.u32();
+    for (std::uint32_t k = 0; k < names && r.ok(); ++k) file->defined.push_back(r.str());
     if (!r.ok()) return;
+    derive(*file);
     parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
   }
   if (!r.ok() || !r.at_end()) return;
@@ -424,6 +476,24 @@ std::string serialize_memo(const memo_map& records) {
       w.u32(c.line);
       w.str(c.name);
     }
+    w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
+    for (const auto& f : file->scan.function_definitions) {
+      w.str(f.name);
+      w.u32(static_cast<std::uint32_t>(f.parameters.size()));
+      for (const auto& q : f.parameters) w.str(q);
+      w.str(f.body);
+      w.u32(f.line);
+    }
+    w.u8(file->conditionals.known ? 1 : 0);
+    w.u32(static_cast<std::uint32_t>(file->conditionals.groups.size()));
+    for (const auto& g : file->conditionals.groups) {
+      w.u32(g.first_line);
+      w.u32(g.last_line);
+      w.u32(g.chain);
+      w.str(g.condition);
+    }
+    w.u32(static_cast<std::uint32_t>(file->defined.size()));
+    for (const auto& name : file->defined) w.str(name);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);
@@ -713,7 +783,7 @@ std::string walk_inputs(std::string_view code, const include_search& search,
   return out;
 }
 
-// A file or in-memory header in the closure, with what it includes.
+// A file or in-memory header in the closure, reached by one route, with what it includes.
 struct node {
   std::string path;       // spelled path, or the in-memory name
   std::string dir;        // the directory quoted includes from it search first
@@ -724,6 +794,25 @@ struct node {
   std::shared_ptr<const scanned_file> data;
 };
 
+// Whether NVRTC also tries NAME.stdh for `name` (measured: docs/cache-keys.md): when the last
+// path component has no '.'.
+bool probes_stdh(const std::string& name) {
+  const auto slash = name.rfind('/');
+  const std::string_view last = slash == std::string::npos
+                                    ? std::string_view(name)
+                                    : std::string_view(name).substr(slash + 1);
+  return last.find('.') == std::string_view::npos;
+}
+
+bool ident_start_c(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+// Names the implementation may predefine (or a header we cannot see may define).
+bool reserved_name(std::string_view id) {
+  return id.size() >= 2 && id[0] == '_' && (id[1] == '_' || (id[1] >= 'A' && id[1] <= 'Z'));
+}
+
 class walker {
  public:
   walker(const include_search& search, header_digest_memo& memo) : search_(search), memo_(memo) {}
@@ -731,26 +820,29 @@ class walker {
   include_closure run(std::string_view code) {
     // The program text: quoted includes search program_dir, when it is searched at all.
     top_.path = "<program>";
-    auto top_data = std::make_shared<scanned_file>();
-    top_data->scan = scan_includes(code);
-    top_data->wrappers = find_wrappers(code);
-    top_.data = top_data;
+    top_.data = make_scanned(code);
     top_.dir = search_.program_dir;
+    note_defined(*top_.data);
+    if (search_.defines != nullptr) {
+      for (const auto& m : *search_.defines) defined_.insert(m.name);
+    }
 
     for (const auto& name : search_.pre_include) resolve_pre_include(name);
     if (search_.headers != nullptr) {
       for (const auto& h : *search_.headers) add_in_memory(h);
     }
-    for (const auto& ref : top_.data->scan.references) handle(top_, SIZE_MAX, ref);
+    process(SIZE_MAX);
     drain();
-    // Macro-named includes: resolved with every visible definition, until nothing new appears
-    // (a header found that way can define more alternatives).
-    for (int round = 0; round < 64; ++round) {
+    // Until nothing new appears: macro-named includes, resolved with every visible definition (a
+    // header found that way can define more alternatives), and includes skipped in groups never
+    // entered, looked at again whenever a header that defines more macros joined.
+    for (int round = 0; round < 256; ++round) {
       const std::size_t before = nodes_.size();
       resolve_computed();
       resolve_wrapper_calls();
+      revisit_skipped();
       drain();
-      if (nodes_.size() == before) break;
+      if (nodes_.size() == before && skipped_version_ == defined_version_) break;
     }
     // NVRTC's built-in preamble includes host headers (<features.h>, <stdlib.h>, ...) from the
     // search path when these are defined on the command line: the key cannot list them.
@@ -772,27 +864,62 @@ class walker {
         }
       }
     }
+    out_.skipped = skipped_.size();
     finish_unresolved();
     return std::move(out_);
   }
 
  private:
-  struct pending_computed {
+  struct pending_reference {
     std::size_t node_index;
     include_reference ref;
   };
 
   void drain() {
-    while (next_ < nodes_.size()) {
-      const std::size_t i = next_++;
-      process_node(i);
+    while (next_ < nodes_.size()) process(next_++);
+  }
+
+  // Follows the references of one node, except those in a group the preprocessor never enters
+  // with what is known now (kept aside: revisit_skipped).
+  void process(std::size_t index) {
+    const node n = node_at(index);  // copy: nodes_ grows while references resolve
+    if (!n.data) return;
+    const auto refs = n.data->scan.references;
+    std::optional<conditional_pruner> pruner;
+    for (const auto& ref : refs) {
+      if (!pruner) pruner.emplace(n.data->conditionals, may_be_defined_fn());
+      if (pruner->never_entered(ref.line)) {
+        skipped_.push_back({index, ref});
+        continue;
+      }
+      handle(n, index, ref);
     }
   }
 
-  void process_node(std::size_t i) {
-    const node n = nodes_[i];  // copy: nodes_ grows while references resolve
-    if (!n.data) return;
-    for (const auto& ref : n.data->scan.references) handle(n, i, ref);
+  // The skipped references whose group may now be entered: a header that joined since defines
+  // a macro their conditions name.
+  void revisit_skipped() {
+    if (skipped_version_ == defined_version_) return;
+    skipped_version_ = defined_version_;
+    std::vector<pending_reference> still;
+    std::unordered_map<std::size_t, conditional_pruner> pruners;
+    for (auto& p : skipped_) {
+      const node& n = node_at(p.node_index);
+      auto it = pruners.find(p.node_index);
+      if (it == pruners.end()) {
+        it = pruners
+                 .emplace(p.node_index,
+                          conditional_pruner(n.data->conditionals, may_be_defined_fn()))
+                 .first;
+      }
+      if (it->second.never_entered(p.ref.line)) {
+        still.push_back(std::move(p));
+      } else {
+        const node copy = n;
+        handle(copy, p.node_index, p.ref);
+      }
+    }
+    skipped_ = std::move(still);
   }
 
   void handle(const node& from, std::size_t from_index, const include_reference& ref) {
@@ -805,6 +932,62 @@ class walker {
 
   const node& node_at(std::size_t index) const { return index == SIZE_MAX ? top_ : nodes_[index]; }
 
+  // ---- Which macros may be defined (for skipping groups never entered).
+
+  void note_defined(const scanned_file& data) {
+    for (const auto& name : data.defined) {
+      if (defined_.insert(name).second) ++defined_version_;
+    }
+  }
+
+  std::function<bool(std::string_view)> may_be_defined_fn() {
+    return [this](std::string_view name) { return may_be_defined(name); };
+  }
+
+  // A name may be defined unless it is not reserved for the implementation, nothing in the
+  // closure or on the command line defines it, and NVRTC's built-in preamble does not either.
+  bool may_be_defined(std::string_view name) {
+    if (reserved_name(name)) return true;
+    if (defined_.count(std::string(name)) != 0) return true;
+    const auto* builtin = builtin_macros();
+    return builtin == nullptr || builtin->count(std::string(name)) != 0;
+  }
+
+  // Every name the NVRTC builtins libraries beside the NVRTC library may #define (its built-in
+  // preamble defines NULL, CUDARTAPI, va_start, ...: measured). null when they cannot be read:
+  // then no name counts as undefined.
+  const std::unordered_set<std::string>* builtin_macros() {
+    if (builtins_loaded_) return builtins_ ? &*builtins_ : nullptr;
+    builtins_loaded_ = true;
+    const std::string directory = search_.nvrtc_directory ? search_.nvrtc_directory() : "";
+    if (directory.empty()) return nullptr;
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string file = it->path().filename().string();
+      if (file.starts_with("libnvrtc-builtins")) files.push_back(it->path().string());
+    }
+    if (ec || files.empty()) return nullptr;
+    std::sort(files.begin(), files.end());
+    std::unordered_set<std::string> names;
+    for (const auto& file : files) {
+      checks_.push_back(probe(file));  // a manifest reused only while these are unchanged
+      const stat_check& c = checks_.back();
+      if (!c.regular) continue;
+      auto data = load(file, c.id, /*defines_only=*/true);
+      if (!data) return nullptr;
+      names.insert(data->defined.begin(), data->defined.end());
+    }
+    // A library that holds none of the names its preamble is known to define is not one this
+    // reading understands (compressed, another layout): nothing counts as undefined then.
+    if (names.count("NULL") == 0 || names.count("CUDARTAPI") == 0) return nullptr;
+    builtins_ = std::move(names);
+    return &*builtins_;
+  }
+
+  // ---- Name resolution.
+
   const include_header* in_memory_named(const std::string& name) const {
     if (search_.headers == nullptr) return nullptr;
     for (const auto& h : *search_.headers) {
@@ -813,12 +996,21 @@ class walker {
     return nullptr;
   }
 
+  // One directory of a search: DIR/NAME, then DIR/NAME.stdh when NVRTC tries that too.
+  bool try_in(const std::string& dir, const std::string& name, int search_index) {
+    const std::string path = join_path(dir, name);
+    if (try_candidate(path, search_index)) return true;
+    return probes_stdh(name) && try_candidate(path + ".stdh", search_index);
+  }
+
   // Resolves one header name from `from` as NVRTC 13 does (measured: docs/cache-keys.md):
   // in-memory headers by the exact text first; then, for "quoted" names, the includer's directory
   // (the program's: that of options.name; an in-memory header's: that of its name, from the
   // current directory), unless no_source_include; then include_path in order. <angle> names skip
-  // the includer's directory. #include_next goes on after the directory its includer was found in.
-  // The search stops at the first regular file; each candidate before it is recorded absent.
+  // the includer's directory. #include_next goes on after the directory its includer was found in
+  // by this route (from the start when that was not a search directory). In each directory NAME,
+  // then NAME.stdh when the last component has no '.'. An absolute name is only itself. The
+  // search stops at the first regular file; each candidate before it is recorded absent.
   void resolve_name(const node& from, const include_reference& ref, const std::string& name,
                     include_form form) {
     if (name.empty()) return;  // "#include <>": a compile error, reads nothing
@@ -841,36 +1033,49 @@ class walker {
       if (from.search_index >= 0) first_dir = static_cast<std::size_t>(from.search_index) + 1;
     }
     if (includer_dir) {
-      bool found = try_candidate(join_path(from.dir, name), -1);
-      if (!from.real_dir.empty())
-        found = try_candidate(join_path(from.real_dir, name), -1) || found;
+      bool found = try_in(from.dir, name, -1);
+      if (!from.real_dir.empty()) found = try_in(from.real_dir, name, -1) || found;
       if (found) return;
     }
     for (std::size_t d = first_dir; d < search_.include_path.size(); ++d) {
-      if (try_candidate(join_path(search_.include_path[d], name), static_cast<int>(d))) return;
+      if (try_in(search_.include_path[d], name, static_cast<int>(d))) return;
     }
   }
 
-  // -include NAME: in-memory headers, then the current directory, then include_path. Whether the
-  // current directory comes before include_path is not known, so every candidate counts.
+  // -include NAME (measured): in-memory headers; then NAME as given; then the current directory
+  // and include_path in order, each DIR + "/" + NAME (an absolute NAME too) and its .stdh.
   void resolve_pre_include(const std::string& name) {
     if (name.empty()) return;
     if (const include_header* h = in_memory_named(name)) {
       add_in_memory(*h);
       return;
     }
-    (void)try_candidate(name, -1);
-    if (name.front() == '/') return;
+    if (try_candidate(name, -1)) return;
+    if (try_in(current_directory(), name, -1)) return;
     for (std::size_t d = 0; d < search_.include_path.size(); ++d) {
-      (void)try_candidate(join_path(search_.include_path[d], name), static_cast<int>(d));
+      if (try_in(search_.include_path[d], name, static_cast<int>(d))) return;
     }
   }
 
   // Stats `path`; a regular file joins the closure (once per spelling), anything else is
-  // recorded absent. Returns whether it was a regular file.
+  // recorded absent. A file already in the closure is walked again when this route continues
+  // its search from another place (#include_next). Returns whether it was a regular file.
   bool try_candidate(const std::string& path, int search_index) {
     auto [it, inserted] = seen_.try_emplace(path);
-    if (!inserted) return it->second;
+    if (!inserted) {
+      const known_file& k = it->second;
+      if (k.regular && k.data->continues_search &&
+          routes_.insert(path + '\n' + std::to_string(search_index)).second) {
+        node n;
+        n.path = path;
+        n.dir = dir_of(path);
+        n.real_dir = k.real_dir;
+        n.search_index = search_index;
+        n.data = k.data;
+        nodes_.push_back(std::move(n));
+      }
+      return k.regular;
+    }
     // Only the last component's link matters: the kernel resolves directory symlinks and ".." the
     // same way for NVRTC's spelling and ours.
     checks_.push_back(probe(path));
@@ -878,7 +1083,6 @@ class walker {
     const bool regular = c.regular;
     const header_identity id = c.id;
     const std::string real = c.real;
-    it->second = regular;
     if (!regular) {
       out_.entries.push_back({closure_entry::kind::absent, path, 0, {}});
       ++out_.absent;
@@ -892,18 +1096,20 @@ class walker {
       n.real_dir = dir_of(real);
       if (n.real_dir == n.dir) n.real_dir.clear();
     }
-    n.data = load(path, id);
+    n.data = load(path, id, false);
     if (!n.data) {
       manifest_ok_ = false;
       // Vanished or unreadable between stat and open: recorded as such (the compile will not read
       // it either, or fail).
       out_.entries.push_back({closure_entry::kind::absent, path + " (unreadable)", 0, {}});
       ++out_.absent;
-      it->second = false;
       return false;
     }
+    it->second = {true, n.data, n.real_dir};
+    routes_.insert(path + '\n' + std::to_string(search_index));
     out_.entries.push_back({closure_entry::kind::file, path, n.data->size, n.data->digest});
     ++out_.files;
+    note_defined(*n.data);
     nodes_.push_back(std::move(n));
     return true;
   }
@@ -911,14 +1117,10 @@ class walker {
   void add_in_memory(const include_header& h) {
     auto [it, inserted] = seen_memory_.insert(h.name);
     if (!inserted) return;
-    auto data = std::make_shared<scanned_file>();
-    data->size = h.contents.size();
-    data->digest =
-        sha256(std::as_bytes(std::span<const char>(h.contents.data(), h.contents.size())));
-    data->scan = scan_includes(h.contents);
-    data->wrappers = find_wrappers(h.contents);
+    std::shared_ptr<const scanned_file> data = make_scanned(h.contents);
     out_.entries.push_back({closure_entry::kind::in_memory, h.name, data->size, data->digest});
     ++out_.in_memory;
+    note_defined(*data);
     node n;
     n.path = h.name;
     // Quoted includes in an in-memory header search beside its name (relative to the current
@@ -931,17 +1133,20 @@ class walker {
 
   std::string absolute(const std::string& path) {
     if (!path.empty() && path.front() == '/') return path;
-    if (cwd_.empty()) {
-      char buffer[4096];
-      cwd_ = ::getcwd(buffer, sizeof buffer) ? buffer : "?";
-    }
-    return join_path(cwd_, path);
+    return join_path(current_directory(), path);
+  }
+
+  const std::string& current_directory() {
+    if (cwd_.empty()) cwd_ = ::cucore::detail::current_directory();
+    return cwd_;
   }
 
   // The file's digest and references: from the memo when its identity matches, else read, hash
   // and scan (memoised when the file has settled and did not change while it was read).
-  std::shared_ptr<const scanned_file> load(const std::string& path, const header_identity& id) {
-    const std::string key = absolute(path);
+  // defines_only: a library whose macro names are all that matter (no digest, no scan).
+  std::shared_ptr<const scanned_file> load(const std::string& path, const header_identity& id,
+                                           bool defines_only) {
+    const std::string key = (defines_only ? "defines:" : "") + absolute(path);
     if (auto known = memo_.lookup(key, id)) return known;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
@@ -952,11 +1157,15 @@ class walker {
     const bool same = ::fstat(fd, &after) == 0 && identity_of(after) == id;
     ::close(fd);
     if (!ok) return nullptr;
-    auto data = std::make_shared<scanned_file>();
-    data->size = text.size();
-    data->digest = sha256(std::as_bytes(std::span<const char>(text.data(), text.size())));
-    data->scan = scan_includes(text);
-    data->wrappers = find_wrappers(text);
+    std::shared_ptr<const scanned_file> data;
+    if (defines_only) {
+      auto file = std::make_shared<scanned_file>();
+      file->size = text.size();
+      file->defined = defined_names(text);
+      data = std::move(file);
+    } else {
+      data = make_scanned(text);
+    }
     ++hashed_;
     if (!(same && settled(id))) manifest_ok_ = false;
     if (same && settled(id)) {
@@ -985,24 +1194,122 @@ class walker {
     return bodies;
   }
 
-  static bool ident_start(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  }
-  static bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
-  // Names the implementation may predefine (or a header we cannot see may define).
-  static bool reserved(std::string_view id) {
-    return id.size() >= 2 && id[0] == '_' && (id[1] == '_' || (id[1] >= 'A' && id[1] <= 'Z'));
+  // Every function-like definition of `name` visible anywhere in the closure.
+  std::vector<const function_macro_definition*> function_definitions_of(
+      const std::string& name) const {
+    std::vector<const function_macro_definition*> out;
+    auto collect = [&](const node& n) {
+      if (!n.data) return;
+      for (const auto& d : n.data->scan.function_definitions) {
+        if (d.name == name && std::find(out.begin(), out.end(), &d) == out.end()) {
+          out.push_back(&d);
+        }
+      }
+    };
+    collect(top_);
+    for (const auto& n : nodes_) collect(n);
+    return out;
   }
 
-  // Expands the identifiers of `text` with every visible definition; false when an identifier that
-  // may be a macro has no visible definition we can use, or the expansion grows past its bounds.
+  static bool ident_char(char c) { return ident_start_c(c) || (c >= '0' && c <= '9'); }
+
+  // The arguments of a macro call whose '(' is at `open` in `text`: split at top-level commas,
+  // trimmed; `end` is set past the closing ')'. nullopt when the call is not closed.
+  static std::optional<std::vector<std::string>> call_arguments(const std::string& text,
+                                                                std::size_t open,
+                                                                std::size_t& end) {
+    std::vector<std::string> args(1);
+    int depth = 0;
+    for (std::size_t i = open + 1; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '(') ++depth;
+      if (c == ')' && depth-- == 0) {
+        end = i + 1;
+        for (auto& a : args) {
+          const auto first = a.find_first_not_of(' ');
+          a = first == std::string::npos ? std::string() : a.substr(first);
+          while (!a.empty() && a.back() == ' ') a.pop_back();
+        }
+        return args;
+      }
+      if (c == ',' && depth == 0) {
+        args.emplace_back();
+      } else {
+        args.back() += c;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // The body of `macro` with its parameters replaced by `args` (# stringizes, ## pastes); false
+  // when the call does not fit the parameter list.
+  static bool substitute(const function_macro_definition& macro,
+                         const std::vector<std::string>& args, std::string& out) {
+    const auto& params = macro.parameters;
+    const bool variadic = !params.empty() && params.back() == "...";
+    const std::size_t named = variadic ? params.size() - 1 : params.size();
+    const bool empty_call = args.size() == 1 && args[0].empty();
+    if (!(args.size() == named || (variadic && args.size() >= named) ||
+          (named == 0 && empty_call))) {
+      return false;
+    }
+    auto argument = [&](const std::string& id) -> std::optional<std::string> {
+      for (std::size_t p = 0; p < named; ++p) {
+        if (params[p] == id) return p < args.size() ? args[p] : std::string();
+      }
+      if (variadic && id == "__VA_ARGS__") {
+        std::string rest;
+        for (std::size_t p = named; p < args.size(); ++p) rest += (p > named ? "," : "") + args[p];
+        return rest;
+      }
+      return std::nullopt;
+    };
+    const std::string& body = macro.body;
+    out.clear();
+    for (std::size_t i = 0; i < body.size();) {
+      const char c = body[i];
+      if (c == '#' && i + 1 < body.size() && body[i + 1] == '#') {  // paste: drop blanks around
+        while (!out.empty() && out.back() == ' ') out.pop_back();
+        i += 2;
+        while (i < body.size() && body[i] == ' ') ++i;
+        continue;
+      }
+      if (c == '#') {  // stringize the next parameter
+        std::size_t j = i + 1;
+        while (j < body.size() && body[j] == ' ') ++j;
+        std::size_t k = j;
+        while (k < body.size() && ident_char(body[k])) ++k;
+        const auto arg = argument(body.substr(j, k - j));
+        if (!arg || arg->find_first_of("\"\\") != std::string::npos) return false;
+        out += '"' + *arg + '"';
+        i = k;
+        continue;
+      }
+      if (ident_start_c(c)) {
+        std::size_t k = i;
+        while (k < body.size() && ident_char(body[k])) ++k;
+        const std::string id = body.substr(i, k - i);
+        const auto arg = argument(id);
+        out += arg ? *arg : id;
+        i = k;
+        continue;
+      }
+      out += c;
+      ++i;
+    }
+    return true;
+  }
+
+  // Expands the identifiers of `text` with every visible definition (object-like, and
+  // function-like where a call follows); false when an identifier that may be a macro has no
+  // visible definition we can use, or the expansion grows past its bounds.
   bool expand(const std::string& text, int depth, std::vector<std::string>& results) const {
     constexpr std::size_t kMaxAlternatives = 256;
     if (depth > 16) return false;
     std::vector<std::string> partial{std::string()};
     std::size_t i = 0;
     while (i < text.size()) {
-      if (!ident_start(text[i])) {
+      if (!ident_start_c(text[i])) {
         // Strings, numbers and punctuation are copied (a header name's characters).
         std::size_t j = i + 1;
         if (text[i] >= '0' && text[i] <= '9') {
@@ -1016,15 +1323,33 @@ class walker {
       while (j < text.size() && ident_char(text[j])) ++j;
       const std::string id = text.substr(i, j - i);
       i = j;
+      std::size_t open = j;
+      while (open < text.size() && text[open] == ' ') ++open;
+      const bool called = open < text.size() && text[open] == '(';
       const auto bodies = definitions_of(id);
-      if (bodies.empty()) {
-        if (reserved(id)) return false;  // perhaps predefined: its value is unknown here
+      const auto functions =
+          called ? function_definitions_of(id) : decltype(function_definitions_of(id)){};
+      std::vector<std::string> alternatives;
+      if (!functions.empty()) {
+        // Object-like definitions too would read the call's text differently: not worked out.
+        if (!bodies.empty()) return false;
+        std::size_t end = 0;
+        const auto args = call_arguments(text, open, end);
+        if (!args) return false;
+        for (const auto* f : functions) {
+          std::string substituted;
+          if (!substitute(*f, *args, substituted)) return false;
+          if (!expand(substituted, depth + 1, alternatives)) return false;
+        }
+        i = end;
+      } else if (bodies.empty()) {
+        if (reserved_name(id)) return false;  // perhaps predefined: its value is unknown here
         for (auto& p : partial) p += id;
         continue;
-      }
-      std::vector<std::string> alternatives;
-      for (const auto& body : bodies) {
-        if (!expand(body, depth + 1, alternatives)) return false;
+      } else {
+        for (const auto& body : bodies) {
+          if (!expand(body, depth + 1, alternatives)) return false;
+        }
       }
       std::vector<std::string> grown;
       for (const auto& p : partial) {
@@ -1042,7 +1367,8 @@ class walker {
     return true;
   }
 
-  // A header name from an expansion: "name" or <name> (spaces around trimmed); nullopt otherwise.
+  // A header name from an expansion: "name" or <name> (blanks around trimmed, and blanks before
+  // the '>', which NVRTC drops: measured); nullopt otherwise.
   static std::optional<std::pair<include_form, std::string>> header_name(std::string text) {
     const auto first = text.find_first_not_of(" \t");
     if (first == std::string::npos) return std::nullopt;
@@ -1054,7 +1380,9 @@ class walker {
     }
     if (text.size() >= 2 && text.front() == '<' && text.back() == '>' &&
         text.find('>') == text.size() - 1) {
-      return std::make_pair(include_form::angle, text.substr(1, text.size() - 2));
+      std::string name = text.substr(1, text.size() - 2);
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+      return std::make_pair(include_form::angle, std::move(name));
     }
     return std::nullopt;
   }
@@ -1084,7 +1412,8 @@ class walker {
   }
 
   void resolve_computed() {
-    for (const auto& p : computed_) {
+    for (std::size_t c = 0; c < computed_.size(); ++c) {
+      const pending_reference p = computed_[c];  // copy: resolving may add more
       const node& wrapper_from = node_at(p.node_index);
       // A bare __has_include (#ifdef __has_include, or an alias #define HI __has_include): an
       // alias is called like a wrapper, so its calls are taken as wrapper calls too.
@@ -1104,7 +1433,7 @@ class walker {
         continue;
       }
       std::vector<std::string> expansions;
-      const node& from = node_at(p.node_index);
+      const node from = node_at(p.node_index);
       bool ok = !p.ref.name.empty() && expand(p.ref.name, 0, expansions);
       std::vector<std::pair<include_form, std::string>> names;
       for (const auto& e : expansions) {
@@ -1122,8 +1451,10 @@ class walker {
         unresolved_.insert(where);
         continue;
       }
+      // Once per route (node) and name: a route continues #include_next from its own place.
+      const std::string route = std::to_string(p.node_index) + '\n' + where + '\n';
       for (const auto& [form, name] : names) {
-        if (!resolved_computed_.insert(where + '\n' + name).second) continue;
+        if (!resolved_computed_.insert(route + name).second) continue;
         resolve_name(from, p.ref, name, form);
       }
     }
@@ -1154,6 +1485,13 @@ class walker {
     if (remembered_) memo_.save();
   }
 
+  // A path the walk has stat'd: whether it is a regular file, and then what it holds.
+  struct known_file {
+    bool regular = false;
+    std::shared_ptr<const scanned_file> data;
+    std::string real_dir;
+  };
+
   const include_search& search_;
   header_digest_memo& memo_;
   node top_;  // the program text: not a file, so not in nodes_; resolves like one
@@ -1162,9 +1500,16 @@ class walker {
   std::size_t calls_done_ = 0;
   bool calls_done_top_ = false;
   bool bare_has_include_ = false;
-  std::unordered_map<std::string, bool> seen_;
+  std::unordered_map<std::string, known_file> seen_;
+  std::unordered_set<std::string> routes_;  // path + '\n' + search index, walked
   std::set<std::string> seen_memory_;
-  std::vector<pending_computed> computed_;
+  std::vector<pending_reference> computed_;
+  std::vector<pending_reference> skipped_;   // in groups never entered, as far as is known now
+  std::unordered_set<std::string> defined_;  // names the closure or the command line may define
+  std::size_t defined_version_ = 0;          // grows with defined_
+  std::size_t skipped_version_ = 0;          // defined_version_ when skipped_ was last revisited
+  bool builtins_loaded_ = false;
+  std::optional<std::unordered_set<std::string>> builtins_;
   std::set<std::string> unresolved_;
   std::set<std::string> resolved_computed_;
   std::string cwd_;

@@ -2,11 +2,13 @@
 // hold.
 //
 // NVRTC gives no dependency list, so the closure is a conservative superset worked out here: every
-// #include / __has_include of every reachable file, conditionals ignored, resolved the way NVRTC
-// searches (see docs/cache-keys.md). Each search-path candidate that was checked and did not exist
-// is recorded too, so that a header added earlier in the path changes the key. Includes named
-// through macros are resolved with every object-like definition of the macro that the closure (or
-// -D) holds; what cannot be resolved that way is reported, never guessed.
+// #include / __has_include of every reachable file, resolved the way NVRTC searches (its lookup as
+// measured by tracing it: docs/cache-keys.md), except those in #if groups that can never be
+// entered because nothing the compile reads defines the macros their conditions need. Each
+// search-path candidate that was checked and did not exist is recorded too, so that a header added
+// earlier in the path changes the key. Includes named through macros are resolved with every
+// object-like definition of the macro that the closure (or -D) holds; what cannot be resolved that
+// way is reported, never guessed.
 //
 // Reading and hashing hundreds of toolkit headers costs milliseconds; a digest memo keyed by file
 // identity (path, device, inode, size, mtime, ctime) makes a repeated walk cost stats. Files
@@ -18,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +56,10 @@ struct include_search {
   const std::vector<include_header>* headers = nullptr;
   const std::vector<macro>* defines = nullptr;
   const std::vector<std::string>* undefines = nullptr;
+  // The directory of the NVRTC library that compiles: its builtins libraries there tell which
+  // macros NVRTC predefines. Empty: unknown, and then no #if group counts as never entered.
+  // Asked only when a condition needs it.
+  std::function<std::string()> nvrtc_directory;
 };
 
 // The search of `options` (include_path from compiler_flags(), so the toolkit directories count).
@@ -66,6 +73,9 @@ struct include_closure {
   std::size_t files = 0;      // file entries
   std::size_t absent = 0;     // absent entries
   std::size_t in_memory = 0;  // in_memory entries
+  // References not followed: they sit in #if groups the preprocessor never enters (a condition
+  // on macros that nothing the compile reads defines, and NVRTC does not predefine).
+  std::size_t skipped = 0;
   // SHA-256 of the entries framed as key fields are (label, 8-byte big-endian length, payload):
   // "header" path NUL digest, "header_absent" path, "header_in_memory" name. The key takes this.
   std::array<std::byte, 32> digest{};

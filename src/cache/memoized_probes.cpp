@@ -1,5 +1,9 @@
 #include "cache/memoized_probes.hpp"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,6 +66,29 @@ Probe probe_loaded(compiler_version_memo& memo, std::string_view name,
 }
 
 }  // namespace
+
+std::string nvrtc_library_directory() {
+  const auto directory_of = [](const std::string& file) -> std::string {
+    char resolved[PATH_MAX];
+    const std::string real = ::realpath(file.c_str(), resolved) != nullptr ? resolved : file;
+    const auto slash = real.rfind('/');
+    return slash == std::string::npos ? std::string() : real.substr(0, slash);
+  };
+  if (const auto* loaded = nvrtc_table_if_loaded();
+      loaded != nullptr && loaded->api && loaded->api->nvrtcVersion != nullptr) {
+    // Found through the loader path, the library's path may be a bare soname: ask the loader.
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(loaded->api->nvrtcVersion), &info) != 0 &&
+        info.dli_fname != nullptr && info.dli_fname[0] == '/') {
+      return directory_of(info.dli_fname);
+    }
+    return {};
+  }
+  if (auto file = find_in_roots(library_spec_of(toolkit::library::nvrtc))) {
+    if (!file->empty() && file->front() == '/') return directory_of(*file);
+  }
+  return {};
+}
 
 memoized_compiler_probes::memoized_compiler_probes(std::filesystem::path memo_file)
     : memo_(memo_file), header_memo_(header_memo_file_beside(memo_file)) {}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "cache/compiler_version_memo.hpp"
 #include "cucore/cache/key.hpp"
@@ -26,6 +27,10 @@ class memoized_compiler_probes final : public compiler_probes {
   mutable compiler_version_memo memo_;
   std::filesystem::path header_memo_;
 };
+
+// The directory of the NVRTC library this process compiles with (loaded), or would load (found
+// in the CUDA roots); empty when neither is known.
+std::string nvrtc_library_directory();
 
 // One memoized probe set per memo file, kept for the process's life (the memo is read once).
 const compiler_probes& probes_with_memo(const std::filesystem::path& memo_file);

@@ -104,7 +104,8 @@ TEST(IncludeScanner, HasIncludeAnywhere) {
 
 TEST(IncludeScanner, HasIncludeWithoutParenthesisOrWithAMacro) {
   EXPECT_EQ(refs("#ifdef __has_include\n#endif\n#if defined(__has_include)\n#endif\n"),
-            std::vector{ref(kind::has_include, form::computed, "", 1)});
+            (std::vector{ref(kind::has_include, form::computed, "", 1),
+                         ref(kind::has_include, form::computed, "", 3)}));
   EXPECT_EQ(refs("#define HAS(x) __has_include(x)\n"),
             std::vector{ref(kind::has_include, form::computed, "x", 1)});
   EXPECT_EQ(refs("#if __has_include( HEADER( a , b ) /* c */ )\n"),
@@ -196,7 +197,9 @@ TEST(IncludeScanner, ComputedOperands) {
   EXPECT_EQ(refs("#include LT a.h GT\n"),
             std::vector{ref(kind::include, form::computed, "LT a.h GT", 1)});
   EXPECT_EQ(refs("#include\n#include // c\n#include"),
-            std::vector{ref(kind::include, form::computed, "", 1)});
+            (std::vector{ref(kind::include, form::computed, "", 1),
+                         ref(kind::include, form::computed, "", 2),
+                         ref(kind::include, form::computed, "", 3)}));
   EXPECT_EQ(refs("#include \\\n  SPLICED \\\n  NAME\n"),
             std::vector{ref(kind::include, form::computed, "SPLICED NAME", 1)});
 }
@@ -228,19 +231,25 @@ TEST(IncludeScanner, Definitions) {
   EXPECT_TRUE(scan.references.empty());
 }
 
-TEST(IncludeScanner, DuplicatesKeepTheFirst) {
-  EXPECT_EQ(refs("#include \"a.h\"\n#include <a.h>\n#include \"a.h\"\n"
+TEST(IncludeScanner, DuplicatesOnOneLineKeepOneEachLineKeepsItsOwn) {
+  // One line: one reference. Other lines keep theirs (each may sit in its own #if group).
+  EXPECT_EQ(refs("#include \"a.h\" /* */ #include \"a.h\"\n#include <a.h>\n#include \"a.h\"\n"
                  "#if __has_include(\"a.h\")\n#include_next \"a.h\"\n"),
             (std::vector{quoted("a.h", 1), ref(kind::include, form::angle, "a.h", 2),
-                         ref(kind::has_include, form::quoted, "a.h", 4),
+                         quoted("a.h", 3), ref(kind::has_include, form::quoted, "a.h", 4),
                          ref(kind::include_next, form::quoted, "a.h", 5)}));
   // Past the linear check's size too.
   std::string many;
   for (int round = 0; round < 2; ++round) {
-    for (int i = 0; i < 100; ++i) many += "#include \"h" + std::to_string(i) + ".h\"\n";
+    for (int i = 0; i < 100; ++i) {
+      many += "#include \"h" + std::to_string(i) + ".h\" /**/ #include \"h" + std::to_string(i) +
+              ".h\"\n";
+    }
   }
   const auto found = refs(many);
-  ASSERT_EQ(found.size(), 100U);
+  ASSERT_EQ(found.size(), 200U);
+  EXPECT_EQ(found[99], quoted("h99.h", 100));
+  EXPECT_EQ(found[199], quoted("h99.h", 200));
   EXPECT_EQ(found[99], quoted("h99.h", 100));
 }
 

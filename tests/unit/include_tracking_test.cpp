@@ -396,32 +396,53 @@ TEST(IncludeTrackingScenario, MacroNamedIncludeIsTracked) {
   EXPECT_TRUE(stores(flagged, 7003)) << flagged.text();
   expect_compile(cache, by_flag, o, cache_outcome::hit);
 
-  // Through a function-like macro: not worked out, refused without an extra_digest.
+  // Through function-like macros (stringized, and CUTLASS's CUDA_STD_HEADER form): tracked.
   const std::string stringized = kernel("#define STR(x) #x\n#include STR(h.cuh)");
+  auto by_function = expect_compile(cache, stringized, named(file), cache_outcome::miss);
+  EXPECT_TRUE(stores(by_function, 7003)) << by_function.text();
+  expect_compile(cache, stringized, named(file), cache_outcome::hit);
+  write_text(src / "h.cuh", defines_value(7004));
+  by_function = expect_compile(cache, stringized, named(file), cache_outcome::miss);
+  EXPECT_TRUE(stores(by_function, 7004)) << by_function.text();
+  fs::create_directories(src / "sub");
+  write_text(src / "sub" / "h", defines_value(7005));
+  o = named(file);
+  o.include_path = {src.path().string()};
+  const std::string angled = kernel("#define SUB_HEADER(name) <sub/name>\n#include SUB_HEADER(h)");
+  auto by_angle = expect_compile(cache, angled, o, cache_outcome::miss);
+  EXPECT_TRUE(stores(by_angle, 7005)) << by_angle.text();
+  write_text(src / "sub" / "h", defines_value(7006));
+  by_angle = expect_compile(cache, angled, o, cache_outcome::miss);
+  EXPECT_TRUE(stores(by_angle, 7006)) << by_angle.text();
+
+  // Through a predefined macro whose value the key cannot know: refused without an extra_digest.
+  write_text(src / "13.cuh", defines_value(7007));
+  const std::string versioned =
+      kernel("#define STR2(x) #x\n#define STR(x) STR2(x)\n#include STR(__CUDACC_VER_MAJOR__.cuh)");
   program_cache_key_inputs in;
-  in.code = stringized;
+  in.code = versioned;
   in.options = named(file);
   in.target = code_type::ptx;
   try {
     (void)make_program_cache_key(in);
-    ADD_FAILURE() << "a key for an include through a function-like macro";
+    ADD_FAILURE() << "a key for an include through a predefined macro";
   } catch (const extra_digest_required& e) {
-    EXPECT_TRUE(contains(e.what(), "STR(h.cuh)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "STR(__CUDACC_VER_MAJOR__.cuh)")) << e.what();
     EXPECT_TRUE(contains(e.what(), "extra_digest")) << e.what();
   }
   const std::size_t entries = cache.size();
-  program through_cache(stringized, source_type::cxx, named(file));
+  program through_cache(versioned, source_type::cxx, named(file));
   EXPECT_THROW(through_cache.compile(code_type::ptx, {}, &cache), invalid_argument);
   EXPECT_EQ(cache.size(), entries);
   // NVRTC itself compiles it (the header is found): only the key cannot follow.
   EXPECT_TRUE(
-      stores(program(stringized, source_type::cxx, named(file)).compile(code_type::ptx), 7003));
+      stores(program(versioned, source_type::cxx, named(file)).compile(code_type::ptx), 7007));
 
-  in.extra_digest = "fingerprint of h.cuh";
+  in.extra_digest = "fingerprint of 13.cuh";
   const auto vouched = make_program_cache_key(in);
   EXPECT_TRUE(vouched.includes().tracked);
   ASSERT_FALSE(vouched.includes().vouched.empty());
-  EXPECT_TRUE(contains(vouched.includes().vouched[0], "STR(h.cuh)"))
+  EXPECT_TRUE(contains(vouched.includes().vouched[0], "STR(__CUDACC_VER_MAJOR__.cuh)"))
       << vouched.includes().vouched[0];
   EXPECT_TRUE(explain_mentions(vouched, "covered by extra_digest"));
 }

@@ -122,6 +122,9 @@ struct include_report {
   // path that walk checked found each as before (no include resolved again).
   bool reused_walk = false;
   std::vector<std::string> vouched;  // macro includes not worked out, covered by extra_digest
+  // References not followed because they sit in #if groups that can never be entered (their
+  // conditions need macros that nothing the compile reads defines).
+  std::size_t skipped = 0;
   // Whether every file was answered from the digest memo by its identity (stat only).
   bool stat_fast_path() const noexcept { return tracked && hashed == 0; }
 };
@@ -196,7 +199,8 @@ struct program_cache_key_inputs {
 // - a target the code type does not compile to (check_target), an unknown code type, empty code,
 //   an empty options.name, a NUL byte in c++ or ptx code;
 // - c++: options with compile-time side effects (create_pch, time, fdevice_time_trace), even with
-//   an extra_digest: a cache hit would skip the side effect;
+//   an extra_digest: a cache hit would skip the side effect; likewise extra_nvrtc_options that
+//   pass options to a tool inside NVRTC (-Xcudafe, -Xnvvm), which may read or write any file;
 // - c++ without extra_digest: pch, use_pch, pch_dir (precompiled headers), and an #include whose
 //   macro-named header cannot be worked out (with an extra_digest it is accepted and listed as
 //   untracked_include);

@@ -1,0 +1,715 @@
+// Conditional structure and condition evaluation (conditional_scan.hpp).
+#include "cache/conditional_scan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+namespace cucore::detail {
+namespace {
+
+bool ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+bool ident_char(char c) {
+  return ident_start(c) || (c >= '0' && c <= '9');
+}
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool hspace(char c) {
+  return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\0';
+}
+
+// Whether the text holds something this reading does not model the way every compiler does:
+// a backslash followed by blanks before the line end (GCC splices it, the standard does not), a
+// lone CR (some compilers end a line there), or a trigraph (C++14 and older with trigraphs on).
+bool has_ambiguous_lexing(std::string_view t) {
+  for (std::size_t i = t.find_first_of("\\\r?"); i != std::string_view::npos;
+       i = t.find_first_of("\\\r?", i + 1)) {
+    if (t[i] == '\r') {
+      if (i + 1 >= t.size() || t[i + 1] != '\n') return true;
+    } else if (t[i] == '\\') {
+      std::size_t k = i + 1;
+      while (k < t.size() && hspace(t[k])) ++k;
+      if (k > i + 1 && k < t.size() && (t[k] == '\n' || t[k] == '\r')) return true;
+    } else if (i + 2 < t.size() && t[i + 1] == '?' &&
+               std::strchr("=/'()!<>-", t[i + 2]) != nullptr && t[i + 2] != '\0') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The text with strict line splices (backslash-LF, backslash-CR-LF) removed, and the physical
+// line of each of its offsets.
+class spliced {
+ public:
+  explicit spliced(std::string_view t) {
+    text_.reserve(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == '\\' && i + 1 < t.size() && t[i + 1] == '\n') {
+        splices_.push_back(text_.size());
+        ++i;
+      } else if (t[i] == '\\' && i + 2 < t.size() && t[i + 1] == '\r' && t[i + 2] == '\n') {
+        splices_.push_back(text_.size());
+        i += 2;
+      } else {
+        text_ += t[i];
+      }
+    }
+  }
+  const std::string& text() const { return text_; }
+  bool any() const { return !splices_.empty(); }
+
+  // Physical line of `offset`; offsets must not decrease between calls.
+  std::uint32_t line_at(std::size_t offset) {
+    for (; counted_ < offset && counted_ < text_.size(); ++counted_) {
+      if (text_[counted_] == '\n') ++line_;
+    }
+    while (next_splice_ < splices_.size() && splices_[next_splice_] <= offset) {
+      ++next_splice_;
+      ++line_;
+    }
+    return line_;
+  }
+
+ private:
+  std::string text_;
+  std::vector<std::size_t> splices_;  // offsets in text_ where a splice was removed
+  std::size_t counted_ = 0;
+  std::size_t next_splice_ = 0;
+  std::uint32_t line_ = 1;
+};
+
+class structure_reader {
+ public:
+  explicit structure_reader(std::string_view original) : s_(original), t_(s_.text()) {}
+
+  std::optional<std::vector<conditional_group>> run() {
+    std::size_t i = 0;
+    bool line_start = true;
+    const std::size_t n = t_.size();
+    while (i < n) {
+      const char c = t_[i];
+      if (c == '\n') {
+        line_start = true;
+        ++i;
+      } else if (hspace(c) || c == '\r') {
+        ++i;
+      } else if (c == '/' && i + 1 < n && t_[i + 1] == '*') {
+        const std::size_t end = t_.find("*/", i + 2);
+        if (end == std::string::npos) return std::nullopt;
+        i = end + 2;
+      } else if (c == '/' && i + 1 < n && t_[i + 1] == '/') {
+        i = std::min(t_.find('\n', i), n);
+      } else if (line_start && (c == '#' || (c == '%' && i + 1 < n && t_[i + 1] == ':'))) {
+        if (!directive(i, c == '#' ? i + 1 : i + 2, i)) return std::nullopt;
+        line_start = true;
+      } else {
+        line_start = false;
+        if (c == '"' || c == '\'') {
+          i = literal_end(i);
+        } else if (ident_start(c)) {
+          std::size_t j = i;
+          while (j < n && ident_char(t_[j])) ++j;
+          const std::string_view word(t_.data() + i, j - i);
+          if (j < n && t_[j] == '"' &&
+              (word == "R" || word == "LR" || word == "uR" || word == "UR" || word == "u8R")) {
+            const auto end = raw_string_end(j);
+            if (!end) return std::nullopt;
+            i = *end;
+          } else {
+            i = j;  // a literal prefix (L, u8, ...) is followed by its literal, read next
+          }
+        } else if (digit(c) || (c == '.' && i + 1 < n && digit(t_[i + 1]))) {
+          i = number_end(i);
+        } else {
+          ++i;
+        }
+      }
+    }
+    if (!open_.empty()) return std::nullopt;
+    return std::move(groups_);
+  }
+
+ private:
+  // A string or character literal from its opening quote; unterminated, it ends at the line end
+  // (as compilers read skipped groups).
+  std::size_t literal_end(std::size_t i) const {
+    const char quote = t_[i];
+    ++i;
+    while (i < t_.size() && t_[i] != quote && t_[i] != '\n') i += t_[i] == '\\' ? 2 : 1;
+    return std::min(i < t_.size() && t_[i] == quote ? i + 1 : i, t_.size());
+  }
+
+  // A raw string from its opening quote: R"delim( ... )delim". Splices inside one are reverted by
+  // the compiler, so a text with splices and raw strings is not read at all.
+  std::optional<std::size_t> raw_string_end(std::size_t quote) const {
+    if (s_.any()) return std::nullopt;
+    const std::size_t open = t_.find('(', quote + 1);
+    if (open == std::string::npos || open - quote - 1 > 16) return std::nullopt;
+    const std::string delimiter = t_.substr(quote + 1, open - quote - 1);
+    if (delimiter.find_first_of(" \t\n\\)\"") != std::string::npos) return std::nullopt;
+    const std::size_t close = t_.find(")" + delimiter + "\"", open + 1);
+    if (close == std::string::npos) return std::nullopt;
+    return close + delimiter.size() + 2;
+  }
+
+  // A preprocessing number: digits, letters, '_', '.', e+/E-/p+/P- and digit separators.
+  std::size_t number_end(std::size_t i) const {
+    const std::size_t n = t_.size();
+    ++i;
+    while (i < n) {
+      const char c = t_[i];
+      if ((c == '+' || c == '-') && std::strchr("eEpP", t_[i - 1]) != nullptr) {
+        ++i;
+      } else if (c == '\'' && i + 1 < n && ident_char(t_[i + 1])) {
+        i += 2;
+      } else if (ident_char(c) || c == '.') {
+        ++i;
+      } else {
+        break;
+      }
+    }
+    return i;
+  }
+
+  // The directive whose introducer starts at `hash` (the name from `after` on). Reads to the end
+  // of its logical line (block comments may continue it over lines) and leaves `i` at the line
+  // end. false when the structure is not well formed.
+  bool directive(std::size_t& i, std::size_t after, std::size_t hash) {
+    const std::size_t n = t_.size();
+    const std::uint32_t start_line = s_.line_at(hash);
+    std::size_t k = after;
+    std::string rest;
+    std::string name;
+    bool blank = false;
+    bool named = false;
+    while (k < n && t_[k] != '\n') {
+      const char c = t_[k];
+      if (hspace(c) || c == '\r') {
+        blank = true;
+        ++k;
+      } else if (c == '/' && k + 1 < n && t_[k + 1] == '*') {
+        const std::size_t end = t_.find("*/", k + 2);
+        if (end == std::string::npos) return false;
+        k = end + 2;
+        blank = true;
+      } else if (c == '/' && k + 1 < n && t_[k + 1] == '/') {
+        k = std::min(t_.find('\n', k), n);
+      } else if (!named && ident_start(c)) {
+        std::size_t j = k;
+        while (j < n && ident_char(t_[j])) ++j;
+        name.assign(t_, k, j - k);
+        named = true;
+        blank = false;
+        k = j;
+      } else {
+        named = true;
+        if (blank && !rest.empty()) rest += ' ';
+        blank = false;
+        if (c == '"' || c == '\'') {
+          const std::size_t end = literal_end(k);
+          rest.append(t_, k, end - k);
+          k = end;
+        } else {
+          rest += c;
+          ++k;
+        }
+      }
+    }
+    const std::uint32_t end_line = s_.line_at(k);
+    i = k;
+    if (name == "if" || name == "ifdef" || name == "ifndef") {
+      open_.push_back(groups_.size());
+      groups_.push_back({end_line + 1, 0, static_cast<std::uint32_t>(groups_.size()),
+                         rest.empty() ? name : name + ' ' + rest});
+    } else if (name == "elif" || name == "elifdef" || name == "elifndef" || name == "else") {
+      if (open_.empty()) return false;
+      conditional_group& current = groups_[open_.back()];
+      current.last_line = start_line - 1;
+      const std::uint32_t chain = current.chain;
+      open_.back() = groups_.size();
+      groups_.push_back(
+          {end_line + 1, 0, chain, name == "else" || rest.empty() ? name : name + ' ' + rest});
+    } else if (name == "endif") {
+      if (open_.empty()) return false;
+      groups_[open_.back()].last_line = start_line - 1;
+      open_.pop_back();
+    }
+    return true;
+  }
+
+  spliced s_;
+  const std::string& t_;
+  std::vector<conditional_group> groups_;
+  std::vector<std::size_t> open_;  // the innermost open group of each nesting level
+};
+
+// ---- Condition evaluation.
+
+struct token {
+  enum kind_t : std::uint8_t { number, identifier, punct, other, end } kind = end;
+  std::string text;
+};
+
+std::vector<token> tokenize(std::string_view e, bool& ok) {
+  std::vector<token> out;
+  static constexpr std::string_view kPuncts[] = {"&&", "||", "==", "!=", "<=", ">=", "<<", ">>"};
+  std::size_t i = 0;
+  while (i < e.size()) {
+    const char c = e[i];
+    if (hspace(c)) {
+      ++i;
+    } else if (ident_start(c)) {
+      std::size_t j = i;
+      while (j < e.size() && ident_char(e[j])) ++j;
+      std::string word(e.substr(i, j - i));
+      // C++'s alternative tokens are operators in #if too.
+      static constexpr std::pair<std::string_view, std::string_view> kAlternative[] = {
+          {"and", "&&"},   {"or", "||"},   {"not", "!"}, {"not_eq", "!="},
+          {"bitand", "&"}, {"bitor", "|"}, {"xor", "^"}, {"compl", "~"}};
+      token t{token::identifier, word};
+      for (const auto& [alt, op] : kAlternative) {
+        if (word == alt) t = {token::punct, std::string(op)};
+      }
+      if (word == "and_eq" || word == "or_eq" || word == "xor_eq") ok = false;
+      out.push_back(std::move(t));
+      i = j;
+    } else if (digit(c) || (c == '.' && i + 1 < e.size() && digit(e[i + 1]))) {
+      std::size_t j = i + 1;
+      while (j < e.size() &&
+             (ident_char(e[j]) || e[j] == '.' ||
+              (e[j] == '\'' && j + 1 < e.size() && ident_char(e[j + 1])) ||
+              ((e[j] == '+' || e[j] == '-') && std::strchr("eEpP", e[j - 1]) != nullptr))) {
+        ++j;
+      }
+      out.push_back({token::number, std::string(e.substr(i, j - i))});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::size_t j = i + 1;
+      while (j < e.size() && e[j] != c) j += e[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, e.size());
+      out.push_back({token::other, std::string(e.substr(i, j - i))});
+      i = j;
+    } else {
+      std::string p(1, c);
+      for (const auto two : kPuncts) {
+        if (e.substr(i, 2) == two) p = two;
+      }
+      out.push_back({token::punct, p});
+      i += p.size();
+    }
+  }
+  out.push_back({token::end, {}});
+  return out;
+}
+
+// An integer literal's value; nullopt for anything else (floating, user-defined, too large).
+std::optional<long long> integer_value(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), '\''), text.end());
+  while (!text.empty() && std::strchr("uUlL", text.back()) != nullptr) text.pop_back();
+  if (text.empty()) return std::nullopt;
+  int base = 10;
+  std::size_t i = 0;
+  if (text.size() > 1 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    base = 16;
+    i = 2;
+  } else if (text.size() > 1 && text[0] == '0' && (text[1] == 'b' || text[1] == 'B')) {
+    base = 2;
+    i = 2;
+  } else if (text[0] == '0') {
+    base = 8;
+  }
+  if (i >= text.size()) return std::nullopt;
+  unsigned long long v = 0;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    int d = 0;
+    if (digit(c)) {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      d = c - 'A' + 10;
+    } else {
+      return std::nullopt;
+    }
+    if (d >= base || v > (~0ULL >> 5)) return std::nullopt;
+    v = v * static_cast<unsigned>(base) + static_cast<unsigned>(d);
+  }
+  if (v > static_cast<unsigned long long>(INT64_MAX)) return std::nullopt;
+  return static_cast<long long>(v);
+}
+
+// A value of the evaluation: known, or unknown (nullopt).
+using value = std::optional<long long>;
+
+// Recursive descent over the #if grammar. Every identifier that may be a macro makes the whole
+// condition unknown before parsing (a macro may expand to operators and change the parse); so
+// the only unknowns left here are __has_include-like operators and character literals.
+class evaluator {
+ public:
+  explicit evaluator(std::vector<token> tokens) : t_(std::move(tokens)) {}
+
+  std::optional<value> run() {
+    value v = conditional();
+    if (failed_ || t_[p_].kind != token::end) return std::nullopt;
+    return v;
+  }
+
+ private:
+  bool is(std::string_view punct) const {
+    return t_[p_].kind == token::punct && t_[p_].text == punct;
+  }
+  bool accept(std::string_view punct) {
+    if (!is(punct)) return false;
+    ++p_;
+    return true;
+  }
+
+  value conditional() {
+    const value c = logical_or();
+    if (!accept("?")) return c;
+    const value a = conditional();
+    if (!accept(":")) failed_ = true;
+    const value b = conditional();
+    if (c) return *c != 0 ? a : b;
+    return a && b && *a == *b ? a : std::nullopt;
+  }
+  value logical_or() {
+    value l = logical_and();
+    while (accept("||")) {
+      const value r = logical_and();
+      if ((l && *l != 0) || (r && *r != 0)) {
+        l = 1;
+      } else if (l && r) {
+        l = 0;
+      } else {
+        l = std::nullopt;
+      }
+    }
+    return l;
+  }
+  value logical_and() {
+    value l = bit_or();
+    while (accept("&&")) {
+      const value r = bit_or();
+      if ((l && *l == 0) || (r && *r == 0)) {
+        l = 0;
+      } else if (l && r) {
+        l = 1;
+      } else {
+        l = std::nullopt;
+      }
+    }
+    return l;
+  }
+  template <class Next, class Op>
+  value binary(Next next, std::initializer_list<std::string_view> ops, Op op) {
+    value l = (this->*next)();
+    for (;;) {
+      std::string_view matched;
+      for (const auto o : ops) {
+        if (is(o)) matched = o;
+      }
+      if (matched.empty()) return l;
+      ++p_;
+      const value r = (this->*next)();
+      l = l && r ? op(matched, *l, *r) : std::nullopt;
+    }
+  }
+  value bit_or() {
+    return binary(&evaluator::bit_xor, {"|"},
+                  [](auto, long long a, long long b) -> value { return a | b; });
+  }
+  value bit_xor() {
+    return binary(&evaluator::bit_and, {"^"},
+                  [](auto, long long a, long long b) -> value { return a ^ b; });
+  }
+  value bit_and() {
+    return binary(&evaluator::equality, {"&"},
+                  [](auto, long long a, long long b) -> value { return a & b; });
+  }
+  value equality() {
+    return binary(&evaluator::relational, {"==", "!="},
+                  [](std::string_view o, long long a, long long b) -> value {
+                    return o == "==" ? a == b : a != b;
+                  });
+  }
+  value relational() {
+    return binary(&evaluator::shift, {"<", ">", "<=", ">="},
+                  [](std::string_view o, long long a, long long b) -> value {
+                    if (o == "<") return a < b;
+                    if (o == ">") return a > b;
+                    if (o == "<=") return a <= b;
+                    return a >= b;
+                  });
+  }
+  value shift() {
+    return binary(&evaluator::additive, {"<<", ">>"},
+                  [](std::string_view o, long long a, long long b) -> value {
+                    if (b < 0 || b > 62 || a < 0) return std::nullopt;
+                    if (o == ">>") return a >> b;
+                    if (a > (INT64_MAX >> b)) return std::nullopt;
+                    return a << b;
+                  });
+  }
+  value additive() {
+    return binary(
+        &evaluator::multiplicative, {"+", "-"},
+        [](std::string_view o, long long a, long long b) -> value {
+          long long r = 0;
+          if (o == "+" ? __builtin_add_overflow(a, b, &r) : __builtin_sub_overflow(a, b, &r)) {
+            return std::nullopt;
+          }
+          return r;
+        });
+  }
+  value multiplicative() {
+    return binary(&evaluator::unary, {"*", "/", "%"},
+                  [](std::string_view o, long long a, long long b) -> value {
+                    long long r = 0;
+                    if (o == "*") {
+                      if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+                      return r;
+                    }
+                    if (b == 0 || (a == INT64_MIN && b == -1)) return std::nullopt;
+                    return o == "/" ? a / b : a % b;
+                  });
+  }
+  value unary() {
+    if (accept("!")) {
+      const value v = unary();
+      return v ? value(*v == 0) : std::nullopt;
+    }
+    if (accept("-")) {
+      const value v = unary();
+      return v && *v != INT64_MIN ? value(-*v) : std::nullopt;
+    }
+    if (accept("+")) return unary();
+    if (accept("~")) {
+      const value v = unary();
+      return v ? value(~*v) : std::nullopt;
+    }
+    return primary();
+  }
+  // Skips a balanced parenthesised group at p_ (which must be '(').
+  void skip_parenthesised() {
+    if (!accept("(")) {
+      failed_ = true;
+      return;
+    }
+    for (int depth = 1; depth > 0;) {
+      if (t_[p_].kind == token::end) {
+        failed_ = true;
+        return;
+      }
+      if (is("(")) ++depth;
+      if (is(")")) --depth;
+      ++p_;
+    }
+  }
+  value primary() {
+    const token& t = t_[p_];
+    switch (t.kind) {
+      case token::number:
+        ++p_;
+        return integer_value(t.text);
+      case token::other:  // a character literal: its value is the compiler's to decide
+        ++p_;
+        return std::nullopt;
+      case token::identifier:
+        ++p_;
+        if (t.text == "defined") {
+          // The operand's definedness was decided before parsing: the name was replaced.
+          failed_ = true;
+          return std::nullopt;
+        }
+        if (t.text == "true") return 1;
+        if (t.text == "false") return 0;
+        if (t.text == "__defined_false__") return 0;
+        if (t.text == "__defined_unknown__") return std::nullopt;
+        if (is("(")) {  // __has_include(...), __has_cpp_attribute(...), ...
+          skip_parenthesised();
+          return std::nullopt;
+        }
+        return 0;  // an identifier no macro can be: 0 in #if
+      case token::punct:
+        if (accept("(")) {
+          const value v = conditional();
+          if (!accept(")")) failed_ = true;
+          return v;
+        }
+        break;
+      case token::end:
+        break;
+    }
+    failed_ = true;
+    return std::nullopt;
+  }
+
+  std::vector<token> t_;
+  std::size_t p_ = 0;
+  bool failed_ = false;
+};
+
+bool has_operator(std::string_view name) {
+  return name == "__has_include" || name == "__has_include_next" || name == "__has_embed" ||
+         name == "__has_cpp_attribute" || name == "__has_attribute" || name == "__has_builtin" ||
+         name == "__has_feature" || name == "__has_extension";
+}
+
+}  // namespace
+
+conditional_structure scan_conditionals(std::string_view text) {
+  conditional_structure out;
+  if (has_ambiguous_lexing(text)) return out;
+  auto groups = structure_reader(text).run();
+  if (!groups) return out;
+  out.known = true;
+  out.groups = std::move(*groups);
+  return out;
+}
+
+std::vector<std::string> defined_names(std::string_view text) {
+  std::vector<std::string> out;
+  const auto scan = [&out](std::string_view t) {
+    for (std::size_t pos = t.find("define"); pos != std::string_view::npos;
+         pos = t.find("define", pos + 6)) {
+      if (pos > 0 && ident_char(t[pos - 1])) continue;
+      std::size_t i = pos + 6;
+      for (;;) {  // blanks, splices and block comments between "define" and the name
+        if (i < t.size() && (hspace(t[i]) || t[i] == '\\' || t[i] == '\r' || t[i] == '\n')) {
+          ++i;
+        } else if (i + 1 < t.size() && t[i] == '/' && t[i + 1] == '*') {
+          const std::size_t end = t.find("*/", i + 2);
+          i = end == std::string_view::npos ? t.size() : end + 2;
+        } else {
+          break;
+        }
+      }
+      std::size_t j = i;
+      while (j < t.size() && ident_char(t[j])) ++j;
+      if (j > i && !digit(t[i])) out.emplace_back(t.substr(i, j - i));
+    }
+  };
+  scan(text);
+  // A splice may cut the word "define" or the name itself: the text without any splice (strict
+  // or lenient) is read too.
+  if (text.find('\\') != std::string_view::npos || text.find("?\?/") != std::string_view::npos) {
+    std::string joined;
+    joined.reserve(text.size());
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const bool backslash = text[i] == '\\';
+      const bool trigraph = text.substr(i, 3) == "?\?/";
+      if (backslash || trigraph) {
+        std::size_t k = i + (trigraph ? 3 : 1);
+        while (k < text.size() && hspace(text[k])) ++k;
+        if (k < text.size() && (text[k] == '\n' || text[k] == '\r')) {
+          if (text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n') ++k;
+          i = k;
+          continue;
+        }
+      }
+      joined += text[i];
+    }
+    scan(joined);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+truth evaluate_condition(std::string_view condition,
+                         const std::function<bool(std::string_view)>& may_be_defined) {
+  const std::size_t space = condition.find(' ');
+  const std::string_view directive = condition.substr(0, space);
+  const std::string_view operand =
+      space == std::string_view::npos ? std::string_view() : condition.substr(space + 1);
+  if (directive == "else") return truth::is_true;
+  if (directive == "ifdef" || directive == "ifndef" || directive == "elifdef" ||
+      directive == "elifndef") {
+    std::size_t end = 0;
+    while (end < operand.size() && ident_char(operand[end])) ++end;
+    if (end == 0 || digit(operand[0])) return truth::unknown;
+    if (may_be_defined(operand.substr(0, end))) return truth::unknown;
+    const bool negated = directive == "ifndef" || directive == "elifndef";
+    return negated ? truth::is_true : truth::is_false;
+  }
+  if (directive != "if" && directive != "elif") return truth::unknown;
+  bool ok = true;
+  std::vector<token> tokens = tokenize(operand, ok);
+  if (!ok) return truth::unknown;
+  // defined X / defined ( X ): replaced by its answer. Any other identifier that may be a macro:
+  // the expansion is unknown, and so is the condition.
+  std::vector<token> replaced;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const token& t = tokens[i];
+    if (t.kind == token::identifier && t.text == "defined") {
+      std::size_t k = i + 1;
+      const bool paren = tokens[k].kind == token::punct && tokens[k].text == "(";
+      if (paren) ++k;
+      if (tokens[k].kind != token::identifier) return truth::unknown;
+      const std::string& name = tokens[k].text;
+      if (paren && !(tokens[k + 1].kind == token::punct && tokens[k + 1].text == ")")) {
+        return truth::unknown;
+      }
+      replaced.push_back(
+          {token::identifier, may_be_defined(name) ? "__defined_unknown__" : "__defined_false__"});
+      i = paren ? k + 1 : k;
+      continue;
+    }
+    if (t.kind == token::identifier && has_operator(t.text)) {
+      // The operator and its parenthesised operand, unexamined (the operand is no expression).
+      replaced.push_back(t);
+      std::size_t k = i + 1;
+      if (!(tokens[k].kind == token::punct && tokens[k].text == "(")) return truth::unknown;
+      int depth = 0;
+      for (; tokens[k].kind != token::end; ++k) {
+        if (tokens[k].kind == token::punct && tokens[k].text == "(") ++depth;
+        if (tokens[k].kind == token::punct && tokens[k].text == ")") --depth;
+        replaced.push_back(tokens[k]);
+        if (depth == 0) break;
+      }
+      if (depth != 0) return truth::unknown;
+      i = k;
+      continue;
+    }
+    if (t.kind == token::identifier && t.text != "true" && t.text != "false" &&
+        may_be_defined(t.text)) {
+      return truth::unknown;
+    }
+    replaced.push_back(t);
+  }
+  const auto v = evaluator(std::move(replaced)).run();
+  if (!v || !*v) return truth::unknown;
+  return **v != 0 ? truth::is_true : truth::is_false;
+}
+
+conditional_pruner::conditional_pruner(
+    const conditional_structure& structure,
+    const std::function<bool(std::string_view)>& may_be_defined) {
+  if (!structure.known) return;
+  const auto& groups = structure.groups;
+  // Per chain (by its first group): whether an earlier group of it is certainly entered.
+  std::vector<bool> entered(groups.size(), false);
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const conditional_group& g = groups[i];
+    if (g.chain >= groups.size()) continue;
+    const truth t = evaluate_condition(g.condition, may_be_defined);
+    if ((t == truth::is_false || entered[g.chain]) && g.first_line <= g.last_line) {
+      dead_.emplace_back(g.first_line, g.last_line);
+    }
+    if (t == truth::is_true) entered[g.chain] = true;
+  }
+}
+
+bool conditional_pruner::never_entered(std::uint32_t line) const {
+  return std::any_of(dead_.begin(), dead_.end(),
+                     [line](const auto& r) { return r.first <= line && line <= r.second; });
+}
+
+}  // namespace cucore::detail

@@ -1,0 +1,46 @@
+// The traced side of the differential oracle: compiles one oracle_case (a JSON file) with NVRTC,
+// uncached, in the case's working directory, and nothing else: no cache key is derived and no
+// header is looked at by cucore, so every header access the tracer sees is NVRTC's own.
+// Exit status: 0 compiled, 1 the compiler refused the code, 2 bad usage or any other error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "cucore/error.hpp"
+#include "cucore/program.hpp"
+#include "oracle_case.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 2 && argc != 3) {
+    std::cerr << "usage: oracle_compile CASE.json [OUTPUT]\n";
+    return 2;
+  }
+  try {
+    std::ifstream in(argv[1], std::ios::binary);
+    const auto c = nlohmann::json::parse(in).get<cucore::oracle::oracle_case>();
+    if (!c.cwd.empty() && ::chdir(c.cwd.c_str()) != 0) {
+      std::perror("oracle_compile: chdir");
+      return 2;
+    }
+    cucore::program program(c.code, cucore::source_type::cxx, cucore::oracle::options_of(c));
+    const cucore::object_code out =
+        program.compile(cucore::oracle::target_of(c), c.name_expressions);
+    if (argc == 3) {
+      std::ofstream file(argv[2], std::ios::binary);
+      const auto bytes = out.code();
+      file.write(reinterpret_cast<const char*>(bytes.data()),
+                 static_cast<std::streamsize>(bytes.size()));
+    }
+    return 0;
+  } catch (const cucore::compile_error& e) {
+    std::cerr << e.log() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "oracle_compile: " << e.what() << '\n';
+    return 2;
+  }
+}

@@ -1,0 +1,304 @@
+#include "oracle_support.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "cucore/cache/key.hpp"
+#include "cucore/toolkit.hpp"
+
+namespace cucore::oracle {
+
+namespace fs = std::filesystem;
+
+std::string normalized(const std::string& path, const fs::path& cwd) {
+  std::string p = !path.empty() && path.front() == '/' ? path : cwd.string() + "/" + path;
+  std::string out;
+  out.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;  // "//"
+    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
+        (i + 1 == p.size() || p[i + 1] == '/')) {
+      ++i;  // "/./" or a trailing "/."
+      continue;
+    }
+    out += p[i];
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+int run_process(const std::vector<std::string>& argv, const fs::path& cwd, std::string& out) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+namespace {
+
+// One system call of the trace: its name, its arguments' text and its result's text.
+struct traced_call {
+  std::string name;
+  std::string args;
+  std::string result;
+};
+
+// strace -f interleaves threads: "PID call(args <unfinished ...>" and later
+// "PID <... call resumed>rest) = result". Joined back into whole calls here.
+std::vector<traced_call> parse_trace(std::istream& in) {
+  std::vector<traced_call> calls;
+  std::map<std::string, std::string> unfinished;  // by PID
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto space = line.find(' ');
+    if (space == std::string::npos) continue;
+    const std::string pid = line.substr(0, space);
+    std::string rest = line.substr(line.find_first_not_of(' ', space));
+    if (rest.starts_with("<... ")) {
+      const auto resumed = rest.find(" resumed>");
+      if (resumed == std::string::npos) continue;
+      auto it = unfinished.find(pid);
+      if (it == unfinished.end()) continue;
+      rest = it->second + rest.substr(resumed + 9);
+      unfinished.erase(it);
+    }
+    constexpr std::string_view kUnfinished = " <unfinished ...>";
+    if (rest.ends_with(kUnfinished)) {
+      unfinished[pid] = rest.substr(0, rest.size() - kUnfinished.size());
+      continue;
+    }
+    const auto open = rest.find('(');
+    const auto equals = rest.rfind(") = ");
+    if (open == std::string::npos || equals == std::string::npos || equals < open) continue;
+    calls.push_back(
+        {rest.substr(0, open), rest.substr(open + 1, equals - open - 1), rest.substr(equals + 4)});
+  }
+  return calls;
+}
+
+// The first quoted string of a call's arguments, unescaped as strace escapes it; and the text
+// before it (the directory descriptor of *at calls).
+bool path_argument(const std::string& args, std::string& path, std::string& before) {
+  const auto quote = args.find('"');
+  if (quote == std::string::npos) return false;
+  before = args.substr(0, quote);
+  path.clear();
+  for (std::size_t i = quote + 1; i < args.size(); ++i) {
+    const char c = args[i];
+    if (c == '"') return true;
+    if (c != '\\' || i + 1 >= args.size()) {
+      path += c;
+      continue;
+    }
+    const char e = args[++i];
+    switch (e) {
+      case 'n':
+        path += '\n';
+        break;
+      case 't':
+        path += '\t';
+        break;
+      case 'x':
+        if (i + 2 < args.size()) {
+          path += static_cast<char>(std::stoi(args.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+        }
+        break;
+      default:
+        if (e >= '0' && e <= '7') {  // octal, up to three digits
+          int v = 0;
+          std::size_t k = i;
+          for (; k < args.size() && k < i + 3 && args[k] >= '0' && args[k] <= '7'; ++k) {
+            v = v * 8 + (args[k] - '0');
+          }
+          path += static_cast<char>(v);
+          i = k - 1;
+        } else {
+          path += e;
+        }
+    }
+  }
+  return false;
+}
+
+bool is_open(const std::string& name) {
+  return name == "open" || name == "openat" || name == "openat2" || name == "creat";
+}
+
+bool takes_dirfd(const std::string& name) {
+  return name == "openat" || name == "openat2" || name == "newfstatat" || name == "fstatat64" ||
+         name == "statx" || name == "faccessat" || name == "faccessat2" || name == "readlinkat" ||
+         name == "name_to_handle_at" || name == "utimensat" || name == "mkdirat" ||
+         name == "unlinkat";
+}
+
+}  // namespace
+
+file_accesses trace_compile(const oracle_case& c, const fs::path& scratch, const fs::path& output) {
+  fs::create_directories(scratch);
+  const fs::path case_file = scratch / "case.json";
+  const fs::path trace_file = scratch / "trace.txt";
+  {
+    std::ofstream out(case_file, std::ios::binary);
+    out << nlohmann::json(c).dump();
+  }
+  std::vector<std::string> argv = {
+      "strace",          "-f", "-qq",   "-e", "trace=%file",       "-e",
+      "signal=none",     "-s", "65535", "-o", trace_file.string(), CUCORE_ORACLE_COMPILE,
+      case_file.string()};
+  if (!output.empty()) argv.push_back(output.string());
+  file_accesses seen;
+  seen.exit_status = run_process(argv, {}, seen.errors);
+  const std::string scratch_prefix = normalized(scratch.string(), fs::current_path()) + "/";
+  std::ifstream in(trace_file);
+  if (!in) throw std::runtime_error("strace wrote no trace: " + seen.errors);
+  for (const auto& call : parse_trace(in)) {
+    std::string path;
+    std::string before;
+    if (!path_argument(call.args, path, before) || path.empty()) continue;
+    if (takes_dirfd(call.name) && before.find("AT_FDCWD") == std::string::npos &&
+        path.front() != '/') {
+      continue;  // relative to a descriptor: not how NVRTC looks headers up (measured)
+    }
+    const std::string p = normalized(path, c.cwd);
+    if (p.starts_with(scratch_prefix)) continue;  // the case file, the output
+    const bool failed = call.result.starts_with("-1 ");
+    if (failed && (call.result.find("ENOENT") != std::string::npos ||
+                   call.result.find("ENOTDIR") != std::string::npos)) {
+      seen.absent.insert(p);
+    } else if (!failed && is_open(call.name) &&
+               call.args.find("O_DIRECTORY") == std::string::npos && fs::is_regular_file(p)) {
+      seen.read.insert(p);
+    }
+  }
+  return seen;
+}
+
+namespace {
+
+// Restores the working directory at scope exit.
+class scoped_chdir {
+ public:
+  explicit scoped_chdir(const fs::path& to) : from_(fs::current_path()) {
+    if (!to.empty()) fs::current_path(to);
+  }
+  ~scoped_chdir() {
+    std::error_code ec;
+    fs::current_path(from_, ec);
+  }
+  scoped_chdir(const scoped_chdir&) = delete;
+  scoped_chdir& operator=(const scoped_chdir&) = delete;
+
+ private:
+  fs::path from_;
+};
+
+}  // namespace
+
+tracked_paths tracked_by_key(const oracle_case& c) {
+  const scoped_chdir in_case(c.cwd);
+  program_cache_key_inputs inputs;
+  inputs.code = c.code;
+  inputs.options = options_of(c);
+  inputs.target = target_of(c);
+  inputs.name_expressions = c.name_expressions;
+  const program_cache_key key = make_program_cache_key(inputs);
+  tracked_paths out;
+  for (const auto& field : key.explain()) {
+    if (field.label != "header" && field.label != "header_absent") continue;
+    const auto paren = field.payload.rfind(" (");
+    const std::string path = field.payload.substr(0, paren);
+    (field.label == "header" ? out.files : out.absent).insert(normalized(path, c.cwd));
+  }
+  out.skipped = key.includes().skipped;
+  return out;
+}
+
+oracle_report compare(const oracle_case& c, const file_accesses& seen, const tracked_paths& tracked,
+                      std::vector<std::string> roots) {
+  for (const auto& d : c.include_path) roots.push_back(d);
+  if (c.toolkit_include_path) {
+    for (const auto& d : toolkit::include_directories()) roots.push_back(d);
+  }
+  const auto slash = c.name.rfind('/');
+  roots.push_back(slash == std::string::npos ? std::string(".") : c.name.substr(0, slash + 1));
+  roots.push_back(c.cwd.string());
+  for (auto& r : roots) r = normalized(r, c.cwd);
+  const auto in_roots = [&](const std::string& p) {
+    return std::any_of(roots.begin(), roots.end(), [&](const std::string& r) {
+      return p.size() > r.size() && p.compare(0, r.size(), r) == 0 &&
+             (r == "/" || p[r.size()] == '/');
+    });
+  };
+  std::set<std::string> harmless = {normalized(c.name, c.cwd)};
+  for (const auto& [name, contents] : c.headers) harmless.insert(normalized(name, c.cwd));
+  const auto is_harmless = [&](const std::string& p) {
+    const std::string base = p.substr(p.rfind('/') + 1);
+    return base == "__nv_nvrtc_builtin_header.h" || base == "__nv_name_map" ||
+           harmless.count(p) != 0;
+  };
+  oracle_report r;
+  for (const auto& p : seen.read) {
+    if (!in_roots(p) || normalized(c.name, c.cwd) == p) continue;
+    ++r.read;
+    if (tracked.files.count(p) == 0) r.untracked_reads.push_back(p);
+  }
+  for (const auto& p : seen.absent) {
+    if (!in_roots(p) || is_harmless(p)) continue;
+    ++r.probed_absent;
+    if (tracked.absent.count(p) == 0) r.untracked_absent.push_back(p);
+  }
+  r.tracked_files = tracked.files.size();
+  r.tracked_absent = tracked.absent.size();
+  r.ratio = r.read == 0 ? 0.0 : static_cast<double>(r.tracked_files) / static_cast<double>(r.read);
+  return r;
+}
+
+std::string oracle_report::describe() const {
+  std::ostringstream out;
+  out << "NVRTC read " << read << " files and probed " << probed_absent
+      << " absent paths; the key tracks " << tracked_files << " files and " << tracked_absent
+      << " absent paths (ratio " << ratio << ")";
+  std::size_t shown = 0;
+  for (const auto& p : untracked_reads) {
+    if (shown++ < 20) out << "\n  read, not tracked:   " << p;
+  }
+  for (const auto& p : untracked_absent) {
+    if (shown++ < 40) out << "\n  probed, not tracked: " << p;
+  }
+  return out.str();
+}
+
+}  // namespace cucore::oracle
