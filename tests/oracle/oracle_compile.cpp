@@ -1,6 +1,8 @@
 // The traced side of the differential oracle: compiles one oracle_case (a JSON file) with NVRTC,
 // uncached, in the case's working directory, and nothing else: no cache key is derived and no
 // header is looked at by cucore, so every header access the tracer sees is NVRTC's own.
+// With --cache DIR (not traced): through a directory cache there instead, printing the outcome
+// ("hit" or "miss") on standard output: a fresh process's view of a cache another process filled.
 // Exit status: 0 compiled, 1 the compiler refused the code, 2 bad usage or any other error.
 #include <unistd.h>
 
@@ -9,14 +11,23 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <string>
 
+#include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "oracle_case.hpp"
 
 int main(int argc, char** argv) {
+  std::string cache_dir;
+  if (argc >= 3 && std::string(argv[1]) == "--cache") {
+    cache_dir = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc != 2 && argc != 3) {
-    std::cerr << "usage: oracle_compile CASE.json [OUTPUT]\n";
+    std::cerr << "usage: oracle_compile [--cache DIR] CASE.json [OUTPUT]\n";
     return 2;
   }
   try {
@@ -27,8 +38,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     cucore::program program(c.code, cucore::source_type::cxx, cucore::oracle::options_of(c));
-    const cucore::object_code out =
-        program.compile(cucore::oracle::target_of(c), c.name_expressions);
+    std::optional<cucore::file_stream_program_cache> cache;
+    if (!cache_dir.empty()) cache.emplace(cache_dir);
+    const cucore::object_code out = program.compile(cucore::oracle::target_of(c),
+                                                    c.name_expressions, cache ? &*cache : nullptr);
+    if (cache) std::cout << cucore::to_string(program.last_cache_outcome()) << '\n';
     if (argc == 3) {
       std::ofstream file(argv[2], std::ios::binary);
       const auto bytes = out.code();

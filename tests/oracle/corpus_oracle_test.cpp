@@ -1,0 +1,161 @@
+// The oracle over real header libraries nobody here wrote: CUTLASS/CuTe 4.2 and CuPy 14.2 from
+// their PyPI wheels (scripts/fetch-corpus.sh), and the toolkit's CCCL, with the kernels of
+// tests/data/corpus (corpus.json says how each is compiled). For each kernel:
+// - NVRTC's accesses (strace) are all tracked, and the key tracks at most 1.5x the files NVRTC
+//   reads;
+// - through a directory cache: the miss returns the bytes of an uncached compile in the same
+//   process, and a fresh process hits and gets exactly the bytes the miss stored.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cucore/cache/file_stream.hpp"
+#include "cucore/program.hpp"
+#include "cucore/toolkit.hpp"
+#include "oracle_support.hpp"
+#include "test_support.hpp"
+
+namespace cucore::oracle {
+namespace {
+
+namespace fs = std::filesystem;
+using cucore::testing::read_text;
+using cucore::testing::temp_dir;
+
+fs::path corpus_dir() {
+  if (const char* d = std::getenv("CUCORE_CORPUS_DIR"); d != nullptr && *d != '\0') return d;
+  return CUCORE_CORPUS_DIR;
+}
+
+fs::path spec_dir() {
+  return fs::path(CUCORE_TEST_DATA_DIR) / "corpus";
+}
+
+// The toolkit root whose include directories cucore searches by default.
+std::string cuda_root() {
+  for (const auto& d : toolkit::include_directories()) {
+    const fs::path p(d);
+    if (p.filename() == "include") return p.parent_path().string();
+  }
+  return "/usr/local/cuda";
+}
+
+std::string substituted(std::string text) {
+  const std::pair<std::string, std::string> placeholders[] = {
+      {"${CUTLASS}", (corpus_dir() / "cutlass" / "include").string()},
+      {"${CUPY}", (corpus_dir() / "cupy").string()},
+      {"${CUDA}", cuda_root()}};
+  for (const auto& [from, to] : placeholders) {
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+      text.replace(at, from.size(), to);
+      at += to.size();
+    }
+  }
+  return text;
+}
+
+struct corpus_kernel {
+  std::string name;
+  nlohmann::json spec;
+  friend void PrintTo(const corpus_kernel& k, std::ostream* out) { *out << k.name; }
+};
+
+std::vector<corpus_kernel> corpus_kernels() {
+  std::ifstream in(spec_dir() / "corpus.json");
+  std::vector<corpus_kernel> out;
+  if (!in) return out;
+  const auto spec = nlohmann::json::parse(in);
+  for (const auto& k : spec.at("kernels")) out.push_back({k.at("name").get<std::string>(), k});
+  return out;
+}
+
+oracle_case case_of(const nlohmann::json& k, const fs::path& cwd) {
+  oracle_case c;
+  c.code = read_text(spec_dir() / k.at("file").get<std::string>());
+  c.name = k.at("program_name").get<std::string>();
+  c.cwd = cwd;
+  c.arch = k.at("arch").get<std::string>();
+  c.target = k.at("target").get<std::string>();
+  c.name_expressions = k.value("name_expressions", std::vector<std::string>{});
+  const auto& o = k.at("options");
+  for (const auto& d : o.value("include_path", std::vector<std::string>{})) {
+    c.include_path.push_back(substituted(d));
+  }
+  if (o.contains("std")) c.std = o.at("std").get<std::string>();
+  c.default_device = o.value("device_as_default_execution_space", false);
+  c.toolkit_include_path = o.value("toolkit_include_path", true);
+  c.ftz = o.value("ftz", false);
+  for (const auto& d : o.value("define_macro", std::vector<std::string>{})) {
+    const auto eq = d.find('=');
+    c.defines.emplace_back(
+        d.substr(0, eq), eq == std::string::npos ? std::nullopt : std::optional(d.substr(eq + 1)));
+  }
+  return c;
+}
+
+class CorpusOracle : public ::testing::TestWithParam<corpus_kernel> {};
+
+TEST_P(CorpusOracle, NvrtcAccessesAreTrackedAndTheCacheReturnsTheUncachedBytes) {
+  ASSERT_TRUE(fs::exists(corpus_dir() / ".cucore-corpus"))
+      << "the header corpus is not at " << corpus_dir()
+      << ": run scripts/fetch-corpus.sh (scripts/setup.sh does)";
+  temp_dir t;
+  fs::create_directories(t / "cwd");
+  const oracle_case c = case_of(GetParam().spec, t / "cwd");
+
+  // 1. What NVRTC reads and probes, against the key.
+  const file_accesses seen = trace_compile(c, t / "scratch");
+  ASSERT_EQ(seen.exit_status, 0) << seen.errors;
+  const tracked_paths tracked = tracked_by_key(c);
+  const oracle_report r = compare(c, seen, tracked, {corpus_dir().string()});
+  EXPECT_TRUE(r.holds()) << r.describe();
+  EXPECT_LE(r.ratio, 1.5) << r.describe();
+  std::cout << "[ corpus   ] " << GetParam().name << ": NVRTC read " << r.read << ", probed "
+            << r.probed_absent << " absent; key tracks " << r.tracked_files << " files (" << r.ratio
+            << "x), " << r.tracked_absent << " absent, " << tracked.skipped
+            << " includes skipped\n";
+  RecordProperty("read", static_cast<int>(r.read));
+  RecordProperty("tracked", static_cast<int>(r.tracked_files));
+
+  // 2. Through a directory cache: the miss equals an uncached compile in this process; a fresh
+  // process hits and returns the stored bytes.
+  file_stream_program_cache cache(t / "cache");
+  const fs::path here = fs::current_path();
+  fs::current_path(c.cwd);
+  program cached(c.code, source_type::cxx, options_of(c));
+  const object_code miss = cached.compile(target_of(c), c.name_expressions, &cache);
+  EXPECT_EQ(cached.last_cache_outcome(), cache_outcome::miss);
+  program uncached(c.code, source_type::cxx, options_of(c));
+  const object_code reference = uncached.compile(target_of(c), c.name_expressions);
+  fs::current_path(here);
+  EXPECT_TRUE(miss == reference) << "the cached compile differs from an uncached one";
+
+  {
+    std::ofstream out(t / "case.json");
+    out << nlohmann::json(c).dump();
+  }
+  std::string said;
+  const int status = run_process({CUCORE_ORACLE_COMPILE, "--cache", (t / "cache").string(),
+                                  (t / "case.json").string(), (t / "hit.bin").string()},
+                                 {}, said);
+  ASSERT_EQ(status, 0) << said;
+  EXPECT_EQ(said, "hit\n") << "a fresh process must hit what this one stored";
+  const std::string hit = read_text(t / "hit.bin");
+  const auto stored = miss.code();
+  EXPECT_EQ(hit, std::string(reinterpret_cast<const char*>(stored.data()), stored.size()))
+      << "the fresh process's hit differs from the bytes the miss stored";
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CorpusOracle, ::testing::ValuesIn(corpus_kernels()),
+                         [](const ::testing::TestParamInfo<corpus_kernel>& info) {
+                           return info.param.name;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CorpusOracle);
+
+}  // namespace
+}  // namespace cucore::oracle
