@@ -111,6 +111,18 @@ struct program_options {
   std::vector<nvvm_module> extra_sources;  // NVVM only
   std::optional<bool> use_libdevice;       // NVVM only
   std::optional<bool> numba_debug;
+  // c++ only: NVRTC options no field above covers (newer ones, e.g. "--jump-table-density=50",
+  // "--device-stack-protector=true"), passed to NVRTC as given, in order, after every other flag;
+  // the cache key hashes them the same way. An option that takes a value is written "-opt=VALUE",
+  // or as two elements where NVRTC accepts that ("-jtd", "50"). Refused with invalid_argument
+  // naming the element and what to use instead: an option a field covers, in any spelling (-std=,
+  // -arch, -D, -I, -include, -G, --pch-dir=, --time=, ...: set the field, whose checks and cache
+  // key gates then apply), --optix-ir (not a target cucore produces), and an element that is empty
+  // or has a control character or surrounding whitespace (NVRTC trims it). -Xcudafe and -Xnvvm
+  // (options for NVRTC's internal front end and optimizer; each takes the next element) are
+  // passed, but the cache key refuses them: they can make NVRTC read and write files the key
+  // cannot see. An option NVRTC does not know fails the compile with NVRTC's own message.
+  std::vector<std::string> extra_nvrtc_options;
 };
 
 struct linker_options {

@@ -17,7 +17,9 @@ class ProgramOptions:
     Every field left ``None`` emits no flag. cucore reads options by attribute name, so
     ``cuda.core.ProgramOptions`` is accepted wherever this class is. cucore-only fields:
     ``headers`` (in-memory headers, ``{name: contents}``), ``toolkit_include_path`` (search the
-    toolkit's include directories, default on), ``device_int128`` and ``device_float128``.
+    toolkit's include directories, default on), ``device_int128``, ``device_float128`` and
+    ``extra_nvrtc_options`` (NVRTC options no field covers, passed verbatim after the rest and
+    hashed into the cache key; an option a field covers is refused, naming the field).
     """
 
     name: str | None = "default_program"
@@ -76,3 +78,4 @@ class ProgramOptions:
     extra_sources: Sequence[Tuple[str, Union[str, bytes]]] | None = field(default=None)
     use_libdevice: bool | None = None
     numba_debug: bool | None = None
+    extra_nvrtc_options: _StrList = None

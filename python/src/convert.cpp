@@ -241,6 +241,7 @@ program_options options_from(nb::handle o) {
   read_extra_sources(o, p.extra_sources);
   read_bool(o, "use_libdevice", p.use_libdevice);
   read_bool(o, "numba_debug", p.numba_debug);
+  read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
   // cuda.core's wheel-bundled headers have no cucore equivalent: refuse rather than ignore, since
   // they change what the compile reads.
   if (nb::object v = field(o, "use_bundled_headers"); !v.is_none() && nb::cast<bool>(v)) {

@@ -5,6 +5,7 @@
 
 #include "cache/include_tracking.hpp"
 #include "common/sha256.hpp"
+#include "program/extra_nvrtc_options.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -280,6 +281,17 @@ void check_nvrtc_gates(const program_cache_key_inputs& in) {
         ": a cache hit would skip that compile-time side effect (an extra_digest does not change "
         "that). Compile without the cache, or leave " +
         (side_effects.size() == 1 ? "it" : "them") + " unset.");
+  }
+  // Options for NVRTC's front end or optimizer (-Xcudafe, -Xnvvm) may read or write any file.
+  if (const auto passed = detail::tool_passthrough_options(o.extra_nvrtc_options);
+      !passed.empty()) {
+    std::string list;
+    for (const auto& p : passed) list += (list.empty() ? "" : " ") + in_quotes(p);
+    throw invalid_argument(
+        "no program cache key for c++ with extra_nvrtc_options " + list +
+        ": they pass options to a tool inside NVRTC (its front end or optimizer), which can make "
+        "it read and write files a cache key cannot see (an extra_digest does not change that). "
+        "Compile without the cache, or leave them out.");
   }
 
   // Headers, -I, -include and the program name's directory are tracked (include_tracking.hpp);

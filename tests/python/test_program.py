@@ -178,6 +178,56 @@ def test_in_memory_headers(options):
     assert b"7" in ptx
 
 
+SWITCH = r"""
+extern "C" __global__ void k(int* p, int s) {
+  int v;
+  switch (s) {
+    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
+    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
+    default: v = 0;
+  }
+  p[v] = s;
+}
+"""
+
+
+def test_device_as_default_execution_space():
+    src = 'int twice(int x) { return 2 * x; }\nextern "C" __global__ void k(int* p) { *p = twice(*p); }\n'
+    with pytest.raises(cucore.CompileError, match="default-device"):
+        cucore.Program(src, "c++", cucore.ProgramOptions(arch=ARCH)).compile("ptx")
+    opts = cucore.ProgramOptions(arch=ARCH, device_as_default_execution_space=True)
+    assert b".entry k" in cucore.Program(src, "c++", opts).compile("ptx").code
+
+
+def test_extra_nvrtc_options_reach_nvrtc_and_the_key(native_cache):
+    """Passed verbatim after the other flags: -jtd=0 gives every switch a jump table (brx.idx)."""
+    plain = cucore.ProgramOptions(arch=ARCH)
+    jump = cucore.ProgramOptions(arch=ARCH, extra_nvrtc_options=["-jtd=0"])
+    assert b"brx.idx" not in cucore.Program(SWITCH, "c++", plain).compile("ptx").code
+    program = cucore.Program(SWITCH, "c++", jump)
+    assert b"brx.idx" in program.compile("ptx", cache=native_cache).code
+    assert program.last_cache_outcome == "miss"
+    assert b"brx.idx" in program.compile("ptx", cache=native_cache).code
+    assert program.last_cache_outcome == "hit"
+    # A single str is one option, as for the other list fields.
+    assert key(code=SWITCH, options=cucore.ProgramOptions(arch=ARCH, extra_nvrtc_options="-jtd=0")) \
+        == key(code=SWITCH, options=jump) != key(code=SWITCH, options=plain)
+    fields = cucore.explain_program_cache_key(code=SWITCH, code_type="c++", options=jump, target_type="ptx")
+    assert [p for label, p in fields if label == "option"][-1] == "-jtd=0"
+
+
+def test_extra_nvrtc_options_a_field_covers_are_refused_naming_it():
+    for raw, field in [("-std=c++20", "std"), ("-I/tmp", "include_path"), ("-default-device",
+                       "device_as_default_execution_space"), ("--pch-dir=/tmp", "pch_dir")]:
+        with pytest.raises(cucore.InvalidArgument, match=f"program_options::{field}: set {field} instead"):
+            cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, extra_nvrtc_options=[raw])).compile("ptx")
+    # -Xcudafe compiles, but no key covers it, even with an extra digest.
+    cudafe = cucore.ProgramOptions(arch=ARCH, extra_nvrtc_options=["-Xcudafe", "--display_error_number"])
+    assert cucore.Program(KERNEL, "c++", cudafe).compile("ptx").code
+    with pytest.raises(ValueError, match="tool inside NVRTC"):
+        key(options=cudafe, extra_digest=b"d")
+
+
 # --- the key ------------------------------------------------------------------------------------
 
 

@@ -587,6 +587,11 @@ std::vector<field_case> field_cases() {
        set_bool(&po::numba_debug),
        {{S::cxx, E::truthy}, {S::ptx, E::ignored}, {S::nvvm, E::truthy}},
        {}},
+      {"extra_nvrtc_options",
+       set_to(&po::extra_nvrtc_options, std::vector<std::string>{"-jtd=50"},
+              std::vector<std::string>{"--device-stack-protector=true"}),
+       {{S::cxx, E::changes}},
+       {}},
   };
 }
 
@@ -995,6 +1000,51 @@ TEST(MakeProgramCacheKey, SideEffectOptionsRefusedForCxxEvenWithDigest) {
       EXPECT_TRUE(contains(msg, name)) << msg;
       EXPECT_TRUE(contains(msg, "side effect")) << msg;
       EXPECT_TRUE(contains(msg, "without the cache")) << msg;
+    }
+  }
+}
+
+// extra_nvrtc_options enter the key as the last option fields, verbatim and in order; those that
+// hand options to a tool inside NVRTC make it refuse, whatever the extra_digest.
+TEST(MakeProgramCacheKey, ExtraNvrtcOptionsAreHashedVerbatimInOrder) {
+  auto with = [](std::vector<std::string> extra) {
+    auto in = base();
+    in.options.extra_nvrtc_options = std::move(extra);
+    return in;
+  };
+  const auto k = key(with({"-jtd=50", "--modify-stack-limit=false"}));
+  const auto options = payloads(k, "option");
+  ASSERT_GE(options.size(), 3u);
+  EXPECT_EQ(options[options.size() - 2], "-jtd=50");
+  EXPECT_EQ(options.back(), "--modify-stack-limit=false");
+  EXPECT_NE(k, key(with({"--modify-stack-limit=false", "-jtd=50"}))) << "order matters";
+  EXPECT_NE(k, key(with({"-jtd=50"})));
+  EXPECT_NE(key(with({"-jtd", "50"})), key(with({"-jtd=50"}))) << "hashed as given";
+  EXPECT_NE(key(with({"-jtd=50"})), key(base()));
+  EXPECT_EQ(key(with({})), key(base())) << "none: the key of options without the field";
+  // A refused element refuses the key too.
+  EXPECT_TRUE(contains(refusal(with({"-I/tmp"})), "program_options::include_path"));
+}
+
+TEST(MakeProgramCacheKey, ExtraNvrtcOptionsForToolsInsideNvrtcAreRefusedEvenWithDigest) {
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"-Xcudafe", "--diag_suppress=177"}, {"-jtd=50", "-Xnvvm=-opt=3"}, {"--Xcudafe=-x"}}) {
+    for (bool digest : {false, true}) {
+      SCOPED_TRACE(extra.back() + (digest ? " with a digest" : ""));
+      auto in = base();
+      in.options.extra_nvrtc_options = extra;
+      if (digest) in.extra_digest = "fingerprint";
+      try {
+        (void)key(in);
+        ADD_FAILURE() << "keyed";
+      } catch (const extra_digest_required& e) {
+        ADD_FAILURE() << "an extra_digest cannot cover what these may write: " << e.what();
+      } catch (const invalid_argument& e) {
+        const std::string msg = e.what();
+        EXPECT_TRUE(contains(msg, "extra_nvrtc_options")) << msg;
+        EXPECT_TRUE(contains(msg, "\"" + extra.back() + "\"")) << msg;
+        EXPECT_TRUE(contains(msg, "without the cache")) << msg;
+      }
     }
   }
 }

@@ -497,7 +497,9 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 13u) << r.out;
+  EXPECT_EQ(j.keys.size(), 14u) << r.out;
+  EXPECT_EQ(j.keys.front(), "ok");
+  EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
   EXPECT_EQ(j["bytes"].number, static_cast<double>(fs::file_size(work_ / "k.ptx")));
@@ -577,6 +579,226 @@ TEST_F(Compile, SyntaxErrorPrintsTheLogWithFileAndLine) {
   EXPECT_TRUE(contains(r.err, "\nerror: NVRTC compilation failed")) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_FALSE(exists("bad.cubin"));
+}
+
+// --json prints one object whatever happens: {"ok": false, "error", "log"} on a failure, with the
+// exit status and the stderr report of a run without --json. A line that cannot be parsed is
+// reported on stderr alone.
+TEST_F(Compile, JsonReportsFailuresAsOneObject) {
+  auto failure = [&](const std::vector<std::string>& args, int status) {
+    const auto r = cucore(args);
+    EXPECT_EQ(r.status, status) << describe(r);
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line: " << r.out;
+    json j;
+    try {
+      j = parse_json(r.out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << describe(r);
+    }
+    EXPECT_EQ(j.keys, (std::vector<std::string>{"ok", "error", "log"})) << r.out;
+    EXPECT_TRUE(j["ok"].is(json::kind::boolean) && !j["ok"].boolean) << r.out;
+    EXPECT_FALSE(r.err.empty()) << "stderr still says it";
+    return j;
+  };
+  file("bad.cu", "__global__ void f(int* p) {\n  int x = 1;\n  *p = x +;\n}\n");
+  json j = failure({"compile", "bad.cu", "--arch", kArch, "--json"}, 1);
+  EXPECT_EQ(j["error"].string, "NVRTC compilation failed (NVRTC_ERROR_COMPILATION)");
+  EXPECT_TRUE(contains(j["log"].string, "bad.cu(3): error")) << j["log"].string;
+  EXPECT_FALSE(exists("bad.cubin"));
+
+  j = failure({"compile", "missing.cu", "--arch", kArch, "--json"}, 1);
+  EXPECT_TRUE(contains(j["error"].string, "\"missing.cu\": No such file or directory"))
+      << j["error"].string;
+  EXPECT_EQ(j["log"].string, "");
+
+  // Usage errors found once the line is parsed: exit 2, the message in "error".
+  file("k.cu", kTemplate);
+  j = failure({"compile", "k.cu", "--arch", kArch, "--json", "-Xnvrtc", "-std=c++20"}, 2);
+  EXPECT_TRUE(contains(j["error"].string, "--std")) << j["error"].string;
+  j = failure({"compile", "--json", "--arch", kArch}, 2);
+  EXPECT_EQ(j["error"].string, "compile needs a FILE");
+  j = failure({"compile", "k.cu", "--json", "--arch", "sm90"}, 2);
+  EXPECT_TRUE(contains(j["error"].string, "--arch")) << j["error"].string;
+  j = failure({"compile", "k.cu", "--json", "--arch", kArch, "--ftz", "yes"}, 2);
+  EXPECT_TRUE(contains(j["error"].string, "--ftz")) << j["error"].string;
+  // An option NVRTC does not know is NVRTC's error, with its log.
+  j = failure({"compile", "k.cu", "--json", "--arch", kArch, "-Xnvrtc", "--no-such-option"}, 1);
+  EXPECT_EQ(j["error"].string, "NVRTC compilation failed (NVRTC_ERROR_INVALID_OPTION)");
+  EXPECT_TRUE(contains(j["log"].string, "--no-such-option")) << j["log"].string;
+  // No compiler at all.
+  temp_dir empty;
+  const auto r =
+      cucore({"compile", "k.cu", "--arch", kArch, "--json"},
+             {{"CUCORE_CUDA_HOME", empty.path().string()}, {"CUCORE_CUDA_HOME_ONLY", "1"}});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  j = parse_json(r.out);
+  EXPECT_FALSE(j["ok"].boolean);
+  EXPECT_TRUE(contains(j["error"].string, "NVRTC")) << r.out;
+
+  // Not parsed: stderr only.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"compile", "k.cu", "--arch", kArch, "--json", "--frobnicate"},
+           {"compile", "k.cu", "--json=yes"},
+           {"compile", "k.cu", "--json", "--arch"}}) {
+    const auto u = cucore(args);
+    EXPECT_EQ(u.status, 2) << describe(u);
+    EXPECT_EQ(u.out, "");
+    EXPECT_TRUE(contains(u.err, "cucore compile --help")) << u.err;
+  }
+}
+
+// CUTLASS and CuTe need NVRTC's -default-device: functions without an execution space are device
+// functions. Without it NVRTC refuses them (and says to pass it).
+TEST_F(Compile, DefaultDeviceCompilesUnannotatedFunctions) {
+  file("dd.cu",
+       "int twice(int x) { return 2 * x; }\n"
+       "extern \"C\" __global__ void k(int* p) { *p = twice(*p); }\n");
+  auto r = cucore({"compile", "dd.cu", "--arch", kArch, "--target", "ptx"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "-default-device")) << r.err;
+  EXPECT_FALSE(exists("dd.ptx"));
+
+  const json j = json_of(
+      {"compile", "dd.cu", "--arch", kArch, "--target", "ptx", "--default-device", "--json"});
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("dd.ptx"), ".entry k")) << output("dd.ptx");
+  EXPECT_EQ(json_of({"compile", "dd.cu", "--arch", kArch, "--target", "ptx", "--default-device",
+                     "--json"})["cache"]
+                .string,
+            "hit");
+
+  // The flag is in the key: `cucore key` agrees with compile, and differs without it.
+  r = cucore({"key", "dd.cu", "--arch", kArch, "--target", "ptx", "--default-device"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(r.out, j["key"].string + "\n");
+  const auto without = cucore({"key", "dd.cu", "--arch", kArch, "--target", "ptx"});
+  ASSERT_EQ(without.status, 0) << describe(without);
+  EXPECT_NE(without.out, r.out);
+}
+
+// -Xnvrtc OPT: NVRTC gets OPT as given, after every other flag, and the key hashes it.
+TEST_F(Compile, XnvrtcReachesNvrtcAndTheKey) {
+  file("sw.cu", R"(extern "C" __global__ void k(int* p, int s) {
+  int v;
+  switch (s) {
+    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
+    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
+    default: v = 0;
+  }
+  p[v] = s;
+}
+)");
+  const std::vector<std::string> base = {"compile",  "sw.cu", "--arch", kArch,
+                                         "--target", "ptx",   "--json"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const json plain = json_of(base);
+  EXPECT_FALSE(contains(output("sw.ptx"), "brx.idx"));
+  // -jtd=0: a jump table for every switch. Both spellings of -Xnvrtc; NVRTC's two-element form.
+  const json jump = json_of(with({"-Xnvrtc", "-jtd=0"}));
+  EXPECT_EQ(jump["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("sw.ptx"), "brx.idx"));
+  EXPECT_NE(jump["key"].string, plain["key"].string);
+  EXPECT_EQ(json_of(with({"-Xnvrtc=-jtd=0"}))["cache"].string, "hit");
+  EXPECT_EQ(json_of(base)["cache"].string, "hit");
+  EXPECT_FALSE(contains(output("sw.ptx"), "brx.idx")) << "the hit without -Xnvrtc is the plain one";
+  const json split = json_of(with({"-Xnvrtc", "--jump-table-density", "-Xnvrtc", "0"}));
+  EXPECT_EQ(split["cache"].string, "miss") << "hashed as given, not as NVRTC reads it";
+  EXPECT_TRUE(contains(output("sw.ptx"), "brx.idx"));
+
+  // In `key --explain`: the last option fields, in command-line order.
+  const auto r = cucore({"key", "sw.cu", "--arch", kArch, "--target", "ptx", "-Xnvrtc", "-jtd=0",
+                         "-Xnvrtc", "--modify-stack-limit=false", "--explain"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n  option +-jtd=0\n  option +--modify-stack-limit=false\n  name)")))
+      << r.out;
+}
+
+// An -Xnvrtc option that an option of the tool covers is a usage error naming both; one that hands
+// options to a tool inside NVRTC compiles, uncached.
+TEST_F(Compile, XnvrtcRefusesWhatAnOptionCovers) {
+  file("k.cu", kTemplate);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"-Xnvrtc", "-std=c++20"},
+       "-Xnvrtc \"-std=c++20\" is NVRTC's option for program_options::std: set std instead (on "
+       "the cucore command line: --std)"},
+      {{"-Xnvrtc=-I/tmp"}, "(on the cucore command line: -I), so that the cache key tracks"},
+      {{"-Xnvrtc", "-DX=1"}, "program_options::define_macro"},
+      {{"-Xnvrtc", "-include=pre.h"}, "command line: --pre-include"},
+      {{"-Xnvrtc", "-default-device"}, "command line: --default-device"},
+      {{"-Xnvrtc", "--pch-dir=/tmp"}, "command line: --pch-dir"},
+      {{"-Xnvrtc", "-time=t.csv"}, "command line: --time"},
+      {{"-Xnvrtc", "-arch=sm_80"}, "command line: --arch"},
+      {{"-Xnvrtc", "-jtd=50", "-Xnvrtc", " -w"}, "-Xnvrtc \" -w\" has a control character or"},
+      {{"-Xnvrtc", "--optix-ir"}, "OptiX IR"},
+      {{"--Xnvrtc", "-w"}, "unknown option \"--Xnvrtc\" (the option is -Xnvrtc, with one dash)"},
+      {{"-Xnvrtc"}, "option -Xnvrtc needs a value (OPT)"},
+      {{"-Xnvrtc="}, "option -Xnvrtc needs a non-empty value (OPT)"},
+      {{"-Xnvrtcx"}, "unknown option \"-Xnvrtcx\""},
+  };
+  for (const auto& [extra, message] : refused) {
+    for (const char* command : {"compile", "key"}) {
+      std::vector<std::string> args = {command, "k.cu", "--arch", kArch};
+      args.insert(args.end(), extra.begin(), extra.end());
+      const auto r = cucore(args);
+      EXPECT_EQ(r.status, 2) << describe(r);
+      EXPECT_TRUE(contains(r.err, message)) << r.err;
+    }
+  }
+  EXPECT_FALSE(exists("k.cubin"));
+
+  // -Xcudafe passes the next element to NVRTC's front end: compiled, never cached.
+  const std::vector<std::string> cudafe = {
+      "compile", "k.cu",     "--arch",  kArch,
+      "-Xnvrtc", "-Xcudafe", "-Xnvrtc", "--display_error_number"};
+  auto r = cucore(cudafe);
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, ", not cached)")) << r.out;
+  EXPECT_TRUE(contains(r.err,
+                       "note: not cached: -Xnvrtc \"-Xcudafe\" \"--display_error_number\": they "
+                       "pass options to a tool inside NVRTC"))
+      << r.err;
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+  std::vector<std::string> key = cudafe;
+  key[0] = "key";
+  r = cucore(key);
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "error: no cache key: -Xnvrtc \"-Xcudafe\"")) << r.err;
+}
+
+// --header NAME=FILE: an in-memory header with FILE's bytes, which the key hashes.
+TEST_F(Compile, HeaderOptionGivesAnInMemoryHeader) {
+  file("v.h", "#define V 77\n");
+  file("h.cu", "#include \"cfg.cuh\"\nextern \"C\" __global__ void w(int* p) { *p = V; }\n");
+  const std::vector<std::string> args = {"compile", "h.cu",     "--arch",      kArch,   "--target",
+                                         "ptx",     "--header", "cfg.cuh=v.h", "--json"};
+  json j = json_of(args);
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_EQ(j["headers"]["in_memory"].number, 1);
+  EXPECT_TRUE(contains(output("h.ptx"), ", 77;"));
+  EXPECT_EQ(json_of(args)["cache"].string, "hit");
+  file("v.h", "#define V 78\n");
+  EXPECT_EQ(json_of(args)["cache"].string, "miss");
+  EXPECT_TRUE(contains(output("h.ptx"), ", 78;"));
+
+  for (const auto& [extra, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--header", "cfg.cuh"}, "--header cfg.cuh: give NAME=FILE"},
+           {{"--header", "=v.h"}, "--header =v.h: give NAME=FILE"},
+           {{"--header", "a.h=v.h", "--header", "a.h=v.h"},
+            "--header \"a.h\" repeats headers[0]: give each name once"}}) {
+    std::vector<std::string> bad = {"compile", "h.cu", "--arch", kArch};
+    bad.insert(bad.end(), extra.begin(), extra.end());
+    const auto r = cucore(bad);
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+  }
+  const auto r = cucore({"compile", "h.cu", "--arch", kArch, "--header", "cfg.cuh=missing.h"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.err, "cannot read \"missing.h\"")) << r.err;
 }
 
 TEST_F(Compile, MacrosAndIncludePathsReachTheCompiler) {
@@ -1273,6 +1495,140 @@ TEST_F(Key, CommandLineConventions) {
 
 // Like compile, key takes the compiler's version from the cache's memo: once the cache has seen
 // the compiler, deriving a key loads no compiler library, and the key is the same either way.
+// Every option of program_options on the command line, and the NVRTC flag it gives: the "option"
+// fields of `key --json --explain` (what the key hashes, which is what NVRTC gets), without the
+// toolkit's include directories.
+TEST_F(Key, EveryCompilerOptionGivesItsNvrtcFlag) {
+  file("k.cu", kTemplate);
+  file("h.cuh", "#define H 1\n");
+  auto options_of = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"key",    "k.cu",      "--arch",
+                                     kArch,    "--target",  "ptx",
+                                     "--json", "--explain", "--no-toolkit-include"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<std::string> out;
+    const json j = json_of(args);
+    if (!j.is(json::kind::object)) return out;
+    for (const json& f : j["fields"].items) {
+      if (f["label"].string == "option") out.push_back(f["payload"].string);
+    }
+    return out;
+  };
+  const std::vector<std::string> plain = options_of({});
+  EXPECT_EQ(plain, std::vector<std::string>{"-arch=sm_90"});
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> table = {
+      // Preprocessor
+      {{"-I", "inc"}, {"--include-path=inc"}},
+      {{"-D", "X=1", "-DY"}, {"--define-macro=X=1", "--define-macro=Y"}},
+      {{"-U", "X"}, {"--undefine-macro=X"}},
+      {{"--pre-include", "h.cuh"}, {"--pre-include=h.cuh"}},
+      {{"--no-source-include"}, {"--no-source-include"}},
+      // Language
+      {{"--std", "c++20"}, {"--std=c++20"}},
+      {{"--default-device"}, {"--device-as-default-execution-space"}},
+      {{"--builtin-move-forward", "false"}, {"--builtin-move-forward=false"}},
+      {{"--builtin-initializer-list=false"}, {"--builtin-initializer-list=false"}},
+      {{"--device-int128"}, {"--device-int128"}},
+      {{"--device-float128"}, {"--device-float128"}},
+      {{"--restrict"}, {"--restrict"}},
+      {{"--extensible-whole-program"}, {"--extensible-whole-program"}},
+      {{"--minimal"}, {"--minimal"}},
+      // Code generation
+      {{"-G"}, {"--device-debug"}},
+      {{"--lineinfo"}, {"--generate-line-info"}},
+      {{"--maxrregcount", "32"}, {"--maxrregcount=32"}},
+      {{"--use-fast-math"}, {"--use_fast_math"}},
+      {{"--ftz", "true"}, {"--ftz=true"}},
+      {{"--prec-div", "false"}, {"--prec-div=false"}},
+      {{"--prec-sqrt", "false"}, {"--prec-sqrt=false"}},
+      {{"--fmad", "false"}, {"--fmad=false"}},
+      {{"--rdc"}, {"--relocatable-device-code=true"}},
+      {{"--dlink-time-opt"}, {"--dlink-time-opt"}},
+      {{"--gen-opt-lto"}, {"--gen-opt-lto"}},
+      {{"--ptxas-options", "-v"}, {"--ptxas-options=-v"}},
+      {{"--dopt", "on"}, {"--dopt=on"}},
+      {{"--Ofast-compile", "min"}, {"--Ofast-compile=min"}},
+      {{"--extra-device-vectorization"}, {"--extra-device-vectorization"}},
+      {{"--split-compile", "0"}, {"--split-compile=0"}},
+      {{"--frandom-seed", "7"}, {"--frandom-seed=7"}},
+      {{"--no-compiler-cache"}, {"--no-cache"}},
+      {{"--fdevice-syntax-only"}, {"--fdevice-syntax-only"}},
+      {{"--numba-debug"}, {"--numba-debug"}},
+      // Diagnostics
+      {{"--disable-warnings"}, {"--disable-warnings"}},
+      {{"--diag-error", "20", "--diag-error", "21"}, {"--diag-error=20,21"}},
+      {{"--diag-suppress", "177"}, {"--diag-suppress=177"}},
+      {{"--diag-warn", "3"}, {"--diag-warn=3"}},
+      {{"--no-display-error-number"}, {"--no-display-error-number"}},
+      {{"--brief-diagnostics", "true"}, {"--brief-diagnostics=true"}},
+      {{"--optimization-info", "inline"}, {"--optimization-info=inline"}},
+      // Precompiled headers (the ones the key can take without an --extra-digest)
+      {{"--pch-verbose", "false"}, {"--pch-verbose=false"}},
+      {{"--pch-messages", "false"}, {"--pch-messages=false"}},
+      {{"--instantiate-templates-in-pch", "false"}, {"--instantiate-templates-in-pch=false"}},
+      {{"--pch", "--extra-digest", "00"}, {"--pch"}},
+      {{"--use-pch", "a.pch", "--extra-digest", "00"}, {"--use-pch=a.pch"}},
+      {{"--pch-dir", "/tmp", "--extra-digest", "00"}, {"--pch-dir=/tmp"}},
+      // Anything else, last
+      {{"-Xnvrtc", "-jtd=50", "--std", "c++17"}, {"--std=c++17", "-jtd=50"}},
+  };
+  fs::create_directory(work_ / "inc");
+  for (const auto& [extra, flags] : table) {
+    SCOPED_TRACE(extra.front());
+    std::vector<std::string> expected = {"-arch=sm_90"};
+    expected.insert(expected.end(), flags.begin(), flags.end());
+    EXPECT_EQ(options_of(extra), expected);
+  }
+  // --header NAME=FILE: no flag; the header's name and contents are in the key.
+  const json j =
+      json_of({"key", "k.cu", "--arch", kArch, "--json", "--explain", "--header", "cfg.cuh=h.cuh"});
+  bool header = false;
+  for (const json& f : j["fields"].items) {
+    header = header || (f["label"].string == "memory_header" &&
+                        f["payload"].string.starts_with("cfg.cuh (12 bytes, sha256 "));
+  }
+  EXPECT_TRUE(header) << "no memory_header field for cfg.cuh";
+}
+
+// The options whose files the key cannot see or whose side effects a hit would skip: key refuses
+// them naming the option; compile compiles without the cache and says why, and the file appears.
+TEST_F(Key, OptionsTheKeyCannotCoverAreNamed) {
+  file("k.cu", kTemplate);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--time", "t.csv"}, "no cache key: --time (writes compile timings to a file)"},
+      {{"--fdevice-time-trace", "t.json"}, "no cache key: --fdevice-time-trace (writes"},
+      {{"--create-pch", "a.pch"}, "no cache key: --create-pch (writes a precompiled header)"},
+      {{"--pch", "--pch-dir", "p"},
+       "no cache key: --pch and --pch-dir make NVRTC read precompiled headers"},
+      {{"--use-pch", "a.pch"}, "no cache key: --use-pch make"},
+  };
+  for (const auto& [extra, message] : refused) {
+    std::vector<std::string> args = {"key", "k.cu", "--arch", kArch};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = cucore(args);
+    EXPECT_EQ(r.status, 2) << describe(r);
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+    EXPECT_FALSE(contains(r.err, "program_options")) << r.err;
+  }
+  auto r = cucore({"compile", "k.cu", "--arch", kArch, "--time", "t.csv", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  json j = parse_json(r.out);
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_EQ(j["cache_skip_reason"].string,
+            "--time (writes compile timings to a file): a cache hit would skip that compile-time "
+            "side effect (an extra_digest does not change that); pass --cache none to compile "
+            "without the cache");
+  EXPECT_TRUE(exists("t.csv"));
+  fs::create_directory(work_ / "p");
+  r = cucore({"compile", "k.cu", "--arch", kArch, "--pch", "--pch-dir", "p", "--json"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  j = parse_json(r.out);
+  EXPECT_EQ(j["cache"].string, "skipped");
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "; pass --extra-digest or --cache none"))
+      << r.out;
+  EXPECT_TRUE(entry_files(cache_.path()).empty());
+}
+
 TEST_F(Key, UsesTheCachesCompilerVersionsAndLoadsNoCompiler) {
   file("k.cu", kTemplate);
   const std::vector<std::string> key_args = {"key", "k.cu", "--arch", kArch};
@@ -2034,6 +2390,38 @@ TEST_F(Usage, CompileHelpListsEveryOption) {
                                "--extra-module",
                                "--cache SPEC",
                                "--extra-digest HEX",
+                               "--header NAME=FILE",
+                               "--default-device",
+                               "--builtin-move-forward true|false",
+                               "--builtin-initializer-list true|false",
+                               "--device-int128",
+                               "--device-float128",
+                               "--restrict",
+                               "--extensible-whole-program",
+                               "--minimal",
+                               "--dlink-time-opt",
+                               "--gen-opt-lto",
+                               "--Ofast-compile 0|min|mid|max",
+                               "--split-compile N",
+                               "--frandom-seed SEED",
+                               "--no-compiler-cache",
+                               "--fdevice-syntax-only",
+                               "--numba-debug",
+                               "--diag-error N",
+                               "--diag-warn N",
+                               "--no-display-error-number",
+                               "--brief-diagnostics true|false",
+                               "--optimization-info KIND",
+                               "--time FILE",
+                               "--fdevice-time-trace FILE",
+                               "--pch ",
+                               "--create-pch FILE",
+                               "--use-pch FILE",
+                               "--pch-dir DIR",
+                               "--pch-verbose true|false",
+                               "--pch-messages true|false",
+                               "--instantiate-templates-in-pch true|false",
+                               "-Xnvrtc OPT",
                                "-h, --help"}) {
       EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;
     }

@@ -91,6 +91,7 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
   o.pch_messages = false;
   o.instantiate_templates_in_pch = true;
   o.numba_debug = true;
+  o.extra_nvrtc_options = {"-jtd=50", "--device-stack-protector=true"};
   std::vector<std::string> expected = {
       "-arch=sm_90",
       "--relocatable-device-code=true",
@@ -145,6 +146,8 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
       "--pch-messages=false",
       "--instantiate-templates-in-pch=true",
       "--numba-debug",
+      "-jtd=50",
+      "--device-stack-protector=true",
   };
   // The toolkit's directories right after the user's.
   const auto toolkit_flags = toolkit_include_flags();
@@ -261,6 +264,121 @@ TEST(ProgramOptions, MalformedValuesAreRefusedByName) {
   refused([](auto& o) { o.include_path = {""}; }, "include_path");
   refused([](auto& o) { o.extra_sources = {{"m", "x"}}; }, "extra_sources");
   refused([](auto& o) { o.use_libdevice = true; }, "use_libdevice");
+}
+
+// extra_nvrtc_options: verbatim and last; every spelling of an option a field covers is refused,
+// naming the field (and the command line's option), so each setting has one canonical flag.
+TEST(ProgramOptions, ExtraNvrtcOptionsComeLastAsGiven) {
+  program_options o = with_arch();
+  o.std = "c++17";
+  o.extra_nvrtc_options = {
+      "--jump-table-density",       "50",           "-device-stack-protector=true",
+      "--modify-stack-limit=false", "-err-no",      "-Xcudafe",
+      "--diag_suppress=177",        "-Xnvvm=-opt=3"};
+  std::vector<std::string> expected = {"-arch=sm_90", "--std=c++17"};
+  expected.insert(expected.end(), o.extra_nvrtc_options.begin(), o.extra_nvrtc_options.end());
+  EXPECT_EQ(nvrtc(o), expected);
+}
+
+TEST(ProgramOptions, ExtraNvrtcOptionsThatAFieldCoversAreRefusedNamingTheField) {
+  struct row {
+    const char* option;
+    const char* field;
+    const char* cli;
+  };
+  const row rows[] = {
+      {"-std=c++20", "program_options::std", "--std"},
+      {"--std=c++20", "program_options::std", "--std"},
+      {"-arch=sm_80", "program_options::arch", "--arch"},
+      {"--gpu-architecture=sm_80", "program_options::arch", "--arch"},
+      {"-DX=1", "program_options::define_macro", "-D"},
+      {"-D", "program_options::define_macro", "-D"},
+      {"--define-macro=X", "program_options::define_macro", "-D"},
+      {"-UX", "program_options::undefine_macro", "-U"},
+      {"-I/usr/include", "program_options::include_path", "-I"},
+      {"-I /tmp", "program_options::include_path", "-I"},
+      {"--include-path=/tmp", "program_options::include_path", "-I"},
+      {"-include=x.h", "program_options::pre_include", "--pre-include"},
+      {"--pre-include=x.h", "program_options::pre_include", "--pre-include"},
+      {"-no-source-include", "program_options::no_source_include", "--no-source-include"},
+      {"-G", "program_options::debug", "-G"},
+      {"-lineinfo", "program_options::lineinfo", "--lineinfo"},
+      {"-rdc=true", "program_options::relocatable_device_code", "--rdc"},
+      {"-dc", "program_options::relocatable_device_code", "--rdc"},
+      {"-dlto", "program_options::link_time_optimization", "--dlink-time-opt"},
+      {"--use_fast_math", "program_options::use_fast_math", "--use-fast-math"},
+      {"-Xptxas=-v", "program_options::ptxas_options", "--ptxas-options"},
+      {"--dopt=on", "program_options::device_code_optimize", "--dopt"},
+      {"-Ofc=max", "program_options::ofast_compile", "--Ofast-compile"},
+      {"-default-device", "program_options::device_as_default_execution_space", "--default-device"},
+      {"-w", "program_options::disable_warnings", "--disable-warnings"},
+      {"-diag-suppress=177", "program_options::diag_suppress", "--diag-suppress"},
+      {"--diag_suppress=177", "program_options::diag_suppress", "--diag-suppress"},
+      {"-pch", "program_options::pch", "--pch"},
+      {"--pch-dir=/tmp", "program_options::pch_dir", "--pch-dir"},
+      {"--pch_dir=/tmp", "program_options::pch_dir", "--pch-dir"},
+      {"-create-pch=a.pch", "program_options::create_pch", "--create-pch"},
+      {"-use-pch=a.pch", "program_options::use_pch", "--use-pch"},
+      {"-time=t.csv", "program_options::time", "--time"},
+      {"--fdevice-time-trace=t.json", "program_options::fdevice_time_trace",
+       "--fdevice-time-trace"},
+      {"-no-cache", "program_options::no_cache", "--no-compiler-cache"},
+      {"-split-compile=2", "program_options::split_compile", "--split-compile"},
+  };
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.option);
+    program_options o = with_arch();
+    o.extra_nvrtc_options = {"-jtd=50", r.option};
+    try {
+      nvrtc(o);
+      ADD_FAILURE() << "accepted";
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.starts_with(std::string("extra_nvrtc_options[1] \"") + r.option + "\""))
+          << what;
+      EXPECT_NE(what.find(std::string("option for ") + r.field + ": set "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(std::string("command line: ") + r.cli), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(ProgramOptions, MalformedExtraNvrtcOptionsAreRefused) {
+  auto refused = [](std::vector<std::string> extra, const char* needle) {
+    program_options o = with_arch();
+    o.extra_nvrtc_options = std::move(extra);
+    try {
+      nvrtc(o);
+      ADD_FAILURE() << "accepted; expected an error with " << needle;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused({""}, "extra_nvrtc_options[0] is empty");
+  // NVRTC trims these and would read -include: the check must not be fooled by them.
+  refused({" -include=x.h"}, "leading or trailing spaces");
+  refused({"-jtd=50", "\n-include=x.h"}, "extra_nvrtc_options[1] \"\\x0a-include=x.h\"");
+  refused({"-include=x.h\t"}, "control character");
+  refused({std::string("-w\0x", 4)}, "control character");
+  refused({"--optix-ir"}, "OptiX IR");
+  // The element after -Xcudafe is the front end's; the one after "-Xcudafe=..." is NVRTC's again.
+  refused({"-Xcudafe=--display_error_number", "-std=c++20"}, "program_options::std");
+  program_options o = with_arch();
+  o.extra_nvrtc_options = {"-Xcudafe", "--diag_suppress=177"};
+  EXPECT_NO_THROW(nvrtc(o));
+}
+
+TEST(ProgramOptions, ExtraNvrtcOptionsAreCxxOnly) {
+  program_options o = with_arch();
+  o.extra_nvrtc_options = {"-jtd=50"};
+  for (const auto source : {source_type::nvvm, source_type::ptx}) {
+    try {
+      compiler_flags(o, source, source == source_type::nvvm ? code_type::ptx : code_type::cubin);
+      ADD_FAILURE() << "accepted for " << to_string(source);
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("extra_nvrtc_options"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ProgramOptions, ArchForms) {

@@ -351,6 +351,49 @@ TEST(OptionEffects, DeviceAsDefaultExecutionSpace) {
       build(src, code_type::ptx, [](auto& o) { o.device_as_default_execution_space = true; }));
 }
 
+// extra_nvrtc_options reach NVRTC as given, after the fields: -jtd=0 (a jump table for any switch)
+// turns a dense switch into brx.idx, in either spelling NVRTC takes; the element after -Xnvvm is
+// libNVVM's; an option NVRTC does not know fails with NVRTC's own message.
+TEST(OptionEffects, ExtraNvrtcOptionsReachNvrtc) {
+  const std::string src = R"(
+extern "C" __global__ void k(int* p, int s) {
+  int v;
+  switch (s) {
+    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
+    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
+    default: v = 0;
+  }
+  p[v] = s;
+})";
+  EXPECT_FALSE(contains(build(src, code_type::ptx).text(), "brx.idx"));
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"-jtd=0"},
+        std::vector<std::string>{"--jump-table-density", "0"}}) {
+    SCOPED_TRACE(extra.front());
+    const auto ptx = build(src, code_type::ptx, [&](auto& o) { o.extra_nvrtc_options = extra; });
+    EXPECT_TRUE(contains(ptx.text(), "brx.idx")) << ptx.text();
+  }
+  try {
+    build(kSaxpy, code_type::ptx, [](auto& o) {
+      o.extra_nvrtc_options = {"-Xnvvm", "-no-such-nvvm-option"};
+    });
+    FAIL() << "libNVVM accepted an unknown option";
+  } catch (const compile_error& e) {
+    EXPECT_TRUE(contains(e.log(), "-no-such-nvvm-option")) << e.log();
+  }
+  try {
+    build(kSaxpy, code_type::ptx, [](auto& o) { o.extra_nvrtc_options = {"--no-such-option"}; });
+    FAIL() << "NVRTC accepted an unknown option";
+  } catch (const compile_error& e) {
+    EXPECT_EQ(e.status(), "NVRTC_ERROR_INVALID_OPTION");
+    EXPECT_TRUE(contains(e.log(), "unrecognized option --no-such-option")) << e.log();
+  }
+  // Refused before NVRTC is asked: an option a field covers.
+  EXPECT_THROW(
+      build(kSaxpy, code_type::ptx, [](auto& o) { o.extra_nvrtc_options = {"-default-device"}; }),
+      invalid_argument);
+}
+
 TEST(OptionEffects, SideEffectFilesAreWritten) {
   testing::temp_dir dir;
   auto time_file = dir / "time.csv";

@@ -18,6 +18,12 @@ const option_spec* find(std::span<const option_spec> specs, std::string_view spe
   return nullptr;
 }
 
+// A name of more than two characters with a single dash ("-Xnvrtc", as nvcc's -Xptxas): CLI11
+// knows only "-x" and "--name", so parse() hands it to CLI11 as "--Xnvrtc".
+bool single_dash_long(std::string_view name) {
+  return name.size() > 2 && name[0] == '-' && name[1] != '-';
+}
+
 std::string in_quotes(std::string_view text) {
   return "\"" + std::string(text) + "\"";
 }
@@ -61,28 +67,56 @@ std::vector<std::string> arguments::all(std::string_view name) const {
 
 namespace {
 
+// A single-dash long option given with "=VALUE" or alone ("-Xnvrtc=-w", "-Xnvrtc"), if `arg` is
+// one of `specs`.
+const option_spec* find_single_dash_long(std::span<const option_spec> specs, std::string_view arg) {
+  for (const auto& spec : specs) {
+    if (!single_dash_long(spec.name) || !arg.starts_with(spec.name)) continue;
+    if (arg.size() == spec.name.size() || arg[spec.name.size()] == '=') return &spec;
+  }
+  return nullptr;
+}
+
+// What parse() gives CLI11.
+struct scanned_line {
+  std::vector<const option_spec*> named;
+  std::vector<std::string> args;  // the line, with "-Xnvrtc" as "--Xnvrtc"
+};
+
 // The options the command line names, each once: the only ones parse() gives CLI11. A parser of
 // every option costs a fresh process more than the rest of a cache hit (CLI11 checks each new
 // option against all before it); one of those named parses the same line the same way, since an
 // option that is not named cannot match. Also checks what CLI11 would word its own way or accept:
 // a flag given a value ("--json=x"; CLI11 takes "--json=true"), a flag with letters attached
 // ("-Gx"; CLI11 reads -G -x), "--arch=" (CLI11 takes the next argument), and a value option last
-// on the line.
-std::vector<const option_spec*> named_options(std::span<const std::string> args,
-                                              std::span<const option_spec> specs) {
-  std::vector<const option_spec*> named;
+// on the line; and spells single-dash long options as CLI11 knows them.
+scanned_line scan(std::span<const std::string> line, std::span<const option_spec> specs) {
+  scanned_line out;
+  out.args.assign(line.begin(), line.end());
+  std::vector<const option_spec*>& named = out.named;
   auto name = [&](const option_spec* spec) {
     if (std::find(named.begin(), named.end(), spec) == named.end()) named.push_back(spec);
   };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const std::string& arg = line[i];
     if (arg == "--") break;
     if (arg.size() < 2 || arg[0] != '-') continue;
-    if (arg.starts_with("--")) {
+    const option_spec* single_dash =
+        arg.starts_with("--") ? nullptr : find_single_dash_long(specs, arg);
+    if (arg.starts_with("--") || single_dash != nullptr) {
       const auto eq = arg.find('=');
       const std::string_view spelling = std::string_view(arg).substr(0, eq);
-      const option_spec* spec = find(specs, spelling);
-      if (spec == nullptr) continue;  // unknown: CLI11 leaves it over, and parse() names it
+      const option_spec* spec = single_dash != nullptr ? single_dash : find(specs, spelling);
+      if (spec == nullptr) {
+        // "--Xnvrtc" is CLI11's spelling of -Xnvrtc, not the tool's.
+        const std::string_view one_dash = spelling.substr(1);
+        if (single_dash_long(one_dash) && find(specs, one_dash) != nullptr) {
+          throw usage_error("unknown option " + in_quotes(spelling) + " (the option is " +
+                            std::string(one_dash) + ", with one dash)");
+        }
+        continue;  // unknown: CLI11 leaves it over, and parse() names it
+      }
+      if (single_dash != nullptr) out.args[i].insert(0, "-");
       name(spec);
       if (eq != std::string::npos) {
         if (!spec->takes_value()) {
@@ -95,7 +129,7 @@ std::vector<const option_spec*> named_options(std::span<const std::string> args,
         continue;
       }
       if (!spec->takes_value()) continue;
-      if (i + 1 == args.size()) {
+      if (i + 1 == line.size()) {
         throw usage_error("option " + std::string(spelling) + " needs a value (" +
                           std::string(spec->value_name) + ")");
       }
@@ -110,25 +144,28 @@ std::vector<const option_spec*> named_options(std::span<const std::string> args,
       continue;
     }
     if (arg.size() > 2) continue;  // -IDIR
-    if (i + 1 == args.size()) {
+    if (i + 1 == line.size()) {
       throw usage_error("option " + arg + " needs a value (" + std::string(spec->value_name) + ")");
     }
     ++i;
   }
-  return named;
+  return out;
 }
 
-// CLI11's name list for a spec: "-I,--include-path".
+// CLI11's name list for a spec: "-I,--include-path"; "--Xnvrtc" for "-Xnvrtc".
 std::string cli11_names(const option_spec& spec) {
-  std::string names(spec.name);
+  std::string names =
+      single_dash_long(spec.name) ? "-" + std::string(spec.name) : std::string(spec.name);
   if (!spec.alias.empty()) names += "," + std::string(spec.alias);
   return names;
 }
 
 }  // namespace
 
-arguments parse(std::span<const std::string> args, std::span<const option_spec> specs) {
-  const std::vector<const option_spec*> named = named_options(args, specs);
+arguments parse(std::span<const std::string> line, std::span<const option_spec> specs) {
+  const scanned_line scanned = scan(line, specs);
+  const std::vector<const option_spec*>& named = scanned.named;
+  const std::vector<std::string>& args = scanned.args;
 
   // Built per call, for the one command being run, from the options its line names.
   CLI::App app;
@@ -205,12 +242,19 @@ bool parse_bool(std::string_view option, std::string_view text, std::string_view
 }
 
 std::string options_help(std::span<const option_spec> specs) {
+  // The help texts start in one column, after the longest spelling up to this width; a longer one
+  // ("--instantiate-templates-in-pch true|false") has its text on the next line.
+  constexpr std::size_t max_width = 32;
   std::size_t width = spellings(help_option).size();
   for (const auto& spec : specs) {
     if (!spec.name.empty()) width = std::max(width, spellings(spec).size());
   }
+  width = std::min(width, max_width);
   auto line = [&](const option_spec& spec) {
     std::string left = spellings(spec);
+    if (left.size() > width) {
+      return "  " + left + "\n" + std::string(width + 4, ' ') + std::string(spec.help) + "\n";
+    }
     return "  " + left + std::string(width + 2 - left.size(), ' ') + std::string(spec.help) + "\n";
   };
   std::string out = line(help_option);

@@ -4,6 +4,7 @@
 //   --opt VALUE, --opt=VALUE   long options; a value may itself start with '-' ("--ptxas-options
 //                              -v"): an option that takes a value always takes the next argument
 //   -I DIR, -IDIR              two-character short options; the value may be attached
+//   -Xnvrtc OPT, -Xnvrtc=OPT   longer names with one dash, as nvcc's -Xptxas: like long options
 //   --                         everything after it is positional
 // Options may repeat; each occurrence is kept, in order. Anything unknown is a usage_error naming
 // it.
@@ -27,7 +28,8 @@ class usage_error : public std::runtime_error {
 
 // One option a command accepts. An entry with an empty `name` is a heading in the usage text.
 struct option_spec {
-  std::string_view name;        // canonical spelling, "--arch" or "-I"; what arguments looks up
+  std::string_view name;        // canonical spelling, "--arch", "-I" or "-Xnvrtc"; what arguments
+                                // looks up
   std::string_view alias;       // another spelling ("--include-path" for "-I"), or empty
   std::string_view value_name;  // "DIR" for an option that takes a value; empty for a flag
   std::string_view help;        // one line for the usage text
@@ -68,8 +70,8 @@ int parse_int(std::string_view option, std::string_view text);
 bool parse_bool(std::string_view option, std::string_view text, std::string_view yes = "true",
                 std::string_view no = "false");
 
-// The "Options:" part of a usage text: one aligned line per option, headings as given, and
-// -h/--help last.
+// The "Options:" part of a usage text: one aligned line per option (a very long spelling has its
+// text on the next line), headings as given, and -h/--help first.
 std::string options_help(std::span<const option_spec> specs);
 
 }  // namespace cucore::cli

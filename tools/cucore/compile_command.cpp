@@ -82,11 +82,14 @@ constexpr std::string_view description =
     CUCORE_CLI_CACHE_SPEC_HELP "\n"
     // clang-format on
     "\n"
-    "Inputs the cache key cannot see (an #include through a function-like macro, --libdevice)\n"
-    "need --extra-digest HEX, bytes that change when those files do (for example the SHA-256 of\n"
-    "the files, from sha256sum). Without it such a compile is not cached (a note on stderr says\n"
-    "why; --json reports \"cache\": \"skipped\"). A cache that cannot be opened or written to\n"
-    "never fails the compile.\n"
+    "Inputs the cache key cannot see (an #include through a function-like macro, --libdevice,\n"
+    "--pch, --use-pch, --pch-dir) need --extra-digest HEX, bytes that change when those files\n"
+    "do (for example the SHA-256 of the files, from sha256sum). Without it such a compile is not\n"
+    "cached (a note on stderr says why; --json reports \"cache\": \"skipped\"). Files a hit\n"
+    "would not write (--time, --fdevice-time-trace, --create-pch) and -Xnvrtc -Xcudafe or\n"
+    "-Xnvvm (options for tools inside NVRTC, which may read or write any file) are never cached.\n"
+    "-Xnvrtc refuses an option that an option above covers (-Xnvrtc -std=c++20: use --std). A\n"
+    "cache that cannot be opened or written to never fails the compile.\n"
     "\n"
     "Single-flight: when several processes (on this machine through a directory or SQLite\n"
     "cache, across machines through Redis) miss the same key at once, one compiles and the\n"
@@ -96,6 +99,12 @@ constexpr std::string_view description =
     "--json reports \"single_flight\": hit, compiled, waited (read another process's compile:\n"
     "\"cache\" is then hit), took_over, gave_up or unclaimed (--no-single-flight), or null\n"
     "without a cache.\n"
+    "\n"
+    "--json prints one JSON object whatever the outcome: on success the report above with\n"
+    "\"ok\": true; on failure {\"ok\": false, \"error\": the message, \"log\": the compiler's\n"
+    "log or \"\"} (the message also goes to stderr). Only a line that cannot be parsed (an\n"
+    "unknown option, a flag given a value, an option without its value or with an empty one)\n"
+    "is reported on stderr alone.\n"
     "\n"
     "Exit status: 0 compiled; 1 compilation failed (the compiler's log goes to stderr) or a CUDA\n"
     "library is missing; 2 bad command line.";
@@ -224,6 +233,7 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
   json mangled_names = json::object();
   for (const auto& e : in.name_expressions) mangled_names[e] = result.symbol(e);
   json out = {
+      {"ok", true},
       {"output", output},
       {"bytes", result.size()},
       {"source_type", to_string(in.source)},
@@ -242,7 +252,7 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
   write_json(out);
 }
 
-int run(const arguments& args) {
+int compile_and_report(const arguments& args) {
   (void)cache_spec_from(args);  // a malformed --cache is a usage error before any file is read
   const compile_inputs in = compile_inputs_from(args, "compile");
 
@@ -292,6 +302,26 @@ int run(const arguments& args) {
     if (log.back() != '\n') std::cerr << '\n';
   }
   return exit_success;
+}
+
+// --json's object for a compile that failed: what main() says on stderr, and the compiler's log.
+void print_failure_json(const std::string& error, const std::string& log) {
+  write_json({{"ok", false}, {"error", error}, {"log", log}});
+}
+
+int run(const arguments& args) {
+  if (!args.has("--json")) return compile_and_report(args);
+  // With --json, every outcome is one object on stdout. main() still reports the failure on
+  // stderr and picks the exit status, as without --json.
+  try {
+    return compile_and_report(args);
+  } catch (const cucore::compile_error& e) {
+    print_failure_json(e.backend() + " compilation failed (" + e.status() + ")", e.log());
+    throw;
+  } catch (const std::exception& e) {
+    print_failure_json(e.what(), "");
+    throw;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cucore/error.hpp"
@@ -84,19 +85,22 @@ macro to_macro(const std::string& text) {
   return macro(text.substr(0, eq), text.substr(eq + 1));
 }
 
+// --header NAME=FILE: an in-memory header named NAME holding FILE's bytes.
+include_header to_header(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    throw usage_error("--header " + text +
+                      ": give NAME=FILE, the name an #include writes and the file to read");
+  }
+  return {text.substr(0, eq), read_file(text.substr(eq + 1))};
+}
+
 program_options options_from(const arguments& args, const std::string& file) {
   program_options o;
   // FILE as given, not its basename: NVRTC looks up quoted #includes in the directory of the
   // program name, so headers beside FILE are found as nvcc finds them (from any directory).
   o.name = args.last("--name").value_or(file);
   o.arch = args.last("--arch");  // unset: the library takes the GPU's
-  o.include_path = args.all("-I");
-  for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
-  o.undefine_macro = args.all("-U");
-  o.pre_include = args.all("--pre-include");
-  if (args.has("--no-source-include")) o.no_source_include = true;
-  if (args.has("--no-toolkit-include")) o.toolkit_include_path = false;
-  o.std = args.last("--std");
 
   // Flags set a field only when given, so an absent flag emits nothing at all.
   auto flag = [&](std::string_view name, std::optional<bool>& field) {
@@ -105,25 +109,74 @@ program_options options_from(const arguments& args, const std::string& file) {
   auto boolean = [&](std::string_view name, std::optional<bool>& field) {
     if (auto v = args.last(name)) field = parse_bool(name, *v);
   };
+  auto number = [&](std::string_view name, std::optional<int>& field) {
+    if (auto n = args.last(name)) field = parse_int(name, *n);
+  };
+  auto numbers = [&](std::string_view name, std::vector<int>& field) {
+    for (const auto& n : args.all(name)) field.push_back(parse_int(name, n));
+  };
+
+  // Preprocessor.
+  o.include_path = args.all("-I");
+  for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
+  o.undefine_macro = args.all("-U");
+  o.pre_include = args.all("--pre-include");
+  for (const auto& h : args.all("--header")) o.headers.push_back(to_header(h));
+  flag("--no-source-include", o.no_source_include);
+  if (args.has("--no-toolkit-include")) o.toolkit_include_path = false;
+  // Language.
+  o.std = args.last("--std");
+  flag("--default-device", o.device_as_default_execution_space);
+  boolean("--builtin-move-forward", o.builtin_move_forward);
+  boolean("--builtin-initializer-list", o.builtin_initializer_list);
+  flag("--device-int128", o.device_int128);
+  flag("--device-float128", o.device_float128);
+  flag("--restrict", o.restrict);
+  flag("--extensible-whole-program", o.extensible_whole_program);
+  flag("--minimal", o.minimal);
+  // Code generation.
   flag("-G", o.debug);
   flag("--lineinfo", o.lineinfo);
+  number("--maxrregcount", o.max_register_count);
   flag("--use-fast-math", o.use_fast_math);
-  flag("--rdc", o.relocatable_device_code);
-  flag("--disable-warnings", o.disable_warnings);
-  flag("--extra-device-vectorization", o.extra_device_vectorization);
-  flag("--libdevice", o.use_libdevice);
   boolean("--ftz", o.ftz);
   boolean("--prec-div", o.prec_div);
   boolean("--prec-sqrt", o.prec_sqrt);
   boolean("--fmad", o.fma);
-  if (auto v = args.last("--dopt")) o.device_code_optimize = parse_bool("--dopt", *v, "on", "off");
-  if (auto n = args.last("--maxrregcount")) {
-    o.max_register_count = parse_int("--maxrregcount", *n);
-  }
-  for (const auto& n : args.all("--diag-suppress")) {
-    o.diag_suppress.push_back(parse_int("--diag-suppress", n));
-  }
+  flag("--rdc", o.relocatable_device_code);
+  flag("--dlink-time-opt", o.link_time_optimization);
+  flag("--gen-opt-lto", o.gen_opt_lto);
   o.ptxas_options = args.all("--ptxas-options");
+  if (auto v = args.last("--dopt")) o.device_code_optimize = parse_bool("--dopt", *v, "on", "off");
+  o.ofast_compile = args.last("--Ofast-compile");
+  flag("--extra-device-vectorization", o.extra_device_vectorization);
+  number("--split-compile", o.split_compile);
+  o.frandom_seed = args.last("--frandom-seed");
+  flag("--no-compiler-cache", o.no_cache);
+  flag("--fdevice-syntax-only", o.fdevice_syntax_only);
+  flag("--numba-debug", o.numba_debug);
+  // Diagnostics.
+  flag("--disable-warnings", o.disable_warnings);
+  numbers("--diag-error", o.diag_error);
+  numbers("--diag-suppress", o.diag_suppress);
+  numbers("--diag-warn", o.diag_warn);
+  flag("--no-display-error-number", o.no_display_error_number);
+  boolean("--brief-diagnostics", o.brief_diagnostics);
+  o.optimization_info = args.last("--optimization-info");
+  // Precompiled headers and timing files.
+  o.time = args.last("--time");
+  o.fdevice_time_trace = args.last("--fdevice-time-trace");
+  flag("--pch", o.pch);
+  o.create_pch = args.last("--create-pch");
+  o.use_pch = args.last("--use-pch");
+  o.pch_dir = args.last("--pch-dir");
+  boolean("--pch-verbose", o.pch_verbose);
+  boolean("--pch-messages", o.pch_messages);
+  boolean("--instantiate-templates-in-pch", o.instantiate_templates_in_pch);
+  // Anything newer.
+  o.extra_nvrtc_options = args.all("-Xnvrtc");
+  // NVVM IR.
+  flag("--libdevice", o.use_libdevice);
   for (const auto& path : args.all("--extra-module")) {
     o.extra_sources.push_back({basename_of(path), read_file(path)});
   }
@@ -158,7 +211,18 @@ void check_options(program_options options, const std::string& arch, source_type
   try {
     (void)compiler_flags(options, source, target);
   } catch (const cucore::invalid_argument& e) {
-    throw usage_error(e.what());
+    // "extra_nvrtc_options[1] \"-std=c++20\" is ...": the element is a -Xnvrtc here, and
+    // "headers[1] \"cfg.cuh\" repeats headers[0]": the element is a --header here.
+    std::string message = e.what();
+    for (const auto& [element, option] :
+         {std::pair<std::string_view, std::string_view>{"extra_nvrtc_options[", "-Xnvrtc "},
+          {"headers[", "--header "}}) {
+      if (!message.starts_with(element)) continue;
+      if (const auto close = message.find("] "); close != std::string::npos) {
+        message = std::string(option) + message.substr(close + 2);
+      }
+    }
+    throw usage_error(message);
   }
 }
 
@@ -187,6 +251,41 @@ std::string trim_tail(std::string text) {
     }
   }
   return text;
+}
+
+// The fields whose key gates can refuse a key of this tool's compile, and their options.
+constexpr std::pair<std::string_view, std::string_view> gated_fields[] = {
+    {"create_pch", "--create-pch"},
+    {"time", "--time"},
+    {"fdevice_time_trace", "--fdevice-time-trace"},
+    {"pch", "--pch"},
+    {"use_pch", "--use-pch"},
+    {"pch_dir", "--pch-dir"},
+};
+
+// `text` with each word (a run of letters, digits and '_') outside parentheses that names a gated
+// field as its option: "create_pch (writes a precompiled header) and time (...)".
+std::string with_fields_as_options(const std::string& text) {
+  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  int depth = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    if (depth > 0 || !name_char(text[i])) {
+      depth += text[i] == '(' ? 1 : text[i] == ')' ? -1 : 0;
+      out += text[i++];
+      continue;
+    }
+    std::size_t end = i;
+    while (end < text.size() && name_char(text[end])) ++end;
+    const std::string_view word = std::string_view(text).substr(i, end - i);
+    std::string_view as = word;
+    for (const auto& [field, option] : gated_fields) {
+      if (word == field) as = option;
+    }
+    out += as;
+    i = end;
+  }
+  return out;
 }
 
 }  // namespace
@@ -281,6 +380,25 @@ cache_refusal cache_refusal_of(const compile_inputs& in, const cucore::invalid_a
       message = trim_tail(message.substr(0, advice));
     }
   }
+  // The gates on options ("no program cache key for c++ with program_options time (writes ...):
+  // ... Compile without the cache, or leave it unset."), in the tool's words: the options as the
+  // command line spells them, the library's advice left to the command.
+  static constexpr std::string_view no_key = "no program cache key for c++ with ";
+  if (message.starts_with(no_key)) message.erase(0, no_key.size());
+  if (const auto advice = message.find(". Compile without the cache");
+      advice != std::string::npos) {
+    message.resize(advice);
+  }
+  static constexpr std::string_view fields = "program_options ";
+  if (message.starts_with(fields)) {
+    message.erase(0, fields.size());
+    // Only in the list of fields, up to the first ':' or " make".
+    std::size_t end = std::min(message.find(':'), message.find(" make"));
+    if (end == std::string::npos) end = message.size();
+    message = with_fields_as_options(message.substr(0, end)) + message.substr(end);
+  }
+  static constexpr std::string_view extra_field = "extra_nvrtc_options ";
+  if (message.starts_with(extra_field)) message.replace(0, extra_field.size(), "-Xnvrtc ");
   static constexpr std::string_view code_prefix = "the c++ code ";
   if (message.starts_with(code_prefix)) {
     message = in.file + " " + message.substr(code_prefix.size());
