@@ -11,6 +11,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   clang-format clang libclang-rt-14-dev
   python3 python3-venv python3-dev
+  strace
 )
 
 missing=()
@@ -80,3 +81,7 @@ done
 if [ -z "$cuda_root" ]; then
   scripts/fetch-cuda-wheels.sh .cache/cuda-wheels
 fi
+
+# The real header libraries (CUTLASS/CuTe, CuPy) the differential oracle compiles against
+# (tests/oracle): pinned wheels from PyPI, extracted into .cache/corpus.
+bash scripts/fetch-corpus.sh .cache/corpus

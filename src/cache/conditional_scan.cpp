@@ -26,20 +26,27 @@ bool hspace(char c) {
 // a backslash followed by blanks before the line end (GCC splices it, the standard does not), a
 // lone CR (some compilers end a line there), or a trigraph (C++14 and older with trigraphs on).
 bool has_ambiguous_lexing(std::string_view t) {
-  for (std::size_t i = t.find_first_of("\\\r?"); i != std::string_view::npos;
-       i = t.find_first_of("\\\r?", i + 1)) {
-    if (t[i] == '\r') {
-      if (i + 1 >= t.size() || t[i + 1] != '\n') return true;
-    } else if (t[i] == '\\') {
-      std::size_t k = i + 1;
-      while (k < t.size() && hspace(t[k])) ++k;
-      if (k > i + 1 && k < t.size() && (t[k] == '\n' || t[k] == '\r')) return true;
-    } else if (i + 2 < t.size() && t[i + 1] == '?' &&
-               std::strchr("=/'()!<>-", t[i + 2]) != nullptr && t[i + 2] != '\0') {
-      return true;
+  // One memchr pass per character of interest (find_first_of would test every byte).
+  const auto each = [t](char c, auto&& bad) {
+    for (const void* at = std::memchr(t.data(), c, t.size()); at != nullptr;) {
+      const std::size_t i = static_cast<std::size_t>(static_cast<const char*>(at) - t.data());
+      if (bad(i)) return true;
+      at = i + 1 < t.size() ? std::memchr(t.data() + i + 1, c, t.size() - i - 1) : nullptr;
     }
-  }
-  return false;
+    return false;
+  };
+  const bool lone_cr =
+      each('\r', [t](std::size_t i) { return i + 1 >= t.size() || t[i + 1] != '\n'; });
+  const bool lenient_splice = each('\\', [t](std::size_t i) {
+    std::size_t k = i + 1;
+    while (k < t.size() && hspace(t[k])) ++k;
+    return k > i + 1 && k < t.size() && (t[k] == '\n' || t[k] == '\r');
+  });
+  const bool trigraph = each('?', [t](std::size_t i) {
+    return i + 2 < t.size() && t[i + 1] == '?' && t[i + 2] != '\0' &&
+           std::strchr("=/'()!<>-", t[i + 2]) != nullptr;
+  });
+  return lone_cr || lenient_splice || trigraph;
 }
 
 // The text with strict line splices (backslash-LF, backslash-CR-LF) removed, and the physical
@@ -48,17 +55,21 @@ class spliced {
  public:
   explicit spliced(std::string_view t) {
     text_.reserve(t.size());
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      if (t[i] == '\\' && i + 1 < t.size() && t[i + 1] == '\n') {
-        splices_.push_back(text_.size());
-        ++i;
-      } else if (t[i] == '\\' && i + 2 < t.size() && t[i + 1] == '\r' && t[i + 2] == '\n') {
-        splices_.push_back(text_.size());
-        i += 2;
-      } else {
-        text_ += t[i];
+    std::size_t from = 0;  // copied a stretch at a time, between backslashes
+    for (std::size_t i = t.find('\\'); i != std::string_view::npos; i = t.find('\\', i + 1)) {
+      std::size_t length = 0;
+      if (i + 1 < t.size() && t[i + 1] == '\n') {
+        length = 2;
+      } else if (i + 2 < t.size() && t[i + 1] == '\r' && t[i + 2] == '\n') {
+        length = 3;
       }
+      if (length == 0) continue;
+      text_.append(t, from, i - from);
+      splices_.push_back(text_.size());
+      from = i + length;
+      i = from - 1;
     }
+    text_.append(t, from);
   }
   const std::string& text() const { return text_; }
   bool any() const { return !splices_.empty(); }
@@ -224,16 +235,24 @@ class structure_reader {
     i = k;
     if (name == "if" || name == "ifdef" || name == "ifndef") {
       open_.push_back(groups_.size());
-      groups_.push_back({end_line + 1, 0, static_cast<std::uint32_t>(groups_.size()),
-                         rest.empty() ? name : name + ' ' + rest});
+      groups_.push_back({end_line + 1,
+                         0,
+                         static_cast<std::uint32_t>(groups_.size()),
+                         rest.empty() ? name : name + ' ' + rest,
+                         {},
+                         2});
     } else if (name == "elif" || name == "elifdef" || name == "elifndef" || name == "else") {
       if (open_.empty()) return false;
       conditional_group& current = groups_[open_.back()];
       current.last_line = start_line - 1;
       const std::uint32_t chain = current.chain;
       open_.back() = groups_.size();
-      groups_.push_back(
-          {end_line + 1, 0, chain, name == "else" || rest.empty() ? name : name + ' ' + rest});
+      groups_.push_back({end_line + 1,
+                         0,
+                         chain,
+                         name == "else" || rest.empty() ? name : name + ' ' + rest,
+                         {},
+                         2});
     } else if (name == "endif") {
       if (open_.empty()) return false;
       groups_[open_.back()].last_line = start_line - 1;
@@ -252,7 +271,7 @@ class structure_reader {
 
 struct token {
   enum kind_t : std::uint8_t { number, identifier, punct, other, end } kind = end;
-  std::string text;
+  std::string_view text;  // into the condition, or a literal
 };
 
 std::vector<token> tokenize(std::string_view e, bool& ok) {
@@ -266,17 +285,17 @@ std::vector<token> tokenize(std::string_view e, bool& ok) {
     } else if (ident_start(c)) {
       std::size_t j = i;
       while (j < e.size() && ident_char(e[j])) ++j;
-      std::string word(e.substr(i, j - i));
+      const std::string_view word = e.substr(i, j - i);
       // C++'s alternative tokens are operators in #if too.
       static constexpr std::pair<std::string_view, std::string_view> kAlternative[] = {
           {"and", "&&"},   {"or", "||"},   {"not", "!"}, {"not_eq", "!="},
           {"bitand", "&"}, {"bitor", "|"}, {"xor", "^"}, {"compl", "~"}};
       token t{token::identifier, word};
       for (const auto& [alt, op] : kAlternative) {
-        if (word == alt) t = {token::punct, std::string(op)};
+        if (word == alt) t = {token::punct, op};
       }
       if (word == "and_eq" || word == "or_eq" || word == "xor_eq") ok = false;
-      out.push_back(std::move(t));
+      out.push_back(t);
       i = j;
     } else if (digit(c) || (c == '.' && i + 1 < e.size() && digit(e[i + 1]))) {
       std::size_t j = i + 1;
@@ -286,16 +305,16 @@ std::vector<token> tokenize(std::string_view e, bool& ok) {
               ((e[j] == '+' || e[j] == '-') && std::strchr("eEpP", e[j - 1]) != nullptr))) {
         ++j;
       }
-      out.push_back({token::number, std::string(e.substr(i, j - i))});
+      out.push_back({token::number, e.substr(i, j - i)});
       i = j;
     } else if (c == '\'' || c == '"') {
       std::size_t j = i + 1;
       while (j < e.size() && e[j] != c) j += e[j] == '\\' ? 2 : 1;
       j = std::min(j + 1, e.size());
-      out.push_back({token::other, std::string(e.substr(i, j - i))});
+      out.push_back({token::other, e.substr(i, j - i)});
       i = j;
     } else {
-      std::string p(1, c);
+      std::string_view p = e.substr(i, 1);
       for (const auto two : kPuncts) {
         if (e.substr(i, 2) == two) p = two;
       }
@@ -308,7 +327,8 @@ std::vector<token> tokenize(std::string_view e, bool& ok) {
 }
 
 // An integer literal's value; nullopt for anything else (floating, user-defined, too large).
-std::optional<long long> integer_value(std::string text) {
+std::optional<long long> integer_value(std::string_view spelled) {
+  std::string text(spelled);
   text.erase(std::remove(text.begin(), text.end(), '\''), text.end());
   while (!text.empty() && std::strchr("uUlL", text.back()) != nullptr) text.pop_back();
   if (text.empty()) return std::nullopt;
@@ -556,6 +576,15 @@ class evaluator {
   bool failed_ = false;
 };
 
+}  // namespace
+
+bool reserved_identifier(std::string_view name) {
+  return name.size() >= 2 && name[0] == '_' &&
+         (name[1] == '_' || (name[1] >= 'A' && name[1] <= 'Z'));
+}
+
+namespace {
+
 bool has_operator(std::string_view name) {
   return name == "__has_include" || name == "__has_include_next" || name == "__has_embed" ||
          name == "__has_cpp_attribute" || name == "__has_attribute" || name == "__has_builtin" ||
@@ -570,15 +599,59 @@ conditional_structure scan_conditionals(std::string_view text) {
   auto groups = structure_reader(text).run();
   if (!groups) return out;
   out.known = true;
-  out.groups = std::move(*groups);
+  // Only groups that can ever be decided are kept: a condition that is unknown even when every
+  // name but those reserved for the implementation is undefined stays unknown whatever else gets
+  // defined (evaluation is monotone), so it never skips anything, nor ends its chain.
+  const auto reserved_only = [](std::string_view name) { return reserved_identifier(name); };
+  for (auto& g : *groups) {
+    const truth t = evaluate_condition(g.condition, reserved_only);
+    if (t == truth::unknown) continue;
+    g.when_undefined = static_cast<std::uint8_t>(t);
+    // Every identifier the condition names (a superset of those it depends on).
+    bool ok = true;
+    const auto space = g.condition.find(' ');
+    const std::string_view operand = space == std::string::npos
+                                         ? std::string_view()
+                                         : std::string_view(g.condition).substr(space + 1);
+    for (const token& k : tokenize(operand, ok)) {
+      if (k.kind == token::identifier && !reserved_identifier(k.text) && k.text != "defined" &&
+          k.text != "true" && k.text != "false") {
+        g.names.emplace_back(k.text);
+      }
+    }
+    std::sort(g.names.begin(), g.names.end());
+    g.names.erase(std::unique(g.names.begin(), g.names.end()), g.names.end());
+    out.groups.push_back(std::move(g));
+  }
   return out;
 }
 
+namespace {
+
+// Whether the text holds a line splice of any reading: a backslash or ??/, blanks, a line end.
+bool has_splice(std::string_view t) {
+  for (const void* at = std::memchr(t.data(), '\\', t.size()); at != nullptr;) {
+    std::size_t i = static_cast<std::size_t>(static_cast<const char*>(at) - t.data()) + 1;
+    while (i < t.size() && hspace(t[i])) ++i;
+    if (i < t.size() && (t[i] == '\n' || t[i] == '\r')) return true;
+    at = i < t.size() ? std::memchr(t.data() + i, '\\', t.size() - i) : nullptr;
+  }
+  return t.find("?\?/") != std::string_view::npos;
+}
+
+}  // namespace
+
 std::vector<std::string> defined_names(std::string_view text) {
   std::vector<std::string> out;
-  const auto scan = [&out](std::string_view t) {
-    for (std::size_t pos = t.find("define"); pos != std::string_view::npos;
-         pos = t.find("define", pos + 6)) {
+  // memmem: a vectorised search (string_view::find walks byte by byte through memchr hits).
+  const auto find = [](std::string_view t, std::size_t from) {
+    if (from >= t.size()) return std::string_view::npos;
+    const void* at = ::memmem(t.data() + from, t.size() - from, "define", 6);
+    return at == nullptr ? std::string_view::npos
+                         : static_cast<std::size_t>(static_cast<const char*>(at) - t.data());
+  };
+  const auto scan = [&out, &find](std::string_view t) {
+    for (std::size_t pos = find(t, 0); pos != std::string_view::npos; pos = find(t, pos + 6)) {
       if (pos > 0 && ident_char(t[pos - 1])) continue;
       std::size_t i = pos + 6;
       for (;;) {  // blanks, splices and block comments between "define" and the name
@@ -599,23 +672,29 @@ std::vector<std::string> defined_names(std::string_view text) {
   scan(text);
   // A splice may cut the word "define" or the name itself: the text without any splice (strict
   // or lenient) is read too.
-  if (text.find('\\') != std::string_view::npos || text.find("?\?/") != std::string_view::npos) {
+  if (has_splice(text)) {
+    // Splices removed, copied a stretch at a time.
     std::string joined;
     joined.reserve(text.size());
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      const bool backslash = text[i] == '\\';
-      const bool trigraph = text.substr(i, 3) == "?\?/";
-      if (backslash || trigraph) {
-        std::size_t k = i + (trigraph ? 3 : 1);
-        while (k < text.size() && hspace(text[k])) ++k;
-        if (k < text.size() && (text[k] == '\n' || text[k] == '\r')) {
-          if (text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n') ++k;
-          i = k;
-          continue;
-        }
+    std::size_t from = 0;
+    std::size_t trigraph = text.find("?\?/");  // the next one at or after i (searched once each)
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t backslash = text.find('\\', i);
+      if (trigraph != std::string_view::npos && trigraph < i) trigraph = text.find("?\?/", i);
+      const std::size_t at = std::min(backslash, trigraph);
+      if (at == std::string_view::npos) break;
+      std::size_t k = at + (at == trigraph ? 3 : 1);
+      while (k < text.size() && hspace(text[k])) ++k;
+      if (k < text.size() && (text[k] == '\n' || text[k] == '\r')) {
+        if (text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n') ++k;
+        joined.append(text, from, at - from);
+        from = k + 1;
+        i = k + 1;
+      } else {
+        i = at + 1;
       }
-      joined += text[i];
     }
+    joined.append(text, from);
     scan(joined);
   }
   std::sort(out.begin(), out.end());
@@ -653,7 +732,7 @@ truth evaluate_condition(std::string_view condition,
       const bool paren = tokens[k].kind == token::punct && tokens[k].text == "(";
       if (paren) ++k;
       if (tokens[k].kind != token::identifier) return truth::unknown;
-      const std::string& name = tokens[k].text;
+      const std::string_view name = tokens[k].text;
       if (paren && !(tokens[k + 1].kind == token::punct && tokens[k + 1].text == ")")) {
         return truth::unknown;
       }
@@ -694,16 +773,19 @@ conditional_pruner::conditional_pruner(
     const std::function<bool(std::string_view)>& may_be_defined) {
   if (!structure.known) return;
   const auto& groups = structure.groups;
-  // Per chain (by its first group): whether an earlier group of it is certainly entered.
-  std::vector<bool> entered(groups.size(), false);
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const conditional_group& g = groups[i];
-    if (g.chain >= groups.size()) continue;
-    const truth t = evaluate_condition(g.condition, may_be_defined);
-    if ((t == truth::is_false || entered[g.chain]) && g.first_line <= g.last_line) {
+  // Per chain: whether an earlier group of it is certainly entered (chains in text order of
+  // their first groups, a few at a time: a short list beats a map).
+  std::vector<std::uint32_t> entered;
+  for (const conditional_group& g : groups) {
+    const bool after_entered = std::find(entered.begin(), entered.end(), g.chain) != entered.end();
+    const bool any_defined = std::any_of(g.names.begin(), g.names.end(),
+                                         [&](const std::string& n) { return may_be_defined(n); });
+    const truth t = any_defined ? evaluate_condition(g.condition, may_be_defined)
+                                : static_cast<truth>(g.when_undefined);
+    if ((t == truth::is_false || after_entered) && g.first_line <= g.last_line) {
       dead_.emplace_back(g.first_line, g.last_line);
     }
-    if (t == truth::is_true) entered[g.chain] = true;
+    if (t == truth::is_true && !after_entered) entered.push_back(g.chain);
   }
 }
 

@@ -23,21 +23,31 @@ namespace cucore::detail {
 struct conditional_group {
   std::uint32_t first_line = 0;  // first physical line of the body (1-based)
   std::uint32_t last_line = 0;   // last physical line of the body (< first_line when empty)
-  std::uint32_t chain = 0;       // index (in groups) of the first group of its chain
+  std::uint32_t chain = 0;       // the chain's id: the text order of its #if among all #ifs
   // "ifdef NAME", "ifndef NAME", "if EXPR", "elif EXPR", "elifdef NAME", "elifndef NAME", "else"
   // (EXPR with comments as one blank, whitespace collapsed).
   std::string condition;
+  // The names the condition depends on (not reserved, sorted), and its value when none of them
+  // is defined: the answer whenever the walk knows none of them can be (no evaluation then).
+  std::vector<std::string> names;
+  std::uint8_t when_undefined = 2;  // a truth
   friend bool operator==(const conditional_group&, const conditional_group&) = default;
 };
 
 struct conditional_structure {
   // false: the text could not be read with certainty; nothing in it may be skipped.
   bool known = false;
-  std::vector<conditional_group> groups;  // in text order (of their controlling directives)
+  // In text order (of their controlling directives). Only groups whose condition can ever be
+  // decided: those on macros not reserved for the implementation, #if 0, #else after such.
+  std::vector<conditional_group> groups;
   friend bool operator==(const conditional_structure&, const conditional_structure&) = default;
 };
 
 conditional_structure scan_conditionals(std::string_view text);
+
+// Whether a name is reserved for the implementation (__x, _X): NVRTC may predefine it, so it
+// always counts as possibly defined.
+bool reserved_identifier(std::string_view name);
 
 // Every identifier that follows the word "define" anywhere in `text` (comments, literals and
 // skipped groups included, splices and blanks between them allowed): a superset of the macros

@@ -427,7 +427,10 @@ void parse_memo(std::string_view data, memo_map& into) {
       g.last_line = r.u32();
       g.chain = r.u32();
       g.condition = r.str();
-      if (g.chain > k) return;
+      const std::uint32_t group_names = r.u32();
+      for (std::uint32_t q = 0; q < group_names && r.ok(); ++q) g.names.push_back(r.str());
+      g.when_undefined = r.u8();
+      if (g.when_undefined > 2) return;
       file->conditionals.groups.push_back(std::move(g));
     }
     const std::uint32_t names = r.u32();
@@ -491,6 +494,9 @@ std::string serialize_memo(const memo_map& records) {
       w.u32(g.last_line);
       w.u32(g.chain);
       w.str(g.condition);
+      w.u32(static_cast<std::uint32_t>(g.names.size()));
+      for (const auto& n : g.names) w.str(n);
+      w.u8(g.when_undefined);
     }
     w.u32(static_cast<std::uint32_t>(file->defined.size()));
     for (const auto& name : file->defined) w.str(name);
@@ -810,7 +816,7 @@ bool ident_start_c(char c) {
 
 // Names the implementation may predefine (or a header we cannot see may define).
 bool reserved_name(std::string_view id) {
-  return id.size() >= 2 && id[0] == '_' && (id[1] == '_' || (id[1] >= 'A' && id[1] <= 'Z'));
+  return reserved_identifier(id);
 }
 
 class walker {
@@ -823,6 +829,7 @@ class walker {
     top_.data = make_scanned(code);
     top_.dir = search_.program_dir;
     note_defined(*top_.data);
+    index_definitions(*top_.data);
     if (search_.defines != nullptr) {
       for (const auto& m : *search_.defines) defined_.insert(m.name);
     }
@@ -836,14 +843,17 @@ class walker {
     // Until nothing new appears: macro-named includes, resolved with every visible definition (a
     // header found that way can define more alternatives), and includes skipped in groups never
     // entered, looked at again whenever a header that defines more macros joined.
-    for (int round = 0; round < 256; ++round) {
+    bool converged = false;
+    for (int round = 0; round < 256 && !converged; ++round) {
       const std::size_t before = nodes_.size();
       resolve_computed();
       resolve_wrapper_calls();
       revisit_skipped();
       drain();
-      if (nodes_.size() == before && skipped_version_ == defined_version_) break;
+      converged = nodes_.size() == before && skipped_version_ == defined_version_;
     }
+    // Work left over could name more files: the closure is not known to be complete.
+    if (!converged) unresolved_.insert("the include walk did not settle within 256 rounds");
     // NVRTC's built-in preamble includes host headers (<features.h>, <stdlib.h>, ...) from the
     // search path when these are defined on the command line: the key cannot list them.
     if (search_.defines != nullptr) {
@@ -882,11 +892,17 @@ class walker {
   // Follows the references of one node, except those in a group the preprocessor never enters
   // with what is known now (kept aside: revisit_skipped).
   void process(std::size_t index) {
-    const node n = node_at(index);  // copy: nodes_ grows while references resolve
+    // nodes_ is a deque: it grows while references resolve, and references to its elements stay
+    // valid; the data is shared and immutable.
+    const node& n = node_at(index);
     if (!n.data) return;
-    const auto refs = n.data->scan.references;
+    const auto& refs = n.data->scan.references;
     std::optional<conditional_pruner> pruner;
     for (const auto& ref : refs) {
+      if (n.data->conditionals.groups.empty()) {
+        handle(n, index, ref);
+        continue;
+      }
       if (!pruner) pruner.emplace(n.data->conditionals, may_be_defined_fn());
       if (pruner->never_entered(ref.line)) {
         skipped_.push_back({index, ref});
@@ -966,15 +982,21 @@ class walker {
     for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
          it.increment(ec)) {
       const std::string file = it->path().filename().string();
-      if (file.starts_with("libnvrtc-builtins")) files.push_back(it->path().string());
+      // libnvrtc-builtins.so.X.Y and its links; the .alt variant serves libnvrtc.alt, which
+      // cucore does not load.
+      if (file.starts_with("libnvrtc-builtins") && file.find(".alt.") == std::string::npos) {
+        files.push_back(it->path().string());
+      }
     }
     if (ec || files.empty()) return nullptr;
     std::sort(files.begin(), files.end());
+    // Each library once, whatever the number of links to it.
+    std::set<std::pair<std::uint64_t, std::uint64_t>> libraries;
     std::unordered_set<std::string> names;
     for (const auto& file : files) {
       checks_.push_back(probe(file));  // a manifest reused only while these are unchanged
       const stat_check& c = checks_.back();
-      if (!c.regular) continue;
+      if (!c.regular || !libraries.emplace(c.id.dev, c.id.ino).second) continue;
       auto data = load(file, c.id, /*defines_only=*/true);
       if (!data) return nullptr;
       names.insert(data->defined.begin(), data->defined.end());
@@ -1110,6 +1132,7 @@ class walker {
     out_.entries.push_back({closure_entry::kind::file, path, n.data->size, n.data->digest});
     ++out_.files;
     note_defined(*n.data);
+    index_definitions(*n.data);
     nodes_.push_back(std::move(n));
     return true;
   }
@@ -1121,6 +1144,7 @@ class walker {
     out_.entries.push_back({closure_entry::kind::in_memory, h.name, data->size, data->digest});
     ++out_.in_memory;
     note_defined(*data);
+    index_definitions(*data);
     node n;
     n.path = h.name;
     // Quoted includes in an in-memory header search beside its name (relative to the current
@@ -1175,6 +1199,13 @@ class walker {
     return data;
   }
 
+  // The definitions of a file that joined the closure, indexed by name for expand().
+  void index_definitions(const scanned_file& data) {
+    for (const auto& d : data.scan.definitions) object_definitions_[d.name].push_back(&d.body);
+    for (const auto& d : data.scan.function_definitions)
+      function_definitions_[d.name].push_back(&d);
+  }
+
   // Every object-like definition of `name` visible anywhere in the closure, or from -D.
   std::vector<std::string> definitions_of(const std::string& name) const {
     std::vector<std::string> bodies;
@@ -1183,32 +1214,18 @@ class walker {
         if (m.name == name) bodies.push_back(m.value.value_or("1"));
       }
     }
-    auto collect = [&](const node& n) {
-      if (!n.data) return;
-      for (const auto& d : n.data->scan.definitions) {
-        if (d.name == name) bodies.push_back(d.body);
-      }
-    };
-    collect(top_);
-    for (const auto& n : nodes_) collect(n);
+    if (auto it = object_definitions_.find(name); it != object_definitions_.end()) {
+      for (const std::string* body : it->second) bodies.push_back(*body);
+    }
     return bodies;
   }
 
   // Every function-like definition of `name` visible anywhere in the closure.
   std::vector<const function_macro_definition*> function_definitions_of(
       const std::string& name) const {
-    std::vector<const function_macro_definition*> out;
-    auto collect = [&](const node& n) {
-      if (!n.data) return;
-      for (const auto& d : n.data->scan.function_definitions) {
-        if (d.name == name && std::find(out.begin(), out.end(), &d) == out.end()) {
-          out.push_back(&d);
-        }
-      }
-    };
-    collect(top_);
-    for (const auto& n : nodes_) collect(n);
-    return out;
+    auto it = function_definitions_.find(name);
+    return it == function_definitions_.end() ? std::vector<const function_macro_definition*>{}
+                                             : it->second;
   }
 
   static bool ident_char(char c) { return ident_start_c(c) || (c >= '0' && c <= '9'); }
@@ -1506,8 +1523,12 @@ class walker {
   std::vector<pending_reference> computed_;
   std::vector<pending_reference> skipped_;   // in groups never entered, as far as is known now
   std::unordered_set<std::string> defined_;  // names the closure or the command line may define
-  std::size_t defined_version_ = 0;          // grows with defined_
-  std::size_t skipped_version_ = 0;          // defined_version_ when skipped_ was last revisited
+  // Every definition in the closure by name (pointers into the nodes' shared data).
+  std::unordered_map<std::string, std::vector<const std::string*>> object_definitions_;
+  std::unordered_map<std::string, std::vector<const function_macro_definition*>>
+      function_definitions_;
+  std::size_t defined_version_ = 0;  // grows with defined_
+  std::size_t skipped_version_ = 0;  // defined_version_ when skipped_ was last revisited
   bool builtins_loaded_ = false;
   std::optional<std::unordered_set<std::string>> builtins_;
   std::set<std::string> unresolved_;

@@ -4,6 +4,7 @@
 #include "cucore/cache/key.hpp"
 
 #include "cache/include_tracking.hpp"
+#include "cache/memoized_probes.hpp"
 #include "common/sha256.hpp"
 #include "program/extra_nvrtc_options.hpp"
 
@@ -205,7 +206,8 @@ std::shared_ptr<const detail::include_closure> add_headers(
     }
   }
   if (!detail::may_read_headers(in.code, o)) return nullptr;
-  const detail::include_search search = detail::search_of(o, flags);
+  detail::include_search search = detail::search_of(o, flags);
+  search.nvrtc_directory = [] { return detail::nvrtc_library_directory(); };
   const auto memo_file = probes.header_digest_memo();
   const detail::tracked_includes tracked =
       detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
@@ -233,6 +235,7 @@ std::shared_ptr<const detail::include_closure> add_headers(
   report.hashed = tracked.hashed;
   report.reused_walk = tracked.from_manifest;
   report.vouched = closure.unresolved;
+  report.skipped = closure.skipped;
   h.add("headers_count", closure.entries.size());
   notes_at = h.field_count();
   const std::string_view digest(reinterpret_cast<const char*>(closure.digest.data()),

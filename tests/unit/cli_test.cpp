@@ -1072,18 +1072,21 @@ std::string stores_v(const std::string& include_line) {
   return include_line + "\nextern \"C\" __global__ void w(int* p) { *p = V; }\n";
 }
 
-// An #include through a function-like macro: NVRTC finds the header, the key cannot follow it.
-constexpr const char* kStringizedInclude = "#define STR(x) #x\n#include STR(h.cuh)";
+// An #include whose name NVRTC builds from a macro it predefines (__CUDACC_VER_MAJOR__, 13 here):
+// NVRTC finds the header (kVersionedHeader), the key cannot know the name.
+constexpr const char* kStringizedInclude =
+    "#define STR2(x) #x\n#define STR(x) STR2(x)\n#include STR(__CUDACC_VER_MAJOR__.cuh)";
+constexpr const char* kVersionedHeader = "13.cuh";
 
 TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
-  file("h.cuh", "#define V 46\n");
+  file(kVersionedHeader, "#define V 46\n");
   file("m.cu", stores_v(kStringizedInclude));
   auto r = cucore({"compile", "m.cu", "--arch", kArch, "--target", "ptx"});
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_TRUE(contains(output("m.ptx"), ", 46;"));
   EXPECT_TRUE(contains(r.out, ", not cached)")) << r.out;
   EXPECT_TRUE(contains(r.err, "note: not cached: m.cu includes a header through a macro")) << r.err;
-  EXPECT_TRUE(contains(r.err, "m.cu:2: #include STR(h.cuh)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "m.cu:3: #include STR(__CUDACC_VER_MAJOR__.cuh)")) << r.err;
   EXPECT_TRUE(contains(r.err, "; pass --extra-digest or --cache none\n")) << r.err;
   EXPECT_FALSE(contains(r.err, "program_cache_key_inputs")) << "the library's advice: " << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "said once: " << r.err;
@@ -1092,7 +1095,7 @@ TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
   EXPECT_EQ(j["cache"].string, "skipped");
   EXPECT_TRUE(j["key"].is(json::kind::null));
   EXPECT_TRUE(j["headers"].is(json::kind::null));
-  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "STR(h.cuh)"))
+  EXPECT_TRUE(contains(j["cache_skip_reason"].string, "STR(__CUDACC_VER_MAJOR__.cuh)"))
       << j["cache_skip_reason"].string;
   EXPECT_TRUE(contains(j["cache_skip_reason"].string, "--extra-digest"));
 
@@ -1106,7 +1109,7 @@ TEST_F(CompileCache, InputsTheKeyCannotSeeCompileUncachedWithANote) {
 }
 
 TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
-  file("h.cuh", "#define V 46\n");
+  file(kVersionedHeader, "#define V 46\n");
   file("m.cu", stores_v(kStringizedInclude));
   auto args = [](const std::string& digest, const std::string& out) {
     return std::vector<std::string>{"compile", "m.cu",   "--arch", kArch, "--target",
@@ -1124,7 +1127,7 @@ TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
   ASSERT_TRUE(first["headers"].is(json::kind::object)) << "the rest of the closure is tracked";
 
   // Another digest (the header changed): another key, a miss, the new header's value.
-  file("h.cuh", "#define V 48\n");
+  file(kVersionedHeader, "#define V 48\n");
   const json third = json_of(args("01", "c.ptx"));
   EXPECT_EQ(third["cache"].string, "miss");
   EXPECT_NE(third["key"].string, first["key"].string);
@@ -1137,7 +1140,8 @@ TEST_F(CompileCache, ExtraDigestMakesThoseInputsCacheable) {
   r = cucore(
       {"key", "m.cu", "--arch", kArch, "--target", "ptx", "--extra-digest", "01", "--explain"});
   ASSERT_EQ(r.status, 0) << describe(r);
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  untracked_include +.*STR\(h\.cuh\))")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n  untracked_include +.*STR\(__CUDACC_VER_MAJOR__\.cuh\))")))
       << r.out;
 
   // A digest on inputs that need none is mixed in all the same.
@@ -1683,13 +1687,13 @@ TEST_F(Key, ExplainListsTheFields) {
 }
 
 TEST_F(Key, InputsTheKeyCannotSeeNeedAnExtraDigest) {
-  file("h.cuh", "#define V 46\n");
+  file(kVersionedHeader, "#define V 46\n");
   file("m.cu", stores_v(kStringizedInclude));
   auto r = cucore({"key", "m.cu", "--arch", kArch});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "error: no cache key: m.cu includes a header through a macro"))
       << r.err;
-  EXPECT_TRUE(contains(r.err, "STR(h.cuh)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "STR(__CUDACC_VER_MAJOR__.cuh)")) << r.err;
   EXPECT_TRUE(contains(r.err, "--extra-digest")) << r.err;
   EXPECT_EQ(r.out, "");
   r = cucore({"key", "m.cu", "--arch", kArch, "--extra-digest", "00"});
@@ -2001,7 +2005,7 @@ TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
   ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
   ASSERT_EQ(json_of(compile_k())["cache"].string, "hit");
   ASSERT_EQ(json_of(compile_k())["cache"].string, "hit");
-  file("h.cuh", "#define V 46\n");
+  file(kVersionedHeader, "#define V 46\n");
   file("m.cu", stores_v(kStringizedInclude));
   ASSERT_EQ(
       json_of({"compile", "m.cu", "--arch", kArch, "--target", "ptx", "--json"})["cache"].string,

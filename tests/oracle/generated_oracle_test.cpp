@@ -1,0 +1,521 @@
+// The differential oracle over GENERATED include graphs (a property test): random trees of headers
+// in random places (the program's directory, 2-4 -I directories, the working directory, places
+// reached only through symlinks or ".."), with the lookup rules NVRTC follows mixed at random:
+// quoted and angle includes, #include_next, __has_include(_next), macro-named and function-like
+// macro includes, NAME.stdh stand-ins, shadowing across -I directories, an -I directory repeated
+// later in the list, symlinked files and directories, ".." in quoted includes, pre-includes,
+// no_source_include, and conditional groups (never-defined macros, macros #defined in some header
+// or by -D, #if 0 / #else / #elif) so that the key's pruning is checked for soundness: an include
+// it leaves out must really never be read by NVRTC.
+//
+// For every case, NVRTC's own accesses (strace of an uncached compile: oracle_support.hpp) must all
+// be tracked by the key: every file read a tracked header, every absent path probed a tracked
+// absence. The superset is allowed here (no ratio is asserted; the totals are printed).
+//
+// Deterministic: case N of seed S is generated from (S, N) alone. Environment:
+//   CUCORE_ORACLE_SEED        the seed (decimal or 0x...; default kDefaultSeed)
+//   CUCORE_ORACLE_CASES       how many cases (default kDefaultCases: ~30 s on 2 cores)
+//   CUCORE_ORACLE_FIRST_CASE  the index of the first case (default 0): with CUCORE_ORACLE_CASES=1,
+//                             reruns the one case a failure names
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cucore/error.hpp"
+#include "oracle_support.hpp"
+#include "test_support.hpp"
+
+namespace cucore::oracle {
+namespace {
+
+namespace fs = std::filesystem;
+using cucore::testing::read_text;
+using cucore::testing::temp_dir;
+using cucore::testing::write_text;
+
+constexpr std::uint64_t kDefaultSeed = 0x19'0dac'1e5e'edULL;
+constexpr std::uint64_t kDefaultCases = 300;
+constexpr int kMaxReportedFailures = 500;  // then the run stops: one broken rule fails every case
+
+std::uint64_t env_number(const char* name, std::uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const std::uint64_t v = std::strtoull(text, &end, 0);
+  return end != nullptr && *end == '\0' ? v : fallback;
+}
+
+// The case's random source: std::mt19937_64 seeded from (seed, case index) through
+// std::seed_seq (both fully specified by the standard), and no std::*_distribution (whose
+// results the standard leaves to the library): the same cases on every platform.
+class random_source {
+ public:
+  random_source(std::uint64_t seed, std::uint64_t index) {
+    std::seed_seq s{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                    static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32)};
+    engine_.seed(s);
+  }
+  std::size_t below(std::size_t n) { return static_cast<std::size_t>(engine_() % n); }
+  bool chance(unsigned percent) { return below(100) < percent; }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[below(v.size())];
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// The names headers have (with and without an extension, in a subdirectory or not), and names no
+// header has (their every candidate is an absent probe).
+const std::vector<std::string> kNames = {"a.h", "b", "sub/c.h", "sub/d", "e.cuh", "f"};
+const std::vector<std::string> kMissing = {"zz.h", "nope", "sub/none"};
+
+bool extension_less(const std::string& name) {
+  const auto slash = name.rfind('/');
+  return name.find('.', slash == std::string::npos ? 0 : slash) == std::string::npos;
+}
+
+// One header file of a case.
+struct header_file {
+  fs::path path;                   // where the search finds it (a symlink for linked ones)
+  fs::path real;                   // where its bytes are (path unless linked)
+  std::vector<std::string> early;  // lines after #pragma once (definitions other files rely on)
+  std::string body;
+};
+
+class case_generator {
+ public:
+  case_generator(random_source& random, const fs::path& root) : r_(random), root_(root) {}
+
+  oracle_case generate() {
+    oracle_case c;
+    c.target = "ptx";
+    c.toolkit_include_path = false;  // fast: no toolkit directory in the search
+    c.cwd = root_ / "cwd";
+    fs::create_directories(c.cwd);
+    const fs::path prog = root_ / "prog";
+    fs::create_directories(prog);
+    c.name = (prog / "k.cu").string();
+
+    const std::size_t dirs = 2 + r_.below(3);
+    std::vector<fs::path> include_dirs;
+    for (std::size_t k = 0; k < dirs; ++k) {
+      include_dirs.push_back(root_ / ("I" + std::to_string(k)));
+      fs::create_directories(include_dirs.back());
+      // Spelled relative to the working directory sometimes (NVRTC opens it as spelled).
+      c.include_path.push_back(r_.chance(15) ? "../I" + std::to_string(k)
+                                             : include_dirs.back().string());
+    }
+    if (r_.chance(30)) {  // NVRTC does not de-duplicate: #include_next from it reaches it again
+      c.include_path.push_back(c.include_path[r_.below(dirs - 1)]);
+    }
+    if (r_.chance(40)) {  // a symlinked directory: one -I directory's sub/ is elsewhere
+      fs::create_directories(root_ / "real" / "sub");
+      fs::create_directory_symlink(root_ / "real" / "sub", include_dirs[r_.below(dirs)] / "sub");
+    }
+
+    // Where headers go, weighted: the program's directory, the -I directories, the working
+    // directory (pre-includes), and a directory no search reaches (only "../other/..." does).
+    std::vector<fs::path> places;
+    for (int i = 0; i < 3; ++i) places.push_back(prog);
+    for (const auto& d : include_dirs) {
+      for (int i = 0; i < 3; ++i) places.push_back(d);
+    }
+    places.push_back(c.cwd);
+    places.push_back(root_ / "other");
+    for (std::size_t i = 0; i < kNames.size(); ++i) {
+      const std::string& name = kNames[i];
+      const std::size_t roll = r_.below(100);
+      const std::size_t copies = roll < 12 ? 0 : roll < 55 ? 1 : roll < 88 ? 2 : 3;
+      for (std::size_t k = 0; k < copies; ++k) {
+        const fs::path place = r_.pick(places);
+        const std::string file =
+            extension_less(name) && r_.chance(30) ? name + ".stdh" : name;  // NAME.stdh only
+        header_file h;
+        h.path = place / file;
+        if (fs::exists(h.path) || fs::is_symlink(h.path)) continue;
+        fs::create_directories(h.path.parent_path());
+        h.real = h.path;
+        if (r_.chance(15)) {  // a symlinked file, its bytes in a directory of their own
+          h.real = root_ / "linked" / std::to_string(files_.size()) / file;
+          fs::create_directories(h.real.parent_path());
+          fs::create_symlink(h.real, h.path);
+        }
+        write_text(h.real, "");
+        files_.push_back(std::move(h));
+      }
+    }
+    placed_ = files_.size();
+
+    // DEF_k: never defined, #defined in some header (or the program), or by -D.
+    for (int k = 0; k < 4; ++k) {
+      const std::string def = "DEF_" + std::to_string(k);
+      switch (r_.below(4)) {
+        case 0:
+          break;
+        case 1:
+          if (placed_ != 0) {
+            files_[r_.below(placed_)].early.push_back("#define " + def + " 1");
+            break;
+          }
+          [[fallthrough]];
+        case 2:
+          c.defines.emplace_back(
+              def, r_.chance(50) ? std::optional<std::string>("1") : std::optional<std::string>());
+          break;
+        default:
+          program_early_ += "#define " + def + " 1\n";
+      }
+    }
+
+    for (std::size_t i = 0; i < placed_; ++i) {
+      std::string body;
+      const std::size_t refs = r_.below(4);
+      for (std::size_t k = 0; k < refs; ++k) body += reference(0, &files_[i]);
+      files_[i].body = std::move(body);
+    }
+    std::string program;
+    const std::size_t refs = 1 + r_.below(4);
+    for (std::size_t k = 0; k < refs; ++k) program += reference(0, nullptr);
+    c.code = program_early_ + program + "extern \"C\" __global__ void k(int* o) { *o = 1; }\n";
+    for (const auto& h : files_) {
+      std::string text = "#pragma once\n";
+      for (const auto& line : h.early) text += line + "\n";
+      write_text(h.real, text + h.body);
+    }
+
+    c.no_source_include = r_.chance(20);
+    if (r_.chance(25) && placed_ != 0) {
+      const header_file& h = files_[r_.below(placed_)];
+      if (r_.chance(40)) {
+        c.pre_include.push_back(h.path.string());
+      } else {
+        // As NVRTC searches a pre-include: as spelled, then the working directory, then -I.
+        std::string name = h.path.lexically_relative(h.path.parent_path()).string();
+        if (h.path.parent_path().filename() == "sub") name = "sub/" + name;
+        if (name.ends_with(".stdh")) name.resize(name.size() - 5);
+        c.pre_include.push_back(name);
+      }
+    }
+    return c;
+  }
+
+ private:
+  std::string target_name() { return r_.chance(85) ? r_.pick(kNames) : r_.pick(kMissing); }
+
+  static std::string spelled(const std::string& name, bool quoted) {
+    return quoted ? "\"" + name + "\"" : "<" + name + ">";
+  }
+
+  // The lines of one reference from `self` (null: the program), or of a conditional group of them.
+  std::string reference(int depth, header_file* self) {
+    const std::size_t roll = r_.below(depth < 2 ? 100 : 82);
+    const bool quoted = r_.chance(45);
+    const std::string name = target_name();
+    const std::string x = spelled(name, quoted);
+    if (roll < 28) {  // #include, mostly under __has_include
+      if (r_.chance(70)) return "#if __has_include(" + x + ")\n#include " + x + "\n#endif\n";
+      return "#include " + x + "\n";
+    }
+    if (roll < 49 && self == nullptr && std::getenv("TMP_NO_PROG_NEXT")) return "#include " + x + "\n";  // TMPHACK
+    if (roll < 40) {  // #include_next
+      if (r_.chance(75)) {
+        return "#if __has_include_next(" + x + ")\n#include_next " + x + "\n#endif\n";
+      }
+      return "#include_next " + x + "\n";
+    }
+    if (roll < 45) return "#if __has_include(" + x + ")\n#endif\n";  // a probe alone
+    if (roll < 49) return "#if __has_include_next(" + x + ")\n#endif\n";
+    if (roll < 62) return macro_named(x, self);
+    if (roll < 70) return function_like();
+    if (roll < 82) return dot_dot();
+    return group(depth, self);
+  }
+
+  // #define H_n <x>, here or in another header (then used under #ifdef H_n); sometimes a second,
+  // different definition elsewhere (the key takes every one it can see).
+  std::string macro_named(std::string x, header_file* self) {
+    const std::string macro = "H_" + std::to_string(macros_++);
+    if (r_.chance(10) && x.front() == '<') x.insert(x.size() - 1, " ");  // "<a.h >": NVRTC trims
+    std::string out;
+    const bool elsewhere = placed_ != 0 && r_.chance(45);
+    if (elsewhere) {
+      header_file& other = files_[r_.below(placed_)];
+      other.early.push_back("#define " + macro + " " + x);
+      out += "#ifdef " + macro + "\n";
+      if (&other != self && r_.chance(60)) {  // include the definer first, when it can be found
+        const std::string n = name_of(other);
+        if (!n.empty()) out += "#if __has_include(<" + n + ">)\n#include <" + n + ">\n#endif\n";
+      }
+    } else {
+      out += "#define " + macro + " " + x + "\n";
+    }
+    if (placed_ != 0 && r_.chance(20)) {
+      files_[r_.below(placed_)].early.push_back("#ifndef " + macro + "\n#define " + macro + " " +
+                                                spelled(target_name(), r_.chance(50)) + "\n#endif");
+    }
+    if (r_.chance(75)) {
+      out += "#if __has_include(" + macro + ")\n#include " + macro + "\n#endif\n";
+    } else {
+      out += "#include " + macro + "\n";
+    }
+    if (elsewhere) out += "#endif\n";
+    return out;
+  }
+
+  // The pool name a header file answers to as an angle include (empty when it is in no -I
+  // directory's tree under that name).
+  std::string name_of(const header_file& h) const {
+    const fs::path dir = h.path.parent_path();
+    std::string n = h.path.filename().string();
+    if (n.ends_with(".stdh")) n.resize(n.size() - 5);
+    if (dir.filename() == "sub") n = "sub/" + n;
+    return std::find(kNames.begin(), kNames.end(), n) != kNames.end() ? n : std::string();
+  }
+
+  // #define HDR_n(p) <sub/p> (or <p>) and #include HDR_n(d).
+  std::string function_like() {
+    const std::string macro = "HDR_" + std::to_string(macros_++);
+    const bool in_sub = r_.chance(60);
+    const std::vector<std::string> args =
+        in_sub ? std::vector<std::string>{"c.h", "d", "none"}
+               : std::vector<std::string>{"a.h", "b", "e.cuh", "f", "zz.h"};
+    const std::string call = macro + "(" + r_.pick(args) + ")";
+    std::string out = "#define " + macro + "(p) " + (in_sub ? "<sub/p>" : "<p>") + "\n";
+    if (r_.chance(75))
+      return out + "#if __has_include(" + call + ")\n#include " + call + "\n#endif\n";
+    return out + "#include " + call + "\n";
+  }
+
+  // A quoted include through "..": the includer's parent (for a header under sub/, through a
+  // symlinked sub/ the physical parent), or a sibling directory of the case's root.
+  std::string dot_dot() {
+    std::string name;
+    switch (r_.below(3)) {
+      case 0:
+        name = "../" + target_name();
+        break;
+      case 1:
+        name = "../I" + std::to_string(r_.below(3)) + "/" + target_name();
+        break;
+      default:
+        name = "../" + std::string(r_.chance(50) ? "other/" : "prog/") + target_name();
+    }
+    const std::string x = "\"" + name + "\"";
+    if (r_.chance(80)) return "#if __has_include(" + x + ")\n#include " + x + "\n#endif\n";
+    return "#include " + x + "\n";
+  }
+
+  std::string refs(int depth, header_file* self) {
+    std::string out;
+    const std::size_t n = 1 + r_.below(2);
+    for (std::size_t k = 0; k < n; ++k) out += reference(depth + 1, self);
+    return out;
+  }
+
+  // A conditional group: some never entered (NEVER_k is defined nowhere, #if 0, an #elif after a
+  // group certainly entered), some decided by DEF_k (defined in a header, the program or by -D,
+  // or nowhere).
+  std::string group(int depth, header_file* self) {
+    const std::string never = "NEVER_" + std::to_string(r_.below(3));
+    const std::string def = "DEF_" + std::to_string(r_.below(4));
+    const std::string other = "DEF_" + std::to_string(r_.below(4));
+    switch (r_.below(8)) {
+      case 0:
+        return "#ifdef " + never + "\n" + refs(depth, self) + "#endif\n";
+      case 1:
+        return "#if defined(" + def + ")\n" + refs(depth, self) + "#endif\n";
+      case 2:
+        return "#ifndef " + def + "\n" + refs(depth, self) + "#else\n" + refs(depth, self) +
+               "#endif\n";
+      case 3:
+        return "#if 0\n" + refs(depth, self) + "#else\n" + refs(depth, self) + "#endif\n";
+      case 4:
+        return "#if defined(" + never + ")\n" + refs(depth, self) + "#elif defined(" + def + ")\n" +
+               refs(depth, self) + "#else\n" + refs(depth, self) + "#endif\n";
+      case 5:
+        return "#if " + def + " && !defined(" + never + ")\n" + refs(depth, self) + "#endif\n";
+      case 6:
+        return "#if 1\n" + refs(depth, self) + "#elif defined(" + def + ")\n" + refs(depth, self) +
+               "#endif\n";
+      default:
+        return "#ifdef " + def + "\n#ifndef " + other + "\n" + refs(depth, self) +
+               "#endif\n#elif defined(" + never + ")\n" + refs(depth, self) + "#endif\n";
+    }
+  }
+
+  random_source& r_;
+  fs::path root_;
+  std::vector<header_file> files_;
+  std::size_t placed_ = 0;
+  std::size_t macros_ = 0;
+  std::string program_early_;
+};
+
+// Everything under `root` (but `skip`), sorted: each file with its contents, each link with its
+// target; paths shown relative to the root.
+std::string listing(const fs::path& root, const fs::path& skip) {
+  std::vector<fs::path> entries;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path() == skip) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    entries.push_back(it->path());
+  }
+  std::sort(entries.begin(), entries.end());
+  std::ostringstream out;
+  for (const auto& p : entries) {
+    const std::string shown = p.lexically_relative(root).string();
+    if (fs::is_symlink(p)) {
+      out << "  " << shown << " -> " << fs::read_symlink(p).string() << "\n";
+    } else if (fs::is_directory(p)) {
+      out << "  " << shown << "/\n";
+    } else {
+      std::string text = read_text(p);
+      for (auto at = text.find('\n'); at != std::string::npos && at + 1 < text.size();
+           at = text.find('\n', at + 1)) {
+        text.insert(at + 1, "      | ");
+      }
+      out << "  " << shown << ":\n      | " << text;
+      if (!text.empty() && text.back() != '\n') out << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::string describe_case(const oracle_case& c, const fs::path& root) {
+  std::ostringstream out;
+  out << "root: " << root.string() << "\nname: " << c.name << "\ncwd: " << c.cwd.string()
+      << "\ninclude_path:";
+  for (const auto& d : c.include_path) out << " " << d;
+  out << "\npre_include:";
+  for (const auto& p : c.pre_include) out << " " << p;
+  out << "\ndefines:";
+  for (const auto& [name, value] : c.defines) out << " " << name << (value ? "=" + *value : "");
+  out << "\nno_source_include: " << (c.no_source_include ? "true" : "false") << "\ncode:\n"
+      << c.code << "files:\n"
+      << listing(root, root / "scratch");
+  return out.str();
+}
+
+struct totals {
+  std::uint64_t cases = 0;
+  std::uint64_t refused = 0;  // the key refused (extra_digest_required): no hit possible
+  std::uint64_t traced = 0;
+  std::uint64_t compiled = 0;
+  std::uint64_t read = 0;
+  std::uint64_t probed_absent = 0;
+  std::uint64_t tracked_files = 0;
+  std::uint64_t tracked_absent = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t failed = 0;
+};
+
+TEST(GeneratedOracle, EveryReadAndProbeOfGeneratedIncludeGraphsIsTracked) {
+  const std::uint64_t seed = env_number("CUCORE_ORACLE_SEED", kDefaultSeed);
+  const std::uint64_t count = env_number("CUCORE_ORACLE_CASES", kDefaultCases);
+  const std::uint64_t first = env_number("CUCORE_ORACLE_FIRST_CASE", 0);
+  char seed_text[32];
+  std::snprintf(seed_text, sizeof seed_text, "0x%" PRIx64, seed);
+  const auto started = std::chrono::steady_clock::now();
+  totals t;
+  for (std::uint64_t index = first; index < first + count; ++index) {
+    const std::string which = "seed " + std::string(seed_text) + " case " + std::to_string(index) +
+                              " (rerun: CUCORE_ORACLE_SEED=" + seed_text +
+                              " CUCORE_ORACLE_FIRST_CASE=" + std::to_string(index) +
+                              " CUCORE_ORACLE_CASES=1)";
+    temp_dir dir;
+    random_source random(seed, index);
+    const oracle_case c = case_generator(random, dir.path()).generate();
+    ++t.cases;
+    tracked_paths tracked;
+    try {
+      tracked = tracked_by_key(c);
+    } catch (const extra_digest_required&) {
+      ++t.refused;  // no key, so no hit: sound
+      continue;
+    } catch (const std::exception& e) {
+      ++t.failed;
+      ADD_FAILURE() << which << ": the key threw: " << e.what() << "\n"
+                    << describe_case(c, dir.path());
+      if (t.failed >= kMaxReportedFailures) break;
+      continue;
+    }
+    const file_accesses seen = trace_compile(c, dir.path() / "scratch");
+    ++t.traced;
+    if (seen.exit_status == 0) ++t.compiled;
+    EXPECT_TRUE(seen.exit_status == 0 || seen.exit_status == 1)
+        << which << ": oracle_compile failed: " << seen.errors;
+    const oracle_report r = compare(c, seen, tracked, {dir.path().string()});
+    t.read += r.read;
+    t.probed_absent += r.probed_absent;
+    t.tracked_files += r.tracked_files;
+    t.tracked_absent += r.tracked_absent;
+    t.skipped += tracked.skipped;
+    if (!r.holds()) {
+      ++t.failed;
+      ADD_FAILURE() << which << ": " << r.describe() << "\ncompile "
+                    << (seen.exit_status == 0 ? "succeeded" : "failed: " + seen.errors) << "\n"
+                    << describe_case(c, dir.path());
+      if (t.failed >= kMaxReportedFailures) break;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf(
+      "generated include graphs, seed %s, cases %" PRIu64 "..%" PRIu64 ": %" PRIu64
+      " cases, %" PRIu64 " refused by the key, %" PRIu64 " traced, %" PRIu64
+      " compiled (%.0f%%); NVRTC read %" PRIu64 " files and probed %" PRIu64
+      " absent paths; the key tracked %" PRIu64 " files (%.2fx read) and %" PRIu64
+      " absent paths, skipped %" PRIu64 " references in groups never entered; %" PRIu64
+      " failing; %.1f s\n",
+      seed_text, first, first + count, t.cases, t.refused, t.traced, t.compiled,
+      t.traced == 0 ? 0.0 : 100.0 * static_cast<double>(t.compiled) / static_cast<double>(t.traced),
+      t.read, t.probed_absent, t.tracked_files,
+      t.read == 0 ? 0.0 : static_cast<double>(t.tracked_files) / static_cast<double>(t.read),
+      t.tracked_absent, t.skipped, t.failed, seconds);
+  // Meaningful only while most generated programs are keyed and compile.
+  if (t.failed < kMaxReportedFailures && t.cases >= 20) {
+    EXPECT_GE(2 * t.traced, t.cases) << "the key refused most generated cases";
+    EXPECT_GE(2 * t.compiled, t.traced) << "most generated programs failed to compile";
+  }
+}
+
+}  // namespace
+}  // namespace cucore::oracle
+
+// SCRATCH (temporary)
+namespace cucore::oracle {
+namespace {
+TEST(GeneratedOracle, DISABLED_Scratch) {
+  const fs::path root = std::getenv("SCRATCH_ROOT");
+  oracle_case c = nlohmann::json::parse(read_text(root / "case.json")).get<oracle_case>();
+  const file_accesses seen = trace_compile(c, root / "scratch");
+  const tracked_paths tracked = tracked_by_key(c);
+  std::printf("exit %d\n%s\n", seen.exit_status, seen.errors.c_str());
+  for (const auto& p : seen.read) std::printf("read    %s\n", p.c_str());
+  for (const auto& p : seen.absent) std::printf("absent  %s\n", p.c_str());
+  for (const auto& p : tracked.files) std::printf("T file  %s\n", p.c_str());
+  for (const auto& p : tracked.absent) std::printf("T abs   %s\n", p.c_str());
+  const oracle_report r = compare(c, seen, tracked, {root.string()});
+  std::printf("%s\n", r.describe().c_str());
+}
+}  // namespace
+}  // namespace cucore::oracle
