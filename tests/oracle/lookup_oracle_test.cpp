@@ -28,9 +28,11 @@ void put(const fs::path& root, const std::string& relative, const std::string& t
   write_text(root / relative, text);
 }
 
-// The oracle over one case: NVRTC's accesses are all tracked. Returns the report.
-oracle_report expect_tracked(const oracle_case& c, const fs::path& root) {
+// The oracle over one case: NVRTC's accesses are all tracked, and the compile went as expected
+// (a case that fails early would check little). Returns the report.
+oracle_report expect_tracked(const oracle_case& c, const fs::path& root, bool compiles = true) {
   const file_accesses seen = trace_compile(c, root / "scratch");
+  EXPECT_EQ(seen.exit_status, compiles ? 0 : 1) << seen.errors;
   const oracle_report r = compare(c, seen, tracked_by_key(c), {root.string()});
   EXPECT_TRUE(r.holds()) << r.describe() << "\ncompiler said: " << seen.errors;
   return r;
@@ -104,7 +106,7 @@ TEST(LookupOracle, QuotedIncludesBesideTheIncluderThenTheSearchPath) {
   temp_dir t;
   put(t.path(), "prog/local.h", "#include \"sub/deeper\"\n#include \"../up.h\"\n#define FOO 1\n");
   put(t.path(), "prog/sub/deeper.stdh", "#include \"sibling\"\n");
-  put(t.path(), "I/sub/sibling", "\n");
+  put(t.path(), "I/sibling", "\n");  // not beside deeper.stdh: found on the search path
   put(t.path(), "up.h", "\n");
   oracle_case c = case_in(t.path(), "#include \"local.h\"" + kStoresFoo);
   c.include_path = {(t.path() / "I").string()};
@@ -131,7 +133,8 @@ TEST(LookupOracle, IncludeNextContinuesFromWhereThisRouteFoundTheIncluder) {
   put(t.path(), "prog/x.h", "#include_next <x.h>\n");
   put(t.path(), "A/x.h", "#pragma once\n#include_next <x.h>\n");
   put(t.path(), "B/x.h", "#pragma once\n#define FOO 2\n");
-  put(t.path(), "A/nx", "#include_next <nx>\n");
+  // Reached again as the third directory's nx, whose own next search finds nothing.
+  put(t.path(), "A/nx", "#if __has_include_next(<nx>)\n#include_next <nx>\n#endif\n");
   oracle_case c =
       case_in(t.path(), "#include \"x.h\"\n#include <x.h>\n#include <nx>\n" + kStoresFoo);
   c.include_path = {(t.path() / "A").string(), (t.path() / "B").string(),
@@ -166,6 +169,40 @@ TEST(LookupOracle, SymlinkedHeadersAndDirectories) {
   expect_tracked(c, t.path());
 }
 
+// A directory or a symlink loop where a header could be: NVRTC opens the directory, reads
+// nothing, and goes on (to NAME.stdh, then the next directory); so does the key, which records
+// each as not a file, so that replacing one with a real header is a miss.
+TEST(LookupOracle, DirectoriesAndSymlinkLoopsInAHeadersPlaceAreSkipped) {
+  temp_dir t;
+  fs::create_directories(t.path() / "A/foo");
+  put(t.path(), "B/foo", "#define FOO 2\n");
+  fs::create_symlink("loop", t.path() / "A/loop");
+  put(t.path(), "B/loop", "#define LOOP 3\n");
+  oracle_case c = case_in(t.path(),
+                          "#include <foo>\n#include <loop>\n"
+                          "extern \"C\" __global__ void k(int* o) { *o = FOO + LOOP; }\n");
+  c.include_path = {(t.path() / "A").string(), (t.path() / "B").string()};
+  const file_accesses seen = trace_compile(c, t.path() / "scratch");
+  ASSERT_EQ(seen.exit_status, 0) << seen.errors;
+  EXPECT_TRUE(compare(c, seen, tracked_by_key(c), {t.path().string()}).holds());
+
+  program_options o = options_of(c);
+  file_stream_program_cache cache(t.path() / "cache");
+  const auto compile = [&](const char* expected) {
+    program p(c.code, source_type::cxx, o);
+    const object_code out = p.compile(code_type::ptx, {}, &cache);
+    EXPECT_EQ(p.last_cache_outcome(), cache_outcome::miss);
+    EXPECT_NE(out.text().find(expected), std::string_view::npos) << out.text();
+  };
+  compile(", 5;");
+  fs::remove(t.path() / "A/foo");
+  put(t.path(), "A/foo", "#define FOO 20\n");  // the directory is a header now
+  compile(", 23;");
+  fs::remove(t.path() / "A/loop");
+  put(t.path(), "A/loop", "#define LOOP 30\n");  // and so is the loop
+  compile(", 50;");
+}
+
 TEST(LookupOracle, GroupsNeverEnteredAreNotFollowed) {
   temp_dir t;
   put(t.path(), "I/used.h", "#define FOO 1\n#define SOMETIMES\n");
@@ -188,7 +225,7 @@ TEST(LookupOracle, GroupsNeverEnteredAreNotFollowed) {
   c.defines = {{"NOTHING_DEFINES_THIS", std::nullopt}};
   const tracked_paths now = tracked_by_key(c);
   EXPECT_EQ(now.files.count((t.path() / "I/never.h").string()), 1u);
-  expect_tracked(c, t.path());
+  expect_tracked(c, t.path(), /*compiles=*/false);  // NVRTC reads never.h: its #error
 }
 
 }  // namespace
