@@ -1,7 +1,8 @@
 // Every reference from one file's text to another file that the preprocessor could follow:
 // #include / #include_next / #import / #embed and __has_include / __has_include_next /
-// __has_embed, regardless of #if (a conservative superset: the cache key covers the whole
-// include closure, because NVRTC reports no dependencies).
+// __has_embed, regardless of #if: a conservative superset, each with its line, from which the
+// walk decides which sit in #if groups that can never be entered (conditional_scan.hpp). NVRTC
+// reports no dependencies, so the cache key rests on this.
 //
 // Missing a reference would give a stale cache hit; an extra one costs only a file read. So the
 // scan is the union of two views: a comment-aware one (a directive may follow comments on its line,

@@ -183,16 +183,18 @@ struct program_cache_key_inputs {
 // The key of `inputs`, with compiler identities from `probes`.
 //
 // c++ code that can read headers (an #include or __has_include, pre_include, in-memory headers)
-// has its include closure tracked: every file the compile can read (a conservative superset:
-// every #include of every reachable file, conditionals ignored) enters the key as its spelled path
-// and SHA-256, every search-path candidate that was checked and absent as its path, and every
-// in-memory header as its name and SHA-256 — after options_name, before extra_digest. Searched as
-// NVRTC does: quoted names beside the including file (the program: the directory of options.name,
-// unless no_source_include), then include_path, then the toolkit's include directories (unless
-// toolkit_include_path is false); <names> in the directories only. Macro-named includes are
-// resolved with every object-like definition visible in the closure or define_macro. Digests are
-// memoised by file identity (probes.header_digest_memo(), else in this process). See
-// docs/cache-keys.md for what is trusted.
+// has its include closure tracked: every file the compile can read (a superset: every #include of
+// every reachable file, except those in #if groups that can never be entered) enters the key as
+// its spelled path and SHA-256, every search-path candidate that was checked and absent as its
+// path, and every in-memory header as its name and SHA-256 — after options_name, before
+// extra_digest. Searched as NVRTC 13 does (traced: docs/cache-keys.md): quoted names beside the
+// including file (the program: the directory of options.name, unless no_source_include), then
+// include_path, then the toolkit's include directories (unless toolkit_include_path is false);
+// <names> in the directories only; NAME.stdh after NAME in each directory for names whose last
+// component has no '.'; #include_next from where this route found the includer. Macro-named
+// includes (object-like and function-like) are resolved with every definition visible in the
+// closure or define_macro. Digests are memoised by file identity (probes.header_digest_memo(),
+// else in this process). See docs/cache-keys.md for what is trusted.
 //
 // Throws invalid_argument (naming the option and what to do instead) — its subclass
 // extra_digest_required where an extra_digest would make the inputs keyable — for:
