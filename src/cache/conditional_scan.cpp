@@ -666,7 +666,7 @@ std::vector<std::string> defined_names(std::string_view text) {
       }
       std::size_t j = i;
       while (j < t.size() && ident_char(t[j])) ++j;
-      if (j > i && !digit(t[i])) out.emplace_back(t.substr(i, j - i));
+      if (j > i) out.emplace_back(t.substr(i, j - i));
     }
   };
   scan(text);

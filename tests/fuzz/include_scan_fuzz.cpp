@@ -13,7 +13,9 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
+#include "cache/conditional_scan.hpp"
 #include "cache/include_scanner.hpp"
 
 namespace {
@@ -93,6 +95,41 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       continue;
     }
     if (!found(scan, r)) std::abort();
+  }
+
+  // The macro names a text may define are a superset of the definitions the scan found.
+  const std::vector<std::string> defined = cucore::detail::defined_names(text);
+  const auto is_defined = [&](const std::string& name) {
+    return std::binary_search(defined.begin(), defined.end(), name);
+  };
+  for (const auto& d : scan.definitions) {
+    if (!is_defined(d.name)) std::abort();
+  }
+  for (const auto& d : scan.function_definitions) {
+    if (!is_defined(d.name)) std::abort();
+  }
+
+  // The #if structure: lines within the text, and every kept condition decided with only the
+  // reserved names definable, and never decided otherwise with more names definable (monotone).
+  using cucore::detail::truth;
+  const auto structure = cucore::detail::scan_conditionals(text);
+  const auto reserved_only = [](std::string_view n) {
+    return cucore::detail::reserved_identifier(n);
+  };
+  const auto some = [](std::string_view n) {
+    return cucore::detail::reserved_identifier(n) || n.size() % 2 == 1;
+  };
+  for (const auto& g : structure.groups) {
+    if (!structure.known || g.first_line < 1 || g.first_line > lines + 1 ||
+        (g.first_line <= g.last_line && g.last_line > lines)) {
+      std::abort();
+    }
+    const truth least = cucore::detail::evaluate_condition(g.condition, reserved_only);
+    if (least == truth::unknown || static_cast<std::uint8_t>(least) != g.when_undefined) {
+      std::abort();
+    }
+    const truth more = cucore::detail::evaluate_condition(g.condition, some);
+    if (more != truth::unknown && more != least) std::abort();
   }
   return 0;
 }

@@ -151,6 +151,49 @@ TEST_P(CorpusOracle, NvrtcAccessesAreTrackedAndTheCacheReturnsTheUncachedBytes) 
       << "the fresh process's hit differs from the bytes the miss stored";
 }
 
+#ifdef CUCORE_CLI_PATH
+// The command line, as a user runs it: for a CuTe, a CUTLASS and a CuPy kernel, the uncached
+// compile, a miss into a directory cache, and a hit in a fresh process all write the same bytes.
+TEST(CorpusCli, CompilesMissesAndHitsInAFreshProcessWithTheUncachedBytes) {
+  ASSERT_TRUE(fs::exists(corpus_dir() / ".cucore-corpus"))
+      << "the header corpus is not at " << corpus_dir() << ": run scripts/fetch-corpus.sh";
+  temp_dir t;
+  for (const auto& k : corpus_kernels()) {
+    const std::string name = k.name;
+    if (name != "cute_tiled_copy" && name != "cutlass_epilogue" && name != "cupy_elementwise") {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const oracle_case c = case_of(k.spec, t.path());
+    std::vector<std::string> args = {
+        CUCORE_CLI_PATH, "compile", (spec_dir() / k.spec.at("file").get<std::string>()).string(),
+        "--arch",        c.arch,    "--target",
+        c.target};
+    for (const auto& d : c.include_path) args.insert(args.end(), {"-I", d});
+    if (!c.toolkit_include_path) args.push_back("--no-toolkit-include");
+    if (c.std) args.insert(args.end(), {"--std", *c.std});
+    if (c.default_device) args.push_back("--default-device");
+    if (c.ftz) args.insert(args.end(), {"--ftz", "true"});
+    const auto run = [&](const std::string& cache, const std::string& out) {
+      std::vector<std::string> a = args;
+      a.insert(a.end(), {"--cache", cache, "-o", (t / out).string(), "--json"});
+      std::string said;
+      EXPECT_EQ(run_process(a, {}, said), 0) << said;
+      const auto j = nlohmann::json::parse(said, nullptr, false);
+      return j.is_object() ? j.value("cache", std::string("?")) : said;
+    };
+    const std::string cache = (t / (name + "-cache")).string();
+    EXPECT_EQ(run("none", name + ".none"), "off");
+    EXPECT_EQ(run(cache, name + ".miss"), "miss");
+    EXPECT_EQ(run(cache, name + ".hit"), "hit");
+    const std::string uncached = read_text(t / (name + ".none"));
+    EXPECT_FALSE(uncached.empty());
+    EXPECT_EQ(read_text(t / (name + ".miss")), uncached) << "the miss differs from --cache none";
+    EXPECT_EQ(read_text(t / (name + ".hit")), uncached) << "the hit differs from --cache none";
+  }
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Kernels, CorpusOracle, ::testing::ValuesIn(corpus_kernels()),
                          [](const ::testing::TestParamInfo<corpus_kernel>& info) {
                            return info.param.name;
