@@ -1,6 +1,9 @@
 #include "cache/include_tracking.hpp"
 
+#include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -241,6 +244,9 @@ class header_digest_memo {
   // Best effort: a memo that cannot be written only costs hashing later.
   void save() noexcept;
 
+  // The memo's file (and so whether keys made with it are for a persistent cache).
+  const std::optional<std::filesystem::path>& file() const { return file_; }
+
  private:
   struct record {
     header_identity id;
@@ -295,13 +301,15 @@ class reader {
     raw(&v, sizeof v);
     return v;
   }
-  std::string str() {
+  std::string str() { return std::string(view()); }
+  // A string as a view into the input.
+  std::string_view view() {
     const std::uint32_t n = u32();
     if (!ok_ || n > in_.size() - pos_) {
       ok_ = false;
       return {};
     }
-    std::string s(in_.substr(pos_, n));
+    const std::string_view s = in_.substr(pos_, n);
     pos_ += n;
     return s;
   }
@@ -341,6 +349,30 @@ std::optional<std::string> read_whole(const std::string& path) {
   ::close(fd);
   if (!ok) return std::nullopt;
   return data;
+}
+
+// Writes `bytes` to a temp file beside `file` and renames it over `file` (its directory created
+// first): readers see the old file or the new one, never a torn one. False when that failed (the
+// temp file is removed).
+bool replace_file(const std::filesystem::path& file, std::string_view bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  std::string temp = file.string() + ".tmp-XXXXXX";
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = true;
+  for (std::size_t done = 0; ok && done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(temp.c_str(), file.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    return false;
+  }
+  return true;
 }
 
 std::uint64_t checksum_of(std::string_view bytes) {
@@ -533,21 +565,7 @@ void header_digest_memo::save() noexcept {
     for (auto it = merged.begin(); merged.size() > kMemoMaxRecords && it != merged.end();) {
       it = records_.count(it->first) ? std::next(it) : merged.erase(it);
     }
-    const std::string bytes = serialize_memo(merged);
-    std::error_code ec;
-    std::filesystem::create_directories(file_->parent_path(), ec);
-    std::string temp = file_->string() + ".tmp-XXXXXX";
-    const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
-    if (fd < 0) return;
-    bool ok = true;
-    for (std::size_t done = 0; ok && done < bytes.size();) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      ok = n > 0;
-      if (ok) done += static_cast<std::size_t>(n);
-    }
-    ok = (::close(fd) == 0) && ok;
-    if (!ok || ::rename(temp.c_str(), file_->c_str()) != 0) ::unlink(temp.c_str());
+    (void)replace_file(*file_, serialize_memo(merged));
   } catch (...) {
     // Best effort (see above).
   }
@@ -597,17 +615,20 @@ std::string join_path(const std::string& dir, const std::string& name) {
 // What one stat of a search candidate found: a regular file with its identity, or not (absent, a
 // directory, ...); a symlink is followed, and its own identity and resolved path kept (a link
 // retargeted to a hard link of the same file elsewhere changes the directory its quoted includes
-// search).
+// search). A listing check is of a directory whose entries the walk read (the NVRTC library's,
+// for its builtins libraries): `regular` then says it was a directory, `id` is the directory's
+// own (adding, removing or renaming an entry changes its mtime and ctime).
 struct stat_check {
   std::string path;
+  bool listing = false;
   bool regular = false;
   bool link = false;
   header_identity id;       // the file's (through the link), when regular
   header_identity link_id;  // the link's own, when link
   std::string real;         // realpath(), when link
   bool same_answer(const stat_check& o) const {
-    return regular == o.regular && link == o.link && (!regular || id == o.id) &&
-           (!link || (link_id == o.link_id && real == o.real));
+    return listing == o.listing && regular == o.regular && link == o.link &&
+           (!regular || id == o.id) && (!link || (link_id == o.link_id && real == o.real));
   }
 };
 
@@ -632,10 +653,30 @@ stat_check probe(const std::string& path, bool keep_path = true) {
   return c;
 }
 
+// A listing check of `path` (through links: the directory a listing of the path reads).
+stat_check probe_listing(const std::string& path, bool keep_path = true) {
+  stat_check c;
+  if (keep_path) c.path = path;
+  c.listing = true;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return c;
+  c.regular = true;
+  c.id = identity_of(st);
+  return c;
+}
+
+stat_check reprobe(const stat_check& c) {
+  return c.listing ? probe_listing(c.path, false) : probe(c.path, false);
+}
+
 // A walk's closure with every stat answer it rested on (see track_includes).
 struct walk_manifest {
   std::vector<stat_check> checks;
   std::shared_ptr<const include_closure> closure;
+  // The NVRTC library directory the walk read predefined macros from (its builtins libraries:
+  // checks too), when it asked for one and got one. A walk that got none assumed every macro may
+  // be predefined: its closure holds whatever NVRTC compiles, so it is not recorded.
+  std::string nvrtc_directory;
   // The checks by directory, for revalidation by fstatat on one descriptor per directory (a
   // path walk per directory instead of one per candidate: hundreds of candidates share a few
   // dozen toolkit directories).
@@ -644,7 +685,9 @@ struct walk_manifest {
     std::vector<std::pair<std::size_t, std::string>> names;  // check index, last component
   };
   std::vector<in_directory> by_directory;
-  std::vector<std::size_t> links;  // checks re-probed by path (realpath, stat through the link)
+  // Checks re-probed by path: symlinks (realpath, stat through the link), listings, and names
+  // without a plain last component.
+  std::vector<std::size_t> links;
 };
 
 // Splits a manifest's checks by directory.
@@ -652,7 +695,7 @@ void group_checks(walk_manifest& m) {
   std::unordered_map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < m.checks.size(); ++i) {
     const stat_check& c = m.checks[i];
-    if (c.link) {
+    if (c.link || c.listing) {
       m.links.push_back(i);
       continue;
     }
@@ -684,12 +727,17 @@ class scoped_fd {
   int fd_;
 };
 
-// Whether every check of `m` answers as when it was made. fstatat(dir, name) on a descriptor
-// opened now resolves exactly as lstat(dir/name) does now; a directory that cannot be opened
-// holds no regular file.
-bool still_valid(const walk_manifest& m) {
+// Whether every check of `m` answers as when it was made, and the NVRTC the walk read predefined
+// macros from is the one `search` names now. fstatat(dir, name) on a descriptor opened now
+// resolves exactly as lstat(dir/name) does now; a directory that cannot be opened holds no
+// regular file.
+bool still_valid(const walk_manifest& m, const include_search& search) {
+  if (!m.nvrtc_directory.empty() &&
+      (!search.nvrtc_directory || search.nvrtc_directory() != m.nvrtc_directory)) {
+    return false;
+  }
   for (const std::size_t i : m.links) {
-    if (!probe(m.checks[i].path, false).same_answer(m.checks[i])) return false;
+    if (!reprobe(m.checks[i]).same_answer(m.checks[i])) return false;
   }
   for (const auto& group : m.by_directory) {
     const scoped_fd opened(
@@ -740,8 +788,8 @@ class manifest_store {
 };
 
 manifest_store& manifests() {
-  static manifest_store store;
-  return store;
+  static auto* store = new manifest_store();  // leaked: nothing to free at exit
+  return *store;
 }
 
 std::string current_directory() {
@@ -787,6 +835,392 @@ std::string walk_inputs(std::string_view code, const include_search& search,
   put(std::to_string(undefines));
   for (std::size_t i = 0; i < undefines; ++i) put((*search.undefines)[i]);
   return out;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Persistent manifests: a walk's manifest in a file beside the digest memo, so that a fresh
+// process reuses the walk too (docs/cache-keys.md, "Speed: the walk's manifest").
+//
+// MEMO.manifests/XX/HEX, HEX being the SHA-256 of this build's identity and the walk's inputs
+// (walk_inputs), XX its first two digits. The file: magic, format version, that SHA-256 again,
+// the NVRTC directory, a directory table, the checks, the closure, then an XXH3 of everything
+// before it. A file that does not parse, check or name the same inputs is ignored (and replaced
+// after the walk). Written by temp file + rename: readers see an old or a new file. Bounded per
+// shard directory (kManifestShardFiles and kManifestShardBytes, so 2048 files and 128 MiB in
+// all): writing one past a bound removes those written longest ago (by mtime; one still in use
+// then costs a walk and is written again), and an abandoned temp file goes once it is
+// kStaleTempNs old.
+
+constexpr std::string_view kManifestMagic = "CUCOREWM";
+constexpr std::uint32_t kManifestVersion = 1;
+constexpr std::size_t kManifestShardFiles = 8;
+constexpr std::uint64_t kManifestShardBytes = 512 * 1024;
+constexpr std::int64_t kStaleTempNs = 600'000'000'000;  // 10 minutes
+
+// The identity of the code that walks: the GNU build ID of the binary that holds this function (a
+// hash of the linked code: another build, and so possibly another walk, has another). Empty when
+// there is none: then nothing is persisted, since a manifest could outlive the code that made it.
+struct build_id_search {
+  std::uintptr_t address = 0;
+  std::string id;
+};
+
+int find_build_id(struct dl_phdr_info* info, std::size_t, void* data) {
+  auto* search = static_cast<build_id_search*>(data);
+  bool holds = false;
+  for (int i = 0; i < info->dlpi_phnum && !holds; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    const std::uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    holds =
+        ph.p_type == PT_LOAD && search->address >= start && search->address - start < ph.p_memsz;
+  }
+  if (!holds) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE) continue;
+    const std::size_t align = ph.p_align == 8 ? 8 : 4;
+    const auto pad = [align](std::size_t n) { return (n + align - 1) & ~(align - 1); };
+    const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+    const char* const end = p + ph.p_memsz;
+    while (static_cast<std::size_t>(end - p) >= sizeof(ElfW(Nhdr))) {
+      ElfW(Nhdr) note;
+      std::memcpy(&note, p, sizeof note);
+      const char* name = p + sizeof note;
+      if (pad(note.n_namesz) > static_cast<std::size_t>(end - name)) break;
+      const char* desc = name + pad(note.n_namesz);
+      if (pad(note.n_descsz) > static_cast<std::size_t>(end - desc)) break;
+      if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 &&
+          std::memcmp(name, "GNU", 4) == 0 && note.n_descsz > 0) {
+        search->id.assign(desc, note.n_descsz);
+        return 1;
+      }
+      p = desc + pad(note.n_descsz);
+    }
+  }
+  return 1;  // the binary, without a build ID
+}
+
+const std::string& build_identity() {
+  static const std::string id = [] {
+    build_id_search search;
+    search.address = reinterpret_cast<std::uintptr_t>(&find_build_id);
+    ::dl_iterate_phdr(find_build_id, &search);
+    return std::move(search.id);
+  }();
+  return id;
+}
+
+std::string hex_of(const sha256_digest& d) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (const std::byte b : d) {
+    out.push_back(kDigits[std::to_integer<unsigned>(b) >> 4]);
+    out.push_back(kDigits[std::to_integer<unsigned>(b) & 0xF]);
+  }
+  return out;
+}
+
+// Where the manifest of `inputs` lives beside `memo`, and the SHA-256 it is named by; nullopt
+// without a build identity.
+struct manifest_location {
+  sha256_digest hash{};
+  std::filesystem::path shard;  // MEMO.manifests/XX
+  std::string name;             // the 64 hex digits
+};
+
+std::optional<manifest_location> manifest_for(const std::filesystem::path& memo,
+                                              const std::string& inputs) {
+  const std::string& build = build_identity();
+  if (build.empty()) return std::nullopt;
+  sha256_hasher h;
+  const auto put = [&h](std::string_view v) {
+    const auto n = static_cast<std::uint64_t>(v.size());
+    h.update(std::as_bytes(std::span<const std::uint64_t, 1>(&n, 1)));
+    h.update(std::as_bytes(std::span<const char>(v.data(), v.size())));
+  };
+  put(kManifestMagic);
+  put(build);
+  put(inputs);
+  manifest_location out;
+  out.hash = h.finish();
+  out.name = hex_of(out.hash);
+  out.shard = std::filesystem::path(memo.string() + ".manifests") / out.name.substr(0, 2);
+  return out;
+}
+
+void put_identity(writer& w, const header_identity& id) {
+  w.u64(id.dev);
+  w.u64(id.ino);
+  w.u64(id.size);
+  w.u64(static_cast<std::uint64_t>(id.mtime_ns));
+  w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+}
+
+header_identity get_identity(reader& r) {
+  header_identity id;
+  id.dev = r.u64();
+  id.ino = r.u64();
+  id.size = r.u64();
+  id.mtime_ns = static_cast<std::int64_t>(r.u64());
+  id.ctime_ns = static_cast<std::int64_t>(r.u64());
+  return id;
+}
+
+constexpr std::uint8_t kCheckListing = 1;
+constexpr std::uint8_t kCheckRegular = 2;
+constexpr std::uint8_t kCheckLink = 4;
+
+// Paths are stored as a directory (an index into a table: the part up to and including the last
+// '/', as group_checks splits them) and the rest.
+class directory_table {
+ public:
+  std::pair<std::uint32_t, std::string_view> split(std::string_view path) {
+    const auto slash = path.rfind('/');
+    const std::string_view dir =
+        slash == std::string_view::npos ? std::string_view() : path.substr(0, slash + 1);
+    const auto [it, added] = index_.try_emplace(dir, static_cast<std::uint32_t>(list_.size()));
+    if (added) list_.push_back(dir);
+    return {it->second, path.substr(dir.size())};
+  }
+  const std::vector<std::string_view>& list() const { return list_; }
+
+ private:
+  std::unordered_map<std::string_view, std::uint32_t> index_;
+  std::vector<std::string_view> list_;
+};
+
+std::string serialize_manifest(const walk_manifest& m, const sha256_digest& hash) {
+  directory_table dirs;  // views into m's strings, which outlive it
+  writer body;
+  body.u32(static_cast<std::uint32_t>(m.checks.size()));
+  for (const stat_check& c : m.checks) {
+    const auto [dir, name] = dirs.split(c.path);
+    body.u32(dir);
+    body.str(name);
+    body.u8(static_cast<std::uint8_t>((c.listing ? kCheckListing : 0) |
+                                      (c.regular ? kCheckRegular : 0) | (c.link ? kCheckLink : 0)));
+    if (c.regular) put_identity(body, c.id);
+    if (c.link) {
+      put_identity(body, c.link_id);
+      body.str(c.real);
+    }
+  }
+  const include_closure& closure = *m.closure;
+  body.u32(static_cast<std::uint32_t>(closure.entries.size()));
+  for (const closure_entry& e : closure.entries) {
+    body.u8(static_cast<std::uint8_t>(e.what));
+    if (e.what == closure_entry::kind::in_memory) {
+      body.str(e.path);
+    } else {
+      const auto [dir, name] = dirs.split(e.path);
+      body.u32(dir);
+      body.str(name);
+    }
+    if (e.what != closure_entry::kind::absent) {
+      body.u64(e.size);
+      body.raw(e.digest.data(), e.digest.size());
+    }
+  }
+  body.u32(static_cast<std::uint32_t>(closure.unresolved.size()));
+  for (const auto& u : closure.unresolved) body.str(u);
+  body.u64(closure.files);
+  body.u64(closure.absent);
+  body.u64(closure.in_memory);
+  body.u64(closure.skipped);
+  body.raw(closure.digest.data(), closure.digest.size());
+
+  writer w;
+  w.raw(kManifestMagic.data(), kManifestMagic.size());
+  w.u32(kManifestVersion);
+  w.raw(hash.data(), hash.size());
+  w.str(m.nvrtc_directory);
+  w.u32(static_cast<std::uint32_t>(dirs.list().size()));
+  for (const auto dir : dirs.list()) w.str(dir);
+  w.out.append(body.out);
+  const std::uint64_t sum = checksum_of(w.out);
+  w.u64(sum);
+  return std::move(w.out);
+}
+
+// The manifest in `data` when it is whole, of this format and of the inputs hashed as `hash`;
+// else null. Grouped for still_valid as it is read.
+std::shared_ptr<walk_manifest> parse_manifest(std::string_view data, const sha256_digest& hash) {
+  if (data.size() < kManifestMagic.size() + 4 + hash.size() + 8) return nullptr;
+  const std::string_view body = data.substr(0, data.size() - 8);
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, data.data() + body.size(), 8);
+  if (checksum_of(body) != stored) return nullptr;
+  reader r(body);
+  char magic[8];
+  r.raw(magic, sizeof magic);
+  if (!r.ok() || std::string_view(magic, 8) != kManifestMagic || r.u32() != kManifestVersion) {
+    return nullptr;
+  }
+  sha256_digest named{};
+  r.raw(named.data(), named.size());
+  if (!r.ok() || named != hash) return nullptr;
+  auto m = std::make_shared<walk_manifest>();
+  m->nvrtc_directory = r.str();
+  const std::uint32_t dir_count = r.u32();
+  if (!r.ok() || dir_count > body.size()) return nullptr;
+  std::vector<std::string_view> dirs(dir_count);
+  for (auto& dir : dirs) dir = r.view();
+  const auto joined = [](std::string_view dir, std::string_view name) {
+    std::string path;
+    path.reserve(dir.size() + name.size());
+    path.append(dir).append(name);
+    return path;
+  };
+  const std::uint32_t check_count = r.u32();
+  if (!r.ok() || check_count > body.size()) return nullptr;
+  m->checks.resize(check_count);
+  std::vector<std::size_t> group_of(dir_count, SIZE_MAX);
+  for (std::uint32_t i = 0; i < check_count && r.ok(); ++i) {
+    stat_check& c = m->checks[i];
+    const std::uint32_t dir = r.u32();
+    const std::string_view name = r.view();
+    const std::uint8_t flags = r.u8();
+    if (!r.ok() || dir >= dir_count || flags > (kCheckListing | kCheckRegular | kCheckLink)) {
+      return nullptr;
+    }
+    c.listing = (flags & kCheckListing) != 0;
+    c.regular = (flags & kCheckRegular) != 0;
+    c.link = (flags & kCheckLink) != 0;
+    if (c.regular) c.id = get_identity(r);
+    if (c.link) {
+      c.link_id = get_identity(r);
+      c.real = r.str();
+    }
+    // As group_checks: by path, or by directory and last component (and then, since only
+    // still_valid reads a manifest that was read, without the whole path).
+    if (c.link || c.listing || name.empty() || name == "." || name == "..") {
+      c.path = joined(dirs[dir], name);
+      m->links.push_back(i);
+      continue;
+    }
+    if (group_of[dir] == SIZE_MAX) {
+      group_of[dir] = m->by_directory.size();
+      m->by_directory.push_back({std::string(dirs[dir]), {}});
+    }
+    m->by_directory[group_of[dir]].names.emplace_back(i, std::string(name));
+  }
+  auto closure = std::make_shared<include_closure>();
+  const std::uint32_t entry_count = r.u32();
+  if (!r.ok() || entry_count > body.size()) return nullptr;
+  closure->entries.resize(entry_count);
+  for (std::uint32_t i = 0; i < entry_count && r.ok(); ++i) {
+    closure_entry& e = closure->entries[i];
+    const std::uint8_t what = r.u8();
+    if (what > static_cast<std::uint8_t>(closure_entry::kind::in_memory)) return nullptr;
+    e.what = static_cast<closure_entry::kind>(what);
+    if (e.what == closure_entry::kind::in_memory) {
+      e.path = r.str();
+      ++closure->in_memory;
+    } else {
+      const std::uint32_t dir = r.u32();
+      const std::string_view name = r.view();
+      if (!r.ok() || dir >= dir_count) return nullptr;
+      e.path = joined(dirs[dir], name);
+      ++(e.what == closure_entry::kind::file ? closure->files : closure->absent);
+    }
+    if (e.what != closure_entry::kind::absent) {
+      e.size = r.u64();
+      r.raw(e.digest.data(), e.digest.size());
+    }
+  }
+  const std::uint32_t unresolved = r.u32();
+  if (!r.ok() || unresolved > body.size()) return nullptr;
+  for (std::uint32_t i = 0; i < unresolved && r.ok(); ++i) closure->unresolved.push_back(r.str());
+  const std::uint64_t files = r.u64();
+  const std::uint64_t absent = r.u64();
+  const std::uint64_t in_memory = r.u64();
+  closure->skipped = r.u64();
+  r.raw(closure->digest.data(), closure->digest.size());
+  if (!r.ok() || !r.at_end() || files != closure->files || absent != closure->absent ||
+      in_memory != closure->in_memory) {
+    return nullptr;
+  }
+  m->closure = std::move(closure);
+  return m;
+}
+
+// Removes abandoned temp files and, past kManifestShardFiles manifests or kManifestShardBytes,
+// the oldest ones (never `keep`, the one just written, `kept_bytes` long) from one shard
+// directory. Best effort: other processes may be doing the same.
+void trim_shard(const std::filesystem::path& shard, const std::string& keep,
+                std::uint64_t kept_bytes) {
+  DIR* listing = ::opendir(shard.c_str());
+  if (listing == nullptr) return;
+  const int fd = ::dirfd(listing);
+  const std::int64_t now = now_ns();
+  struct found {
+    std::int64_t mtime_ns;
+    std::string name;
+    std::uint64_t bytes;
+    bool operator<(const found& o) const { return mtime_ns < o.mtime_ns; }
+  };
+  std::vector<found> manifests;
+  std::uint64_t total = kept_bytes;
+  while (const struct dirent* entry = ::readdir(listing)) {
+    const std::string_view name = entry->d_name;
+    if (name == "." || name == ".." || name == keep) continue;
+    struct stat st {};
+    if (::fstatat(fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+      continue;
+    }
+    if (name.size() == 64 + 11 && name.substr(64, 5) == ".tmp-") {
+      if (ns_of(st.st_mtim) < now - kStaleTempNs) ::unlinkat(fd, entry->d_name, 0);
+    } else if (name.size() == 64) {
+      manifests.push_back(
+          {ns_of(st.st_mtim), std::string(name), static_cast<std::uint64_t>(st.st_size)});
+      total += static_cast<std::uint64_t>(st.st_size);
+    }
+  }
+  std::sort(manifests.begin(), manifests.end());
+  for (std::size_t i = 0; i < manifests.size() && (manifests.size() - i + 1 > kManifestShardFiles ||
+                                                   total > kManifestShardBytes);
+       ++i) {
+    ::unlinkat(fd, manifests[i].name.c_str(), 0);
+    total -= manifests[i].bytes;
+  }
+  ::closedir(listing);
+}
+
+// The manifest at `where`, when there is a valid one for its inputs (one larger than any walk
+// writes is not even read).
+std::shared_ptr<walk_manifest> load_manifest(const manifest_location& where) {
+  constexpr std::int64_t kMaxBytes = 256 << 20;
+  const int fd = ::open((where.shard / where.name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  std::string data;
+  // Only a file this user (or root) wrote, that nobody else may write: the directories are this
+  // user's (save_manifest), but a cache's root may be shared with a group.
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxBytes &&
+            (st.st_uid == ::geteuid() || st.st_uid == 0) && (st.st_mode & 022) == 0;
+  if (ok) {
+    data.reserve(static_cast<std::size_t>(st.st_size));
+    ok = read_all(fd, data);
+  }
+  ::close(fd);
+  return ok ? parse_manifest(data, where.hash) : nullptr;
+}
+
+// Best effort: a manifest that cannot be written costs a walk later. The directories are made
+// private to this user (mode 0700 whatever the umask; files are 0600): nobody else's manifest can
+// be planted where this process reads.
+void save_manifest(const manifest_location& where, const walk_manifest& m) noexcept {
+  try {
+    ::mkdir(where.shard.parent_path().c_str(), 0700);
+    ::mkdir(where.shard.c_str(), 0700);
+    const std::string bytes = serialize_manifest(m, where.hash);
+    if (replace_file(where.shard / where.name, bytes)) {
+      trim_shard(where.shard, where.name, bytes.size());
+    }
+  } catch (...) {
+    // Best effort (see above).
+  }
 }
 
 // A file or in-memory header in the closure, reached by one route, with what it includes.
@@ -977,6 +1411,10 @@ class walker {
     builtins_loaded_ = true;
     const std::string directory = search_.nvrtc_directory ? search_.nvrtc_directory() : "";
     if (directory.empty()) return nullptr;
+    nvrtc_directory_ = directory;
+    // The listing: a builtins library added later (an update in place) must be read too.
+    checks_.push_back(probe_listing(directory));
+    if (checks_.back().regular && !settled(checks_.back().id)) manifest_ok_ = false;
     std::vector<std::string> files;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
@@ -1538,12 +1976,14 @@ class walker {
   include_closure out_;
   std::size_t hashed_ = 0;
   std::vector<stat_check> checks_;
-  bool manifest_ok_ = true;  // every file settled and readable: the stats tell all that matters
+  bool manifest_ok_ = true;      // every file settled and readable: the stats tell all that matters
+  std::string nvrtc_directory_;  // where the builtins libraries were listed, if they were
 
  public:
   std::size_t hashed() const { return hashed_; }
   bool manifest_ok() const { return manifest_ok_; }
   std::vector<stat_check> take_checks() { return std::move(checks_); }
+  const std::string& nvrtc_directory() const { return nvrtc_directory_; }
 };
 
 }  // namespace
@@ -1613,9 +2053,20 @@ tracked_includes track_includes(std::string_view code, const include_search& sea
                                 header_digest_memo* memo) {
   const std::string inputs = walk_inputs(code, search, current_directory());
   if (auto m = manifests().find(inputs)) {
-    if (still_valid(*m)) return {m->closure, 0, true};
+    if (still_valid(*m, search)) return {m->closure, 0, true};
   }
-  walker w(search, memo != nullptr ? *memo : header_memo_for(std::nullopt));
+  header_digest_memo& digests = memo != nullptr ? *memo : header_memo_for(std::nullopt);
+  // A persistent cache: the manifest an earlier process left, before the memo is even loaded.
+  std::optional<manifest_location> persistent;
+  if (digests.file()) persistent = manifest_for(*digests.file(), inputs);
+  if (persistent) {
+    if (auto m = load_manifest(*persistent); m && still_valid(*m, search)) {
+      std::shared_ptr<const include_closure> closure = m->closure;
+      manifests().put(inputs, std::move(m));
+      return {std::move(closure), 0, true};
+    }
+  }
+  walker w(search, digests);
   tracked_includes out;
   include_closure closure = w.run(code);
   closure.digest = digest_of(closure.entries);
@@ -1625,7 +2076,9 @@ tracked_includes track_includes(std::string_view code, const include_search& sea
     auto m = std::make_shared<walk_manifest>();
     m->checks = w.take_checks();
     m->closure = out.closure;
+    m->nvrtc_directory = w.nvrtc_directory();
     group_checks(*m);
+    if (persistent) save_manifest(*persistent, *m);
     manifests().put(inputs, std::move(m));
   }
   return out;

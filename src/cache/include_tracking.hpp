@@ -84,8 +84,10 @@ struct include_closure {
 // A closure as one key derivation got it.
 struct tracked_includes {
   std::shared_ptr<const include_closure> closure;
-  std::size_t hashed = 0;      // files this call read and hashed (the rest: memo or manifest)
-  bool from_manifest = false;  // an earlier walk's closure, every stat it made found unchanged
+  std::size_t hashed = 0;  // files this call read and hashed (the rest: memo or manifest)
+  // An earlier walk's closure (this process's, or one a persistent manifest recorded), every stat
+  // it made found unchanged.
+  bool from_manifest = false;
 };
 
 // Whether `code` (or the options: pre_include, in-memory headers, defines that make NVRTC's
@@ -101,7 +103,10 @@ bool may_read_headers(std::string_view code, const program_options& options);
 // what it found there (regular file and identity, symlink, or nothing). The next call with the
 // same code, search and working directory re-stats those paths; if each answers as before, the
 // walk would go exactly as before (it is a function of those answers and the contents the
-// identities stand for), so its closure is reused without resolving a name again.
+// identities stand for), so its closure is reused without resolving a name again. When `memo`
+// has a file (a persistent cache), the manifest is also written beside it, named by the SHA-256
+// of this build's identity and the walk's inputs, and a fresh process with the same inputs reads
+// it before anything else: a valid one answers without loading the memo (docs/cache-keys.md).
 tracked_includes track_includes(std::string_view code, const include_search& search,
                                 header_digest_memo* memo);
 
