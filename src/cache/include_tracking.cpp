@@ -1365,8 +1365,7 @@ class walker {
       if (it->second.never_entered(p.ref.line)) {
         still.push_back(std::move(p));
       } else {
-        const node copy = n;
-        handle(copy, p.node_index, p.ref);
+        handle(n, p.node_index, p.ref);  // n stays valid: nodes_ is a deque
       }
     }
     skipped_ = std::move(still);
@@ -1888,7 +1887,7 @@ class walker {
         continue;
       }
       std::vector<std::string> expansions;
-      const node from = node_at(p.node_index);
+      const node& from = node_at(p.node_index);  // stays valid: nodes_ is a deque
       bool ok = !p.ref.name.empty() && expand(p.ref.name, 0, expansions);
       std::vector<std::pair<include_form, std::string>> names;
       for (const auto& e : expansions) {

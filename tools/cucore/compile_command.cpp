@@ -76,7 +76,8 @@ constexpr std::string_view description =
     "off (--cache none) or skipped (with \"cache_skip_reason\"); and \"headers\": null, or\n"
     "{\"tracked\": header files in the key, \"absent\": candidates found absent, \"in_memory\":\n"
     "0 here, \"hashed\": files read (the others were known by their identity),\n"
-    "\"stat_fast_path\": none was read}.\n"
+    "\"stat_fast_path\": none was read, \"reused_walk\": an earlier walk's manifest held,\n"
+    "\"skipped\": includes in #if groups that are never entered}.\n"
     "\n"
     // clang-format off
     CUCORE_CLI_CACHE_SPEC_HELP "\n"

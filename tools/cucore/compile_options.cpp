@@ -420,7 +420,9 @@ json headers_json(const program_cache_key* key) {
           {"absent", r.absent},
           {"in_memory", r.in_memory},
           {"hashed", r.hashed},
-          {"stat_fast_path", r.stat_fast_path()}};
+          {"stat_fast_path", r.stat_fast_path()},
+          {"reused_walk", r.reused_walk},
+          {"skipped", r.skipped}};
 }
 
 std::optional<std::string> backend_from_key(const program_cache_key& key, source_type source) {

@@ -118,8 +118,9 @@ struct include_report {
   std::size_t absent = 0;     // search-path candidates checked and found absent
   std::size_t in_memory = 0;  // in-memory headers (all of them: NVRTC is given every one)
   std::size_t hashed = 0;     // files read and hashed; the others came from the digest memo
-  // Whether the closure was an earlier walk's in this process, reused because one stat of every
-  // path that walk checked found each as before (no include resolved again).
+  // Whether the closure was an earlier walk's (in this process, or from the manifest a persistent
+  // cache keeps beside its digest memo), reused because one stat of every path that walk checked
+  // found each as before (no include resolved again).
   bool reused_walk = false;
   std::vector<std::string> vouched;  // macro includes not worked out, covered by extra_digest
   // References not followed because they sit in #if groups that can never be entered (their
