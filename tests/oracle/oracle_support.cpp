@@ -210,6 +210,13 @@ file_accesses trace_compile(const oracle_case& c, const fs::path& scratch, const
     }
     const std::string p = normalized(path, c.cwd);
     if (p.starts_with(scratch_prefix)) continue;  // the case file, the output
+    // A shared library looked for by the dynamic loader (O_CLOEXEC) or by ThreadSanitizer's
+    // dlopen interceptor (readlink of the bare name): not a header lookup.
+    const std::string base = p.substr(p.rfind('/') + 1);
+    if (base.starts_with("lib") && base.find(".so") != std::string::npos &&
+        (call.args.find("O_CLOEXEC") != std::string::npos || call.name == "readlink")) {
+      continue;
+    }
     const bool failed = call.result.starts_with("-1 ");
     if (failed && (call.result.find("ENOENT") != std::string::npos ||
                    call.result.find("ENOTDIR") != std::string::npos)) {
