@@ -1225,14 +1225,29 @@ void save_manifest(const manifest_location& where, const walk_manifest& m) noexc
 
 // A file or in-memory header in the closure, reached by one route, with what it includes.
 struct node {
-  std::string path;       // spelled path, or the in-memory name
-  std::string dir;        // the directory quoted includes from it search first
-  std::string real_dir;   // a symlink's target directory, searched too (which one NVRTC takes is
-                          // not measured); empty for a regular file
-  int search_index = -1;  // the include_path index it was found in (for #include_next), or -1
+  std::string path;      // spelled path, or the in-memory name
+  std::string dir;       // the directory quoted includes from it search first
+  std::string real_dir;  // a symlink's target directory, searched too (which one NVRTC takes is
+                         // not measured); empty for a regular file
+  // The include_path index it was found in (for #include_next), -1 beside its includer (or in
+  // memory), kByPath when opened by the path it was named by (an absolute #include, a pre-include
+  // found as given): NVRTC's #include_next then acts as #include (traced).
+  int search_index = -1;
   bool in_memory = false;
   std::shared_ptr<const scanned_file> data;
 };
+
+constexpr int kByPath = -2;
+
+// Past this many ".." components, a spelled path is taken for a walk around a cycle of headers
+// that include each other through ".." (each pass spells the same files anew: NVRTC stops at
+// #pragma once or its nesting limit, the walk, which models neither, would not).
+constexpr std::size_t kMaxDotDot = 16;
+// Nor does a real closure reach one file by more than a few spellings (a cycle through ".."
+// reached two ways doubles them at each pass).
+constexpr std::size_t kMaxSpellings = 64;
+// A closure this large is refused rather than walked further (the key would cost seconds).
+constexpr std::size_t kMaxNodes = 100'000;
 
 // Whether NVRTC also tries NAME.stdh for `name` (measured: docs/cache-keys.md): when the last
 // path component has no '.'.
@@ -1242,6 +1257,18 @@ bool probes_stdh(const std::string& name) {
                                     ? std::string_view(name)
                                     : std::string_view(name).substr(slash + 1);
   return last.find('.') == std::string_view::npos;
+}
+
+// How many ".." components `path` has.
+std::size_t dot_dots(std::string_view path) {
+  std::size_t n = 0;
+  for (std::size_t at = path.find(".."); at != std::string_view::npos;
+       at = path.find("..", at + 2)) {
+    const bool starts = at == 0 || path[at - 1] == '/';
+    const bool ends = at + 2 == path.size() || path[at + 2] == '/';
+    n += starts && ends ? 1 : 0;
+  }
+  return n;
 }
 
 bool ident_start_c(char c) {
@@ -1281,10 +1308,14 @@ class walker {
     for (int round = 0; round < 256 && !converged; ++round) {
       const std::size_t before = nodes_.size();
       resolve_computed();
+      const std::size_t computed = computed_.size();
       resolve_wrapper_calls();
       revisit_skipped();
       drain();
-      converged = nodes_.size() == before && skipped_version_ == defined_version_;
+      // A macro-named include queued by this round (an entered group, a new node) still needs
+      // resolving, even when no node joined.
+      converged = nodes_.size() == before && skipped_version_ == defined_version_ &&
+                  computed_.size() == computed;
     }
     // Work left over could name more files: the closure is not known to be complete.
     if (!converged) unresolved_.insert("the include walk did not settle within 256 rounds");
@@ -1482,12 +1513,12 @@ class walker {
       if (!next || from_program) return;
     }
     if (name.front() == '/') {
-      (void)try_candidate(name, -1);
+      (void)try_candidate(name, kByPath);
       return;
     }
     bool includer_dir = form == include_form::quoted && search_.source_include;
     std::size_t first_dir = 0;
-    if (next && !from_program) {
+    if (next && !from_program && from.search_index != kByPath) {
       includer_dir = false;
       if (from.search_index >= 0) first_dir = static_cast<std::size_t>(from.search_index) + 1;
     }
@@ -1509,8 +1540,9 @@ class walker {
       add_in_memory(*h);
       return;
     }
-    if (try_candidate(name, -1)) return;
-    if (try_in(current_directory(), name, -1)) return;
+    if (try_candidate(name, kByPath)) return;
+    // The working directory is searched as a source directory: not with no_source_include.
+    if (search_.source_include && try_in(current_directory(), name, -1)) return;
     for (std::size_t d = 0; d < search_.include_path.size(); ++d) {
       if (try_in(search_.include_path[d], name, static_cast<int>(d))) return;
     }
@@ -1546,6 +1578,15 @@ class walker {
       out_.entries.push_back({closure_entry::kind::absent, path, 0, {}});
       ++out_.absent;
       return false;
+    }
+    const bool respelled = ++spellings_[{id.dev, id.ino}] > kMaxSpellings;
+    if (dot_dots(path) > kMaxDotDot || respelled || nodes_.size() >= kMaxNodes) {
+      // Refused, not guessed: the key then needs an extra_digest, the compile bypasses the cache.
+      unresolved_.insert(path + (nodes_.size() >= kMaxNodes
+                                     ? ": more than 100000 headers reached"
+                                     : ": headers that include each other through \"..\" (the "
+                                       "walk would spell them anew forever)"));
+      return true;
     }
     node n;
     n.path = path;
@@ -1956,6 +1997,7 @@ class walker {
   bool bare_has_include_ = false;
   std::unordered_map<std::string, known_file> seen_;
   std::unordered_set<std::string> routes_;  // path + '\n' + search index, walked
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> spellings_;  // by device, inode
   std::set<std::string> seen_memory_;
   std::vector<pending_reference> computed_;
   std::vector<pending_reference> skipped_;   // in groups never entered, as far as is known now

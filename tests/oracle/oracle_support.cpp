@@ -99,11 +99,16 @@ std::vector<traced_call> parse_trace(std::istream& in) {
       unfinished[pid] = rest.substr(0, rest.size() - kUnfinished.size());
       continue;
     }
+    // "call(args) = result", strace padding short calls to its result column with blanks
+    // before the '=' (a parse that missed those would drop short relative paths unseen).
     const auto open = rest.find('(');
-    const auto equals = rest.rfind(") = ");
+    const auto equals = rest.rfind(" = ");
     if (open == std::string::npos || equals == std::string::npos || equals < open) continue;
+    auto close = equals;
+    while (close > open && rest[close] == ' ') --close;
+    if (rest[close] != ')') continue;
     calls.push_back(
-        {rest.substr(0, open), rest.substr(open + 1, equals - open - 1), rest.substr(equals + 4)});
+        {rest.substr(0, open), rest.substr(open + 1, close - open - 1), rest.substr(equals + 3)});
   }
   return calls;
 }
