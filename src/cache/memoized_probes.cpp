@@ -77,12 +77,17 @@ std::string nvrtc_library_directory() {
   if (const auto* loaded = nvrtc_table_if_loaded();
       loaded != nullptr && loaded->api && loaded->api->nvrtcVersion != nullptr) {
     // Found through the loader path, the library's path may be a bare soname: ask the loader.
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(loaded->api->nvrtcVersion), &info) != 0 &&
-        info.dli_fname != nullptr && info.dli_fname[0] == '/') {
-      return directory_of(info.dli_fname);
-    }
-    return {};
+    // A loaded library stays where it is for the process's life: asked once (every key that
+    // reuses a walk asks).
+    static const std::string directory = [&] {
+      Dl_info info{};
+      if (::dladdr(reinterpret_cast<void*>(loaded->api->nvrtcVersion), &info) != 0 &&
+          info.dli_fname != nullptr && info.dli_fname[0] == '/') {
+        return directory_of(info.dli_fname);
+      }
+      return std::string();
+    }();
+    return directory;
   }
   if (auto file = find_in_roots(library_spec_of(toolkit::library::nvrtc))) {
     if (!file->empty() && file->front() == '/') return directory_of(*file);
