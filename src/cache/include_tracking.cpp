@@ -278,6 +278,10 @@ class writer {
     u32(static_cast<std::uint32_t>(s.size()));
     out.append(s);
   }
+  void strs(const std::vector<std::string>& v) {  // a count, then each string
+    u32(static_cast<std::uint32_t>(v.size()));
+    for (const auto& s : v) str(s);
+  }
   void raw(const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
   std::string out;
 };
@@ -302,6 +306,13 @@ class reader {
     return v;
   }
   std::string str() { return std::string(view()); }
+  // A count, then each string (what writer::strs wrote); stops at the first error.
+  std::vector<std::string> strs() {
+    std::vector<std::string> v;
+    const std::uint32_t n = u32();
+    for (std::uint32_t i = 0; i < n && ok_; ++i) v.push_back(str());
+    return v;
+  }
   // A string as a view into the input.
   std::string_view view() {
     const std::uint32_t n = u32();
@@ -427,10 +438,7 @@ void parse_memo(std::string_view data, memo_map& into) {
       def.line = r.u32();
       file->scan.definitions.push_back(std::move(def));
     }
-    const std::uint32_t params = r.u32();
-    for (std::uint32_t k = 0; k < params && r.ok(); ++k) {
-      file->wrappers.wrapper_parameters.push_back(r.str());
-    }
+    file->wrappers.wrapper_parameters = r.strs();
     const std::uint32_t calls = r.u32();
     for (std::uint32_t k = 0; k < calls && r.ok(); ++k) {
       include_reference c{};
@@ -445,8 +453,7 @@ void parse_memo(std::string_view data, memo_map& into) {
     for (std::uint32_t k = 0; k < functions && r.ok(); ++k) {
       function_macro_definition f;
       f.name = r.str();
-      const std::uint32_t parameters = r.u32();
-      for (std::uint32_t q = 0; q < parameters && r.ok(); ++q) f.parameters.push_back(r.str());
+      f.parameters = r.strs();
       f.body = r.str();
       f.line = r.u32();
       file->scan.function_definitions.push_back(std::move(f));
@@ -459,14 +466,12 @@ void parse_memo(std::string_view data, memo_map& into) {
       g.last_line = r.u32();
       g.chain = r.u32();
       g.condition = r.str();
-      const std::uint32_t group_names = r.u32();
-      for (std::uint32_t q = 0; q < group_names && r.ok(); ++q) g.names.push_back(r.str());
+      g.names = r.strs();
       g.when_undefined = r.u8();
       if (g.when_undefined > 2) return;
       file->conditionals.groups.push_back(std::move(g));
     }
-    const std::uint32_t names = r.u32();
-    for (std::uint32_t k = 0; k < names && r.ok(); ++k) file->defined.push_back(r.str());
+    file->defined = r.strs();
     if (!r.ok()) return;
     derive(*file);
     parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
@@ -503,8 +508,7 @@ std::string serialize_memo(const memo_map& records) {
       w.str(def.body);
       w.u32(def.line);
     }
-    w.u32(static_cast<std::uint32_t>(file->wrappers.wrapper_parameters.size()));
-    for (const auto& p : file->wrappers.wrapper_parameters) w.str(p);
+    w.strs(file->wrappers.wrapper_parameters);
     w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
     for (const auto& c : file->wrappers.header_calls) {
       w.u8(static_cast<std::uint8_t>(c.form));
@@ -514,8 +518,7 @@ std::string serialize_memo(const memo_map& records) {
     w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
     for (const auto& f : file->scan.function_definitions) {
       w.str(f.name);
-      w.u32(static_cast<std::uint32_t>(f.parameters.size()));
-      for (const auto& q : f.parameters) w.str(q);
+      w.strs(f.parameters);
       w.str(f.body);
       w.u32(f.line);
     }
@@ -526,12 +529,10 @@ std::string serialize_memo(const memo_map& records) {
       w.u32(g.last_line);
       w.u32(g.chain);
       w.str(g.condition);
-      w.u32(static_cast<std::uint32_t>(g.names.size()));
-      for (const auto& n : g.names) w.str(n);
+      w.strs(g.names);
       w.u8(g.when_undefined);
     }
-    w.u32(static_cast<std::uint32_t>(file->defined.size()));
-    for (const auto& name : file->defined) w.str(name);
+    w.strs(file->defined);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);
