@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "cucore/error.hpp"
-#include "oracle_support.hpp"
+#include "oracle_cases.hpp"
 #include "test_support.hpp"
 
 namespace cucore::oracle {
@@ -713,31 +713,12 @@ TEST(GeneratedOracle, EveryReadAndProbeOfGeneratedIncludeGraphsIsTracked) {
 // was found (the key missed a file NVRTC reads or a path it probes, so an edit there was a stale
 // hit; or the key was never derived), with seed 0x190dac1e5eed unless said otherwise.
 
-// Writes `text` to root/relative, making directories.
-void put(const fs::path& root, const std::string& relative, const std::string& text) {
-  fs::create_directories((root / relative).parent_path());
-  write_text(root / relative, text);
-}
-
+// A finding's case: `code` plus a kernel, with -I root/I.
 oracle_case finding_case(const fs::path& root, const std::string& code) {
-  oracle_case c;
-  c.code = code + "extern \"C\" __global__ void k(int* o) { *o = 1; }\n";
-  c.cwd = root / "cwd";
-  fs::create_directories(c.cwd);
-  c.name = (root / "prog" / "k.cu").string();
-  fs::create_directories(root / "prog");
-  c.target = "ptx";
-  c.toolkit_include_path = false;
+  oracle_case c = case_in(root, code + "extern \"C\" __global__ void k(int* o) { *o = 1; }\n");
   c.include_path = {(root / "I").string()};
   fs::create_directories(root / "I");
   return c;
-}
-
-void expect_tracked(const oracle_case& c, const fs::path& root) {
-  const file_accesses seen = trace_compile(c, root / "scratch");
-  EXPECT_EQ(seen.exit_status, 0) << seen.errors;
-  const oracle_report r = compare(c, seen, tracked_by_key(c), {root.string()});
-  EXPECT_TRUE(r.holds()) << r.describe();
 }
 
 // A header NVRTC opens by its own path, not through a directory of the search (a pre-include

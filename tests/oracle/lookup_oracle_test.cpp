@@ -12,7 +12,7 @@
 
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/program.hpp"
-#include "oracle_support.hpp"
+#include "oracle_cases.hpp"
 #include "test_support.hpp"
 
 namespace cucore::oracle {
@@ -21,34 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using cucore::testing::temp_dir;
 using cucore::testing::write_text;
-
-// Writes `text` to root/relative, making directories.
-void put(const fs::path& root, const std::string& relative, const std::string& text) {
-  fs::create_directories((root / relative).parent_path());
-  write_text(root / relative, text);
-}
-
-// The oracle over one case: NVRTC's accesses are all tracked, and the compile went as expected
-// (a case that fails early would check little). Returns the report.
-oracle_report expect_tracked(const oracle_case& c, const fs::path& root, bool compiles = true) {
-  const file_accesses seen = trace_compile(c, root / "scratch");
-  EXPECT_EQ(seen.exit_status, compiles ? 0 : 1) << seen.errors;
-  const oracle_report r = compare(c, seen, tracked_by_key(c), {root.string()});
-  EXPECT_TRUE(r.holds()) << r.describe() << "\ncompiler said: " << seen.errors;
-  return r;
-}
-
-oracle_case case_in(const fs::path& root, const std::string& code) {
-  oracle_case c;
-  c.code = code;
-  c.cwd = root / "cwd";
-  fs::create_directories(c.cwd);
-  c.name = (root / "prog" / "k.cu").string();
-  fs::create_directories(root / "prog");
-  c.target = "ptx";
-  c.toolkit_include_path = false;
-  return c;
-}
 
 const std::string kStoresFoo = "\nextern \"C\" __global__ void k(int* o) { *o = FOO; }\n";
 
