@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cache/conditional_scan.hpp"
-#include "cache/include_scanner.hpp"
+#include "key/conditional_scan.hpp"
+#include "key/include_scanner.hpp"
 
 namespace {
 

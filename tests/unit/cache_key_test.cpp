@@ -272,7 +272,7 @@ TEST(MakeProgramCacheKey, FramingIsLabelLengthPayload) {
 }
 
 // Pins the schema: field labels, order, framing and the c++ flag list for one input. If this
-// fails, keys changed: bump the schema string (kSchema in src/cache/key.cpp) and update this.
+// fails, keys changed: bump the schema string (kSchema in src/key/key.cpp) and update this.
 TEST(MakeProgramCacheKey, GoldenKeyPinsTheSchema) {
   auto in = base();
   in.name_expressions = {"k"};

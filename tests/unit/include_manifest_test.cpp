@@ -1,4 +1,4 @@
-// Persistent walk manifests (src/cache/include_tracking.cpp; docs/cache-keys.md, "Speed: the walk's
+// Persistent walk manifests (src/key/include_tracking.cpp; docs/cache-keys.md, "Speed: the walk's
 // manifest"): a fresh process of the cucore tool (CUCORE_CLI_PATH) reuses the include walk that an
 // earlier process left beside a directory cache's header digest memo, and never one that a stat
 // no longer answers the same for. Real files, real processes; one test compiles with NVRTC.

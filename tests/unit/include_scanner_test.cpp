@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/include_scanner.hpp"
+#include "key/include_scanner.hpp"
 
 namespace cucore::detail {
 

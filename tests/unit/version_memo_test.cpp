@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "cache/memoized_probes.hpp"
+#include "key/memoized_probes.hpp"
 #include "loader/libraries.hpp"
 #include "loader/shared_library.hpp"
 #include "test_support.hpp"

@@ -1,5 +1,5 @@
 // Conditional structure and condition evaluation (conditional_scan.hpp).
-#include "cache/conditional_scan.hpp"
+#include "key/conditional_scan.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "cache/include_tracking.hpp"
+#include "key/include_tracking.hpp"
 
 #include <dirent.h>
 #include <elf.h>
@@ -22,8 +22,8 @@
 #include <unordered_set>
 
 #include "cache/checksum.hpp"
-#include "cache/conditional_scan.hpp"
-#include "cache/include_scanner.hpp"
+#include "key/conditional_scan.hpp"
+#include "key/include_scanner.hpp"
 #include "common/sha256.hpp"
 
 namespace cucore::detail {

@@ -3,7 +3,7 @@
 // comment/literal state is kept: a directive is accepted wherever its introducer follows a line
 // start or the end of a block comment (over blanks), which covers both the comment-aware view and
 // the raw one, and every __has_* is parsed wherever it stands.
-#include "cache/include_scanner.hpp"
+#include "key/include_scanner.hpp"
 
 #include <algorithm>
 #include <cstring>

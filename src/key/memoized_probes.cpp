@@ -1,4 +1,4 @@
-#include "cache/memoized_probes.hpp"
+#include "key/memoized_probes.hpp"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "cache/include_tracking.hpp"
+#include "key/include_tracking.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "loader/libraries.hpp"
 

@@ -1,4 +1,4 @@
-#include "cache/compiler_version_memo.hpp"
+#include "key/compiler_version_memo.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

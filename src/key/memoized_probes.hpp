@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "cache/compiler_version_memo.hpp"
+#include "key/compiler_version_memo.hpp"
 #include "cucore/cache/key.hpp"
 
 namespace cucore::detail {

@@ -3,8 +3,8 @@
 // kSchema.
 #include "cucore/cache/key.hpp"
 
-#include "cache/include_tracking.hpp"
-#include "cache/memoized_probes.hpp"
+#include "key/include_tracking.hpp"
+#include "key/memoized_probes.hpp"
 #include "common/sha256.hpp"
 #include "program/extra_nvrtc_options.hpp"
 
