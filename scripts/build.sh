@@ -3,6 +3,7 @@
 # (default: "default"). Usage: scripts/build.sh [default|release|asan|tsan]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/ccache-env.sh
 preset=${1:-default}
 bash scripts/setup.sh
 cmake --preset "$preset" >/dev/null

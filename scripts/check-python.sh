@@ -5,6 +5,7 @@
 # Usage: scripts/check-python.sh   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/ccache-env.sh
 py=.venv/bin/python
 wheelhouse=build/wheelhouse
 rm -rf "$wheelhouse"

@@ -18,6 +18,7 @@
 # into build/wheels. Usage: scripts/check-wheels-toolkit.sh   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/ccache-env.sh
 root=$PWD
 wheels=$root/.cache/cuda-wheels
 build=build/wheels
@@ -57,4 +58,4 @@ assert r["include_directories"] == [wheels + "/nvidia/cu13/include/cccl", wheels
 ' "$wheels"
 
 ctest --test-dir "$build" -L 'unit|python' -E 'NOT_BUILT|^python\.test_cuda_core' \
-  --output-on-failure -j2 --timeout 900
+  --output-on-failure -j "${CUCORE_CI_JOBS:-$(nproc)}" --timeout 900

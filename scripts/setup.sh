@@ -12,6 +12,7 @@ packages=(
   clang-format clang libclang-rt-14-dev
   python3 python3-venv python3-dev
   strace
+  ccache
 )
 
 missing=()
@@ -26,6 +27,14 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq >/dev/null
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ccache, the compiler cache every build goes through (CMakeLists.txt; docs/development.md, "CI"):
+# room for all of CI's builds (default, wheel, wheels-only, asan, tsan, fuzz: about 3 GB), set
+# only where neither ccache.conf nor CCACHE_MAXSIZE chose a size (ccache's default is 5 GB).
+if ccache --show-config 2>/dev/null | grep -q '^(default) max_size = '; then
+  echo "setup: ccache max_size = 10G (in $(ccache --get-config cache_dir)/ccache.conf)"
+  ccache --max-size=10G >/dev/null
 fi
 
 # The Python package's build and test environment: a virtual environment in .venv (Debian's pip is

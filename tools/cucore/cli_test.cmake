@@ -5,9 +5,9 @@ if(TARGET cucore_cli)
   add_executable(cli_test ${PROJECT_SOURCE_DIR}/tests/unit/cli_test.cpp)
   target_link_libraries(cli_test PRIVATE cucore_warnings GTest::gtest_main)
   target_compile_features(cli_test PRIVATE cxx_std_20)
-  target_compile_definitions(cli_test PRIVATE CUCORE_CLI_PATH="$<TARGET_FILE:cucore_cli>"
-                                              CUCORE_VERSION="${PROJECT_VERSION}"
-                                              CUCORE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+  target_compile_definitions(cli_test PRIVATE CUCORE_VERSION="${PROJECT_VERSION}")
+  cucore_path_macros(cli_test CUCORE_CLI_PATH $<TARGET_FILE:cucore_cli>
+                     CUCORE_TEST_DATA_DIR ${PROJECT_SOURCE_DIR}/tests/data)
   # The test runs the tool, so building the test must build the tool.
   add_dependencies(cli_test cucore_cli)
   # Test names start with "cli." so `ctest -R cli` selects them.
