@@ -183,7 +183,7 @@ class file_stream_program_cache final : public program_cache {
   // Counts a failure that degrades to a miss or a skipped removal; logged at debug level.
   void note_error(std::string_view what, const std::string& path, std::error_code ec) noexcept;
   // Removes candidate.path if it is still the file the snapshot saw (and, with keep_if_read, has
-  // not been read since); see the .cpp. remove_guarded counts failures.
+  // not been read since); see src/cache/directory/removal.cpp. remove_guarded counts failures.
   removal_outcome remove_guarded(const scan_entry& candidate, bool keep_if_read);
   removal_outcome try_remove(const scan_entry& candidate, bool keep_if_read);
   bool ensure_directories(std::error_code& ec);

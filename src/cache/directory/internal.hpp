@@ -1,0 +1,126 @@
+// The directory cache's parts (file_stream_program_cache, include/cucore/cache/file_stream.hpp),
+// shared by the files of src/cache/directory/:
+//   cache.cpp        the object: construction and the trust checks, claims, statistics, errors
+//   entries.cpp      get, put, erase: reading and writing one entry
+//   removal.cpp      the guarded removal every drop, eviction and repair goes through
+//   maintenance.cpp  scans: the size estimate, eviction, size, clear, list, verify, trim
+//   tmp_files.cpp    temp-file names and hygiene: liveness tags, orphaned and stale temp files
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "cache/posix_file.hpp"
+#include "common/sha256.hpp"
+#include "cucore/cache/file_stream.hpp"
+
+namespace cucore {
+namespace detail::directory {
+namespace posix = detail::posix;
+
+// The test hooks in force (nullptr outside tests).
+const file_stream_test_hooks* hooks() noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// Temp files (tmp_files.cpp)
+
+// A name in tmp/ no other process or thread is using: "<prefix>-<tag>-<pid>-<random>".
+std::string unique_tmp_name(const std::string& tmp_dir, const char* prefix);
+// Whether a temp file was left by a writer that has died (killed, crashed) on this host: its name
+// carries our liveness tag and the pid of a process that no longer exists. Such a file will never
+// be renamed into place; it can go at once instead of counting against the cap for an hour.
+bool orphaned_tmp_file(std::string_view name);
+
+// ---------------------------------------------------------------------------------------------
+// Directory walking. Nothing is followed through a symlink: directories are opened O_NOFOLLOW and
+// every item is lstat'ed (fstatat AT_SYMLINK_NOFOLLOW).
+
+struct walk_item {
+  std::string path;
+  struct stat st;
+  bool in_shard;           // entries/<shard>/<name>; false: a stray item at entries/<name>
+  std::string_view shard;  // valid during the callback
+  std::string_view name;
+};
+
+template <class F>
+inline void walk_entries(const std::string& entries_dir, F&& f) {
+  std::error_code ec;
+  posix::directory_reader top = posix::directory_reader::open(entries_dir, ec);
+  if (!top) return;
+  posix::directory_reader::entry e{};
+  // Collect the top level first: callbacks may remove items (readdir tolerates that, but the
+  // shard readers are simpler one at a time).
+  std::vector<std::pair<std::string, struct stat>> items;
+  while (top.next(e, ec)) {
+    struct stat st {};
+    if (::fstatat(top.fd(), e.name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    items.emplace_back(e.name, st);
+  }
+  for (auto& [name, st] : items) {
+    std::string path = entries_dir + "/" + name;
+    if (!S_ISDIR(st.st_mode)) {
+      f(walk_item{std::move(path), st, false, {}, name});
+      continue;
+    }
+    posix::directory_reader shard = posix::directory_reader::open(path, ec);
+    if (!shard) continue;
+    while (shard.next(e, ec)) {
+      struct stat est {};
+      if (::fstatat(shard.fd(), e.name, &est, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      f(walk_item{path + "/" + e.name, est, true, name, e.name});
+    }
+  }
+}
+
+// Calls f(name, stat) for each item of tmp/.
+template <class F>
+inline void walk_tmp(const std::string& tmp_dir, F&& f) {
+  std::error_code ec;
+  posix::directory_reader dir = posix::directory_reader::open(tmp_dir, ec);
+  if (!dir) return;
+  posix::directory_reader::entry e{};
+  while (dir.next(e, ec)) {
+    struct stat st {};
+    if (::fstatat(dir.fd(), e.name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    f(dir.fd(), e.name, st);
+  }
+}
+
+// What a guarded removal did (removal.cpp).
+enum class removal {
+  removed,   // the snapshot's file was removed
+  vanished,  // a peer removed it first
+  replaced,  // a peer replaced it after the snapshot: the newer file is left in place
+  failed,    // could not remove it (permissions, I/O), or could not put a replacement back
+};
+
+}  // namespace detail::directory
+
+struct file_stream_program_cache::scan_entry {
+  std::string path;
+  struct stat st;  // lstat at scan time: the identity the guarded removal checks
+};
+
+struct file_stream_program_cache::scan_result {
+  std::vector<scan_entry> entries;  // regular files under entries/*/
+  std::uint64_t entry_bytes = 0;
+  std::uint64_t tmp_bytes = 0;
+};
+
+struct file_stream_program_cache::removal_outcome {
+  detail::directory::removal result = detail::directory::removal::failed;
+  // The change in bytes at the path relative to the snapshot, for the caller's running total.
+  std::int64_t delta = 0;
+  std::error_code error;  // for `failed`
+};
+
+}  // namespace cucore
