@@ -3,9 +3,9 @@
 // kSchema.
 #include "cucore/cache/key.hpp"
 
+#include "common/sha256.hpp"
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
-#include "common/sha256.hpp"
 #include "program/extra_nvrtc_options.hpp"
 
 #include <algorithm>
@@ -342,15 +342,15 @@ void apply_driver_linker_rules(program_options& o) {
   o.fma.reset();
 }
 
-void check_name_expressions(const std::vector<std::string>& names) {
+void check_name_expressions(const std::vector<std::string>& names, std::string_view field) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (names[i].empty()) {
-      throw invalid_argument("name_expressions[" + std::to_string(i) +
+      throw invalid_argument(std::string(field) + "[" + std::to_string(i) +
                              "] is empty: give a kernel or variable name expression");
     }
     if (names[i].find('\0') != std::string::npos) {
-      throw invalid_argument("name_expressions[" + std::to_string(i) + "] " + in_quotes(names[i]) +
-                             " contains a NUL byte");
+      throw invalid_argument(std::string(field) + "[" + std::to_string(i) + "] " +
+                             in_quotes(names[i]) + " contains a NUL byte");
     }
   }
 }
@@ -455,18 +455,14 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
     throw invalid_argument(std::string(to_string(type)) +
                            " code contains a NUL byte: pass text (only nvvm accepts bitcode)");
   }
-  if (in.options.name.empty()) {
-    throw invalid_argument(
-        "program_options::name is empty: give the program a name (the default "
-        "is \"default_program\")");
-  }
   check_extra_sources(in);
 
   program_options options = in.options;
   switch (type) {
     case source_type::cxx:
       check_nvrtc_gates(in);
-      check_name_expressions(in.name_expressions);
+      check_name_expressions(in.name_expressions, "name_expressions");
+      check_name_expressions(in.byte_name_expressions, "byte_name_expressions");
       break;
     case source_type::nvvm:
       if (options.use_libdevice.value_or(false) && !in.extra_digest) {
@@ -520,9 +516,11 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
 
   if (type == source_type::cxx) {
     // compile() maps each distinct expression once: order and repeats do not change the output.
+    // Text and byte-string expressions are tagged apart (byte_name_expressions).
     std::vector<std::string> tags;
-    tags.reserve(in.name_expressions.size());
+    tags.reserve(in.name_expressions.size() + in.byte_name_expressions.size());
     for (const auto& name : in.name_expressions) tags.push_back("s:" + name);
+    for (const auto& name : in.byte_name_expressions) tags.push_back("b:" + name);
     std::sort(tags.begin(), tags.end());
     tags.erase(std::unique(tags.begin(), tags.end()), tags.end());
     h.add("names_count", tags.size());

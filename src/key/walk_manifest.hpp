@@ -1,0 +1,134 @@
+#pragma once
+// The second layer of include tracking: a walk's manifest — every stat answer its closure rested
+// on — reused while every answer stays the same, in this process and (beside a persistent cache's
+// digest memo) by fresh processes (docs/cache-keys.md, "Speed: the walk's manifest").
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cache/checksum.hpp"
+#include "key/header_memo.hpp"
+#include "key/include_tracking.hpp"
+
+namespace cucore::detail {
+
+// What one stat of a search candidate found: a regular file with its identity, or not (absent, a
+// directory, ...); a symlink is followed, and its own identity and resolved path kept (a link
+// retargeted to a hard link of the same file elsewhere changes the directory its quoted includes
+// search). A listing check is of a directory whose entries the walk read (the NVRTC library's,
+// for its builtins libraries): `regular` then says it was a directory, `id` is the directory's
+// own (adding, removing or renaming an entry changes its mtime and ctime).
+struct stat_check {
+  std::string path;
+  bool listing = false;
+  bool regular = false;
+  bool link = false;
+  header_identity id;       // the file's (through the link), when regular
+  header_identity link_id;  // the link's own, when link
+  std::string real;         // realpath(), when link
+  bool same_answer(const stat_check& o) const {
+    return listing == o.listing && regular == o.regular && link == o.link &&
+           (!regular || id == o.id) && (!link || (link_id == o.link_id && real == o.real));
+  }
+};
+
+// lstat first: one call for the usual regular file. `keep_path` false: for comparisons only.
+stat_check probe(const std::string& path, bool keep_path = true);
+// A listing check of `path` (through links: the directory a listing of the path reads).
+stat_check probe_listing(const std::string& path, bool keep_path = true);
+
+// A walk's closure with every stat answer it rested on (see track_includes).
+struct walk_manifest {
+  std::vector<stat_check> checks;
+  std::shared_ptr<const include_closure> closure;
+  // The NVRTC library directory the walk read predefined macros from (its builtins libraries:
+  // checks too), when it asked for one and got one. A walk that got none assumed every macro may
+  // be predefined: its closure holds whatever NVRTC compiles, so it is not recorded.
+  std::string nvrtc_directory;
+  // The checks by directory, for revalidation by fstatat on one descriptor per directory (a
+  // path walk per directory instead of one per candidate: hundreds of candidates share a few
+  // dozen toolkit directories).
+  struct in_directory {
+    std::string dir;  // "" for names without a directory part (the working directory)
+    std::vector<std::pair<std::size_t, std::string>> names;  // check index, last component
+  };
+  std::vector<in_directory> by_directory;
+  // Checks re-probed by path: symlinks (realpath, stat through the link), listings, and names
+  // without a plain last component.
+  std::vector<std::size_t> links;
+};
+
+// Splits a manifest's checks by directory.
+void group_checks(walk_manifest& m);
+
+// Whether every check of `m` answers as when it was made, and the NVRTC the walk read predefined
+// macros from is the one `search` names now.
+bool still_valid(const walk_manifest& m, const include_search& search);
+
+// The manifests of this process, by the walk's exact inputs (code, search, working directory).
+class manifest_store {
+ public:
+  std::shared_ptr<const walk_manifest> find(const std::string& inputs) {
+    std::lock_guard lock(mutex_);
+    auto it = manifests_.find(inputs);
+    return it == manifests_.end() ? nullptr : it->second;
+  }
+  void put(const std::string& inputs, std::shared_ptr<const walk_manifest> m) {
+    std::lock_guard lock(mutex_);
+    // Bounded: a process that derives keys of endless distinct programs drops old manifests (they
+    // only save stats-free re-walks).
+    if (manifests_.size() >= kMaxManifests && manifests_.find(inputs) == manifests_.end()) {
+      manifests_.erase(manifests_.begin());
+    }
+    manifests_[inputs] = std::move(m);
+  }
+
+ private:
+  static constexpr std::size_t kMaxManifests = 256;
+  struct fast_hash {
+    std::size_t operator()(const std::string& s) const noexcept {
+      return static_cast<std::size_t>(
+          xxh3_64(std::as_bytes(std::span<const char>(s.data(), s.size())), {}));
+    }
+  };
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const walk_manifest>, fast_hash> manifests_;
+};
+
+manifest_store& manifests();
+
+// The working directory ("?" when it cannot be read).
+std::string current_directory();
+
+// Everything a walk reads besides the file system, framed (length-prefixed) so that no two
+// different input sets frame alike.
+std::string walk_inputs(std::string_view code, const include_search& search,
+                        const std::string& cwd);
+
+// Where the manifest of `inputs` lives beside `memo`, and the SHA-256 it is named by; nullopt
+// without a build identity.
+struct manifest_location {
+  sha256_digest hash{};
+  std::filesystem::path shard;  // MEMO.manifests/XX
+  std::string name;             // the 64 hex digits
+};
+
+// nullopt without a build identity (then nothing is persisted).
+std::optional<manifest_location> manifest_for(const std::filesystem::path& memo,
+                                              const std::string& inputs);
+
+// The manifest at `where`, when there is a valid one for its inputs.
+std::shared_ptr<walk_manifest> load_manifest(const manifest_location& where);
+
+// Best effort: a manifest that cannot be written costs a walk later.
+void save_manifest(const manifest_location& where, const walk_manifest& m) noexcept;
+
+}  // namespace cucore::detail
