@@ -1057,14 +1057,109 @@ TEST_F(CompileCache, NoneAndMemory) {
   EXPECT_TRUE(entry_files(cache_.path()).empty());
 }
 
+// The names in the work directory, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 TEST_F(CompileCache, BadSpecsAreUsageErrors) {
   file("k.cu", kTemplate);
-  for (const char* spec : {"sqlite:", "dir:"}) {
-    const auto r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", spec});
-    EXPECT_EQ(r.status, 2) << describe(r);
-    EXPECT_TRUE(contains(r.err, std::string("--cache ") + spec)) << r.err;
+  const bool had_root_file = fs::exists("/cucore-spec-test.db");  // sqlite:// made it
+  // Each of these once became a directory (sqlite://NAME and dir://NAME: /NAME) and a normal miss.
+  for (const char* spec :
+       {"sqlite:", "dir:", "redis:/127.0.0.1:6379/0", "REDIS:127.0.0.1", "bogus://x",
+        "sqlite3:k.db", "memory:", "None:", "sqlite://cucore-spec-test.db",
+        "dir://cucore-spec-test", "C:\\cache", "file:///tmp/x", "rediss://127.0.0.1",
+        "redis://127.0.0.1:port", "dir:d+redis:/host", "none+redis://127.0.0.1",
+        "bogus:x+redis://127.0.0.1"}) {
+    const auto before = names_in(work_.path());
+    for (const char* command : {"compile", "key"}) {
+      const auto r = cucore({command, "k.cu", "--arch", kArch, "--cache", spec});
+      EXPECT_EQ(r.status, 2) << command << " --cache " << spec << ": " << describe(r);
+      EXPECT_TRUE(contains(r.err, "--cache ")) << r.err;
+    }
+    const auto r = cucore({"cache", "stats", "--cache", spec});
+    EXPECT_EQ(r.status, 2) << "cache stats --cache " << spec << ": " << describe(r);
+    EXPECT_EQ(names_in(work_.path()), before) << spec << " created something";
+  }
+  if (!had_root_file) {
+    EXPECT_FALSE(fs::exists("/cucore-spec-test.db"));
+  }
+  // What the message says: the scheme, the accepted forms, how to name such a directory.
+  auto r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", "bogus://x"});
+  EXPECT_TRUE(contains(r.err, "--cache bogus://x: \"bogus:\" is not a cache scheme")) << r.err;
+  EXPECT_TRUE(contains(r.err, "sqlite:FILE")) << r.err;
+  EXPECT_TRUE(contains(r.err, "./bogus://x or dir:bogus://x")) << r.err;
+  r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", "sqlite://c.db"});
+  EXPECT_TRUE(contains(r.err, "write sqlite:c.db")) << r.err;
+  EXPECT_TRUE(contains(r.err, "sqlite:///ABS/PATH")) << r.err;
+  EXPECT_FALSE(exists("c.db"));
+  // A password in a refused spec is not echoed.
+  r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", "dir:d+redis://:hunter2@host:bad"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_FALSE(contains(r.err, "hunter2")) << r.err;
+  r = cucore({"cache", "config", "max_size", "--cache", "bogus:x"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_FALSE(exists("bogus:x"));
+  r = cucore({"cache", "config", "max_size", "--cache", "d+redis://:hunter2@host"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_FALSE(contains(r.err, "hunter2")) << r.err;
+}
+
+TEST_F(CompileCache, SchemesAndWordsAreReadInAnyCase) {
+  file("k.cu", kTemplate);
+  // REDIS:// is Redis (nothing listens on port 1: a miss, and no ./REDIS: directory).
+  json j = json_of(compile_k({"--cache", "REDIS://127.0.0.1:1/0"}));
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_FALSE(exists("REDIS:"));
+  j = json_of(compile_k({"--cache", "SQLite:c.db"}));
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(fs::is_regular_file(work_.path() / "c.db"));
+  EXPECT_EQ(json_of(compile_k({"--cache", "Dir:d"}))["cache"].string, "miss");
+  EXPECT_EQ(entry_files(work_.path() / "d").size(), 1u);
+  EXPECT_EQ(json_of(compile_k({"--cache", "NONE"}))["cache"].string, "off");
+  EXPECT_EQ(json_of(compile_k({"--cache", "Memory"}))["cache"].string, "miss");
+  EXPECT_EQ(json_of(compile_k({"--cache", "MEMORY+Redis://127.0.0.1:1/0"}))["cache"].string,
+            "miss");
+  EXPECT_FALSE(exists("NONE"));
+  EXPECT_FALSE(exists("Memory"));
+}
+
+TEST_F(CompileCache, DirectoriesWhoseNamesHoldAColon) {
+  file("k.cu", kTemplate);
+  fs::create_directories(work_.path() / "abs");
+  const std::vector<std::string> specs = {"./a:b",    "dir:c:d",    "dir:memory",
+                                          "sub/v1:x", "my_cache:1", (work_ / "abs/x:y").string()};
+  for (const std::string& spec : specs) {
+    EXPECT_EQ(json_of(compile_k({"--cache", spec}))["cache"].string, "miss") << spec;
+  }
+  for (const char* dir : {"a:b", "c:d", "memory", "sub/v1:x", "my_cache:1", "abs/x:y"}) {
+    EXPECT_EQ(entry_files(work_.path() / dir).size(), 1u) << dir;
+  }
+  // sqlite:///abs is the absolute path /abs.
+  const std::string db = (work_.path() / "abs.db").string();
+  EXPECT_EQ(json_of(compile_k({"--cache", "sqlite://" + db}))["cache"].string, "miss");
+  EXPECT_TRUE(fs::is_regular_file(db));
+}
+
+TEST_F(CompileCache, AMalformedRemoteCacheVariableIsAUsageError) {
+  file("k.cu", kTemplate);
+  for (const char* url : {"bogus://x", "redis:/127.0.0.1", "redis://127.0.0.1:port"}) {
+    const auto r = cucore({"compile", "k.cu", "--arch", kArch}, {{"CUCORE_REMOTE_CACHE", url}});
+    EXPECT_EQ(r.status, 2) << url << ": " << describe(r);
+    EXPECT_TRUE(contains(r.err, "$CUCORE_REMOTE_CACHE")) << r.err;
     EXPECT_FALSE(exists("k.cubin"));
   }
+  // An explicit --cache is taken as given: the variable is not read.
+  const auto r = cucore({"compile", "k.cu", "--arch", kArch, "--cache", "none"},
+                        {{"CUCORE_REMOTE_CACHE", "bogus://x"}});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  // In any case, it is Redis.
+  const json j = json_of(compile_k(), {{"CUCORE_REMOTE_CACHE", "REDIS://127.0.0.1:1/0"}});
+  EXPECT_EQ(j["cache"].string, "miss");
 }
 
 // A kernel storing V from the header its first line includes.

@@ -527,16 +527,20 @@ int clear(program_cache& cache, const arguments& args) {
 // first compile applies to it).
 int config(const arguments& args) {
   const std::string spec = cache_spec_from(args);
-  std::string_view dir_spec = spec;
-  if (dir_spec.starts_with("dir:")) dir_spec.remove_prefix(4);
-  if (spec.starts_with("sqlite:") || spec.find("redis://") != std::string::npos ||
-      spec.find("rediss://") != std::string::npos || is_memory_cache(spec) || is_no_cache(spec)) {
+  const cache_spec parsed = parsed_cache_spec(spec);
+  // The default cache's remote tier ($CUCORE_REMOTE_CACHE) is no obstacle: the file configures
+  // the directory in front of it.
+  const bool is_default = parsed.local == cache_spec::local_kind::default_directory;
+  if (parsed.remote && !parsed.remote_from_environment) {  // the spec holds a URL: not echoed
+    throw usage_error(
+        "--cache names a Redis tier: cache config works on a directory cache (DIR, dir:DIR or "
+        "the default); name the local directory alone");
+  }
+  if (!is_default && parsed.local != cache_spec::local_kind::directory) {
     throw usage_error("--cache " + spec +
                       ": cache config works on a directory cache (DIR, dir:DIR or the default)");
   }
-  const bool is_default = dir_spec.empty();
-  const std::filesystem::path dir =
-      is_default ? default_cache_dir() : std::filesystem::path(dir_spec);
+  const std::filesystem::path dir = is_default ? default_cache_dir() : parsed.path;
   std::optional<bool> shared = shared_cache_from_env();
   if (args.has(shared_cache_option.name)) shared = true;
   const cache_access access =

@@ -7,19 +7,27 @@ namespace cucore::cli {
 
 std::string cache_spec_from(const arguments& args) {
   const std::string spec = args.last(cache_option.name).value_or("");
-  if (spec == "sqlite:") {
-    throw usage_error("--cache sqlite: names no file: use --cache sqlite:FILE");
-  }
-  if (spec == "dir:") throw usage_error("--cache dir: names no directory: use --cache dir:DIR");
+  (void)parsed_cache_spec(spec);
   return spec;
 }
 
+cache_spec parsed_cache_spec(std::string_view spec) {
+  try {
+    return parse_cache_spec(spec);
+  } catch (const cache_spec_error& e) {
+    if (!e.variable().empty()) throw usage_error(e.what());
+    throw usage_error("--cache " + e.spec() + ": " + e.reason());
+  }
+}
+
 bool is_no_cache(std::string_view spec) {
-  return spec == "none" || spec == "off";
+  const cache_spec parsed = parsed_cache_spec(spec);
+  return parsed.local == cache_spec::local_kind::none && !parsed.remote;
 }
 
 bool is_memory_cache(std::string_view spec) {
-  return spec == "memory";
+  const cache_spec parsed = parsed_cache_spec(spec);
+  return parsed.local == cache_spec::local_kind::memory && !parsed.remote;
 }
 
 std::unique_ptr<program_cache> open_cache(std::string_view spec, const arguments& args,

@@ -9,6 +9,7 @@
 
 #include "command_line.hpp"
 #include "cucore/cache/key.hpp"
+#include "cucore/cache/open.hpp"
 #include "cucore/cache/program_cache.hpp"
 
 namespace cucore::cli {
@@ -25,21 +26,26 @@ inline constexpr option_spec shared_cache_option{
 
 // The sentences every command with --cache prints about it: a macro, so that the commands'
 // descriptions (string literals) can include it.
-#define CUCORE_CLI_CACHE_SPEC_HELP                                                                \
-  "--cache DIR (or dir:DIR) uses the directory cache at DIR, sqlite:FILE the SQLite cache in\n"   \
-  "FILE, memory an in-process one (empty in every run of the tool), none no cache,\n"             \
-  "redis://[user:password@]host:port/db a Redis server, and LOCAL+redis://... the cache LOCAL\n"  \
-  "names in front of a Redis server (docs/cache-remote.md). The default is the directory cache\n" \
-  "at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore; with\n"               \
-  "$CUCORE_REMOTE_CACHE set to a redis:// URL, that server is the default cache's remote tier.\n" \
-  "A cache must be yours and writable by no one else unless --shared-cache (or\n"                 \
-  "CUCORE_CACHE_SHARED=1) says you trust the users who can write it (docs/cache-directory.md)."
+#define CUCORE_CLI_CACHE_SPEC_HELP                                                                 \
+  "--cache DIR (or dir:DIR) uses the directory cache at DIR, sqlite:FILE the SQLite cache in\n"    \
+  "FILE, memory an in-process one (empty in every run of the tool), none no cache,\n"              \
+  "redis://[user:password@]host:port/db a Redis server, and LOCAL+redis://... the cache LOCAL\n"   \
+  "names in front of a Redis server (docs/cache-remote.md). Schemes and words may be in any\n"     \
+  "case; any other WORD: is refused (a directory named so is ./NAME or dir:NAME). The default\n"   \
+  "is the directory cache at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else\n"               \
+  "~/.cache/cucore; with $CUCORE_REMOTE_CACHE set to a redis:// URL, that server is the default\n" \
+  "cache's remote tier. A cache must be yours and writable by no one else unless --shared-cache\n" \
+  "(or CUCORE_CACHE_SHARED=1) says you trust the users who can write it "                          \
+  "(docs/cache-directory.md)."
 
-// The spec given with --cache, or "" (the default cache) without it. A spec that names nothing
-// ("sqlite:", "dir:") is a usage error.
+// The spec given with --cache, or "" (the default cache) without it. A spec that names no cache
+// (cucore::parse_cache_spec refuses it: "bogus://x", "redis:/host", "sqlite:"), or without
+// --cache a malformed $CUCORE_REMOTE_CACHE, is a usage error.
 std::string cache_spec_from(const arguments& args);
-bool is_no_cache(std::string_view spec);      // "none", "off"
-bool is_memory_cache(std::string_view spec);  // "memory"
+// What `spec` names; a usage error as cache_spec_from says.
+cache_spec parsed_cache_spec(std::string_view spec);
+bool is_no_cache(std::string_view spec);      // "none", "off" (any case)
+bool is_memory_cache(std::string_view spec);  // "memory" (any case)
 
 // Opens the cache `spec` names (nullptr for none), shared when args has --shared-cache; throws
 // what the backend throws. `statistics` false: without persistent statistics (a command that

@@ -1,27 +1,72 @@
 // Opening a cache from a textual spec, as the command line and environment variables give it.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/error.hpp"
 
 namespace cucore {
 
-// Specs (docs/cache-remote.md has the remote ones):
+// Specs (docs/cache-specs.md has the grammar in one table; docs/cache-remote.md the Redis URLs):
 //   ""              the directory cache at default_cache_dir(); with $CUCORE_REMOTE_CACHE set to a
 //                   redis:// URL, that directory cache in front of the Redis tier
 //   "memory"        in_memory_program_cache
-//   "sqlite:FILE"   sqlite_program_cache
+//   "sqlite:FILE"   sqlite_program_cache ("sqlite:///abs/k.db" is "sqlite:/abs/k.db")
 //   "none", "off"   nullptr (no cache)
 //   "redis://..."   redis_program_cache alone (see redis_url for the URL's syntax)
 //   "LOCAL+redis://..."  tiered_program_cache: the cache LOCAL names (any spec above but none and
 //                   a Redis one; empty: the default directory) in front of the Redis tier
-//   "dir:DIR" or any other text: file_stream_program_cache at that directory.
-// Throws invalid_argument for "sqlite:" without a file, a malformed Redis URL (in the spec or in
-// $CUCORE_REMOTE_CACHE, which the message names), and whatever the backend's constructor throws
-// (including a cache the trust rules refuse: see cache_access).
+//   "dir:DIR", DIR  file_stream_program_cache at that directory
+// Schemes (dir:, sqlite:, redis://) and the words memory, none and off are read in any case
+// (RFC 3986). A spec that starts like a scheme, WORD: (a letter, then letters, digits, '+', '-' or
+// '.'), and is none of these is refused: a directory whose name looks so is written ./NAME or
+// dir:NAME.
+
+// What a spec names, without opening anything.
+struct cache_spec {
+  enum class local_kind {
+    none,               // "none", "off"; or a Redis URL alone (remote set)
+    default_directory,  // "" (default_cache_dir())
+    directory,          // DIR, dir:DIR
+    sqlite,             // sqlite:FILE
+    memory,             // memory
+  };
+  local_kind local = local_kind::default_directory;
+  std::filesystem::path path;  // the directory or the SQLite file (directory, sqlite)
+  // The Redis tier's URL, its scheme in lower case: alone (local none) or behind the local tier.
+  std::optional<std::string> remote;
+  bool remote_from_environment = false;  // remote is $CUCORE_REMOTE_CACHE's
+};
+
+// Throws cache_spec_error for a spec that is none of the forms above (an unknown scheme, a known
+// one misspelled such as "redis:/host" or "memory:", "sqlite:" naming no file, "sqlite://k.db"
+// naming a host, "none+redis://...", a malformed Redis URL) and, for the empty spec, for a
+// $CUCORE_REMOTE_CACHE that is not a well-formed redis:// URL.
+cache_spec parse_cache_spec(std::string_view spec);
+
+// A spec that names no cache (on the command line, a usage error). `spec()` is the text refused
+// (a Redis password in it replaced by "***"), `variable()` the environment variable it came from
+// ("CUCORE_REMOTE_CACHE"; empty: the spec itself), `reason()` what is wrong and what to write
+// instead.
+class cache_spec_error : public invalid_argument {
+ public:
+  cache_spec_error(std::string variable, std::string spec, std::string reason);
+  const std::string& variable() const noexcept { return variable_; }
+  const std::string& spec() const noexcept { return spec_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string variable_, spec_, reason_;
+};
+
+// Opens what parse_cache_spec(spec) names. Throws cache_spec_error (an invalid_argument) for what
+// it refuses, and whatever the backend's constructor throws (including a cache the trust rules
+// refuse: see cache_access).
 //
 // Settings of a directory cache (default or named): DIR/cucore.conf (cucore/cache/config.hpp),
 // overridden by $CUCORE_CACHE_MAX_SIZE and $CUCORE_CACHE_SHARED, overridden by `options`. The
