@@ -776,6 +776,35 @@ TEST(MakeProgramCacheKey, NameExpressionsMustBeNonEmptyText) {
   EXPECT_TRUE(contains(msg, "NUL")) << msg;
 }
 
+// A binding's byte-string expressions (Python's b"k") key apart from the same text, as cuda.core's
+// keys do; a text-only key is what it always was (the golden key pins that).
+TEST(MakeProgramCacheKey, ByteNameExpressionsKeyApartFromText) {
+  auto text = base();
+  text.name_expressions = {"k<int>"};
+  auto bytes = base();
+  bytes.byte_name_expressions = {"k<int>"};
+  auto both = base();
+  both.name_expressions = {"k<int>"};
+  both.byte_name_expressions = {"k<int>"};
+  EXPECT_NE(key(text), key(bytes));
+  EXPECT_NE(key(text), key(both));
+  EXPECT_NE(key(bytes), key(both));
+  EXPECT_NE(key(bytes), key(base()));
+  EXPECT_EQ(payloads(key(bytes), "name"), std::vector<std::string>{"b:k<int>"});
+  EXPECT_EQ(payloads(key(both), "name"), (std::vector<std::string>{"b:k<int>", "s:k<int>"}));
+  auto repeated = base();
+  repeated.byte_name_expressions = {"k<int>", "k<int>"};
+  EXPECT_EQ(key(repeated), key(bytes)) << "a set, like name_expressions";
+  bytes.byte_name_expressions = {"k", ""};
+  auto msg = refusal(bytes);
+  EXPECT_TRUE(contains(msg, "byte_name_expressions[1]")) << msg;
+  for (auto type : {source_type::ptx, source_type::nvvm}) {
+    auto in = base(type);
+    in.byte_name_expressions = {"k", ""};
+    EXPECT_EQ(key(in), key(base(type))) << type_name(type);
+  }
+}
+
 TEST(MakeProgramCacheKey, NameExpressionsIgnoredOutsideCxx) {
   for (auto type : {source_type::ptx, source_type::nvvm}) {
     auto in = base(type);
@@ -839,7 +868,7 @@ TEST(MakeProgramCacheKey, NvvmAcceptsBitcodeWithNul) {
   EXPECT_NE(key(in), key(other));
 }
 
-TEST(MakeProgramCacheKey, RefusesNulInTextCodeEmptyCodeAndEmptyName) {
+TEST(MakeProgramCacheKey, RefusesNulInTextCodeAndEmptyCode) {
   for (auto type : {source_type::cxx, source_type::ptx}) {
     auto in = base(type);
     const std::string code("__global__ void k() {}\0", 23);
@@ -851,9 +880,17 @@ TEST(MakeProgramCacheKey, RefusesNulInTextCodeEmptyCodeAndEmptyName) {
     auto in = base(type);
     in.code = "";
     EXPECT_TRUE(contains(refusal(in), "empty"));
-    in = base(type);
+  }
+}
+
+// NVRTC takes an empty program name as "default_program" (and so does cuda.core): accepted, keyed
+// as the name the result carries.
+TEST(MakeProgramCacheKey, EmptyProgramNameIsAcceptedAndKeyed) {
+  for (auto type : kAllTypes) {
+    auto in = base(type);
     in.options.name = "";
-    EXPECT_TRUE(contains(refusal(in), "name"));
+    EXPECT_NE(key(in), key(base(type))) << type_name(type);
+    EXPECT_EQ(payloads(key(in), "options_name"), std::vector<std::string>{""});
   }
 }
 

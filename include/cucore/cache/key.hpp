@@ -176,6 +176,11 @@ struct program_cache_key_inputs {
   // c++ only (ignored for ptx and nvvm): the name expressions compile() resolves. Order and
   // duplicates do not matter.
   std::vector<std::string> name_expressions;
+  // c++ only: name expressions a language binding received as byte strings (Python's bytes)
+  // rather than text. Resolved like name_expressions, but keyed apart from the same text there
+  // ("b:" tags instead of "s:", as cuda.core's make_program_cache_key does): such a binding keys
+  // the symbol mapping it returns by the type it was given. C++ callers leave this empty.
+  std::vector<std::string> byte_name_expressions;
   // Arbitrary caller bytes mixed into the key: required when the compile reads files the key cannot
   // see (a fingerprint of those files), allowed for anything else.
   std::optional<std::string> extra_digest;
