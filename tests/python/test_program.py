@@ -108,6 +108,26 @@ def test_open_program_cache_specs(tmp_path):
         cucore.open_program_cache("sqlite:")
 
 
+def test_mistyped_cache_specs_are_refused_and_schemes_are_case_insensitive(tmp_path, monkeypatch):
+    # Each of these once became a local directory (sqlite://NAME: the file /NAME) and a normal miss.
+    monkeypatch.chdir(tmp_path)
+    for spec in ["redis:/127.0.0.1", "bogus://x", "sqlite3:k.db", "memory:", "sqlite://k.db", "None:"]:
+        with pytest.raises(cucore.InvalidArgument, match="cache spec"):
+            cucore.open_program_cache(spec)
+        with pytest.raises(ValueError):
+            cucore.open_program_cache(spec)
+    assert list(tmp_path.iterdir()) == []
+    with cucore.open_program_cache("REDIS://127.0.0.1:1/0") as cache:  # nothing listens: a miss
+        assert isinstance(cache, cucore.RedisProgramCache)
+    assert cucore.open_program_cache("NONE") is None
+    assert isinstance(cucore.open_program_cache("Memory"), cucore.InMemoryProgramCache)
+    assert isinstance(cucore.open_program_cache("./a:b"), cucore.FileStreamProgramCache)
+    assert (tmp_path / "a:b").is_dir()
+    monkeypatch.setenv("CUCORE_REMOTE_CACHE", "bogus://x")
+    with pytest.raises(ValueError, match="CUCORE_REMOTE_CACHE"):
+        cucore.open_program_cache("")
+
+
 def test_compile_error_carries_the_log(options):
     program = cucore.Program("__global__ void broken( { }", "c++", options)
     with pytest.raises(cucore.CompileError) as info:
