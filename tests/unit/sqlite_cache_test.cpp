@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "process_support.hpp"
+#include "small_filesystem.hpp"
 #include "sqlite_test_support.hpp"
 #include "test_support.hpp"
 
@@ -637,6 +639,62 @@ TEST_F(SqliteCache, OversizedEntryIsNotStoredAndDoesNotLeaveTheOldValue) {
   cache.put("other", code_of_size(5000));
   EXPECT_FALSE(cache.get("other"));
   EXPECT_EQ(cache.stats().errors, 0u);
+}
+
+// A full disk (a real one: a small tmpfs) is named as such, with the file, not as SQLite's
+// "database or disk is full" (SQLITE_FULL) or "disk I/O error" (SQLITE_IOERR_* with errno ENOSPC:
+// growing the WAL index of a cache reopened on a full disk).
+TEST_F(SqliteCache, AFullDiskSaysNoSpaceLeftOnDevice) {
+  const fs::path mount = dir.path() / "small";
+  fs::create_directory(mount);
+  const std::string report = testing::run_in_child([&]() -> std::string {
+    if (std::string why = testing::mount_small_tmpfs(mount, 256 * 1024); !why.empty()) {
+      return "skip: " + why;
+    }
+    // The first put that fails, or the open (strict: it throws too).
+    auto first_failure = [&](sqlite_journal journal, int full_before) -> std::string {
+      const fs::path db = mount / "cache" / "cache.db";
+      fs::create_directories(db.parent_path());
+      if (full_before == 2) populate(db, 2);  // an existing cache, reopened on a full disk
+      if (full_before > 0) {                  // every byte left taken by another file
+        std::ofstream filler(mount / "filler", std::ios::binary);
+        const std::string chunk(4096, 'x');
+        while (filler.write(chunk.data(), static_cast<std::streamsize>(chunk.size()))) {
+        }
+      }
+      std::string message = "no put failed";
+      try {
+        sqlite_program_cache cache(
+            db, {.on_write_failure = write_failure_policy::strict, .journal = journal});
+        for (int i = 0; i < 100; ++i) {
+          cache.put("k" + std::to_string(i), code_of_size(16 * 1024, "n", i));
+        }
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      fs::remove_all(db.parent_path());
+      fs::remove(mount / "filler");
+      return message;
+    };
+    std::string out = "messages:\n";
+    // 0: the puts fill it; 1: full before the cache is created; 2: full before it is reopened.
+    for (const int full_before : {0, 1, 2}) {
+      out += first_failure(sqlite_journal::wal, full_before) + "\n";
+      out += first_failure(sqlite_journal::rollback, full_before) + "\n";
+    }
+    return out;
+  });
+  if (report.starts_with("skip: ")) GTEST_SKIP() << report.substr(6);
+  ASSERT_TRUE(report.starts_with("messages:\n")) << report;
+  std::istringstream lines(report.substr(10));
+  std::string line;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(std::getline(lines, line)) << report;
+    EXPECT_TRUE(testing::contains(line, "no space left on device")) << line;
+    EXPECT_TRUE(testing::contains(line, (mount / "cache" / "cache.db").string())) << line;
+    EXPECT_FALSE(testing::contains(line, "disk I/O error")) << line;
+    EXPECT_FALSE(testing::contains(line, "database or disk is full")) << line;
+  }
 }
 
 // ---- journal mode and filesystems -----------------------------------------------------------

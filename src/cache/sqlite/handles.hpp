@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,10 +33,30 @@ class failure : public std::runtime_error {
   int code_;
 };
 
+// SQLite's words for `code`, the failure of the last call on `db` (null: none open). A full
+// file system is named as such, with the database file: SQLite says "database or disk is full"
+// (SQLITE_FULL) or, for a write to the WAL index, a sync or a truncate that hit it, only "disk I/O
+// error" (SQLITE_IOERR_*, with errno ENOSPC or EDQUOT).
+inline std::string describe(sqlite3* db, int code) {
+  const int primary = code & 0xff;
+  const int system = db != nullptr ? sqlite3_system_errno(db) : 0;
+  const bool no_space = primary == SQLITE_FULL || (primary == SQLITE_IOERR && system == ENOSPC);
+  const bool quota = primary == SQLITE_IOERR && system == EDQUOT;
+  if (no_space || quota) {
+    const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
+    const std::string where =
+        file != nullptr && *file != '\0' ? std::string(file) : std::string("the cache file");
+    return (no_space ? "no space left on device: the file system holding " + where + " is full"
+                     : "disk quota exceeded on the file system holding " + where) +
+           " (free space there, or move the cache)";
+  }
+  return db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+}
+
 [[noreturn]] inline void fail(sqlite3* db, int code, std::string_view what) {
   std::string message(what);
   message += ": ";
-  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+  message += describe(db, code);
   throw failure(code, message);
 }
 

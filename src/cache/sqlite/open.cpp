@@ -121,8 +121,7 @@ void sqlite_program_cache::impl::open_attempts_locked() {
       const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
       handle.reset(raw);
       if (rc != SQLITE_OK) {
-        set_unavailable_locked(std::string("cannot open: ") +
-                                   (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)),
+        set_unavailable_locked(std::string("cannot open: ") + detail::sqlite::describe(raw, rc),
                                kRetryAfterCorruption);
         return;
       }

@@ -68,7 +68,7 @@ bool sqlite_program_cache::impl::recover_locked(const inspection& why) {
         path.c_str(), &raw, kOpenFlags | SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     connection check(raw);
     if (rc != SQLITE_OK) {
-      set_unavailable_locked(what + "; cannot reopen it: " + sqlite3_errstr(rc),
+      set_unavailable_locked(what + "; cannot reopen it: " + detail::sqlite::describe(raw, rc),
                              kRetryAfterCorruption);
       return false;
     }
