@@ -37,7 +37,9 @@ namespace cucore::detail {
   X(nvrtcGetPCHHeapSize)          \
   X(nvrtcSetPCHHeapSize)          \
   X(nvrtcGetPCHCreateStatus)      \
-  X(nvrtcGetPCHHeapSizeRequired)
+  X(nvrtcGetPCHHeapSizeRequired)  \
+  X(nvrtcGetNumSupportedArchs)    \
+  X(nvrtcGetSupportedArchs)
 
 #define CUCORE_NVJITLINK_FUNCTIONS(X) \
   X(nvJitLinkCreate)                  \

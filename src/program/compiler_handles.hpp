@@ -1,9 +1,11 @@
 // RAII owners for the compiler libraries' handles, and the helpers that read their logs.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
+#include "cucore/error.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {
@@ -42,5 +44,31 @@ using nvrtc_program = compiler_handle<nvrtc_api, nvrtcProgram, &nvrtc_api::nvrtc
 using nvvm_program = compiler_handle<nvvm_api, nvvmProgram, &nvvm_api::nvvmDestroyProgram>;
 using nvjitlink_handle =
     compiler_handle<nvjitlink_api, nvJitLinkHandle, &nvjitlink_api::nvJitLinkDestroy>;
+
+// After NVRTC refused the options (NVRTC_ERROR_INVALID_OPTION): when `arch` ("sm_9999",
+// "compute_9999", "sm_90a") names an architecture this NVRTC does not compile for, throws
+// invalid_argument naming it and the ones it does (nvrtcGetSupportedArchs) instead of NVRTC's bare
+// "invalid value for --gpu-architecture". Returns when the arch is supported (another option was
+// refused) or NVRTC cannot list its architectures.
+inline void check_nvrtc_supports_arch(const nvrtc_api& api, const std::string& arch) {
+  const std::size_t digits = arch.find_first_of("0123456789");
+  if (digits == std::string::npos) return;
+  const std::size_t end = arch.find_first_not_of("0123456789", digits);
+  const std::string number = arch.substr(digits, end - digits);
+  int count = 0;
+  if (api.nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return;
+  std::vector<int> supported(static_cast<std::size_t>(count));
+  if (api.nvrtcGetSupportedArchs(supported.data()) != NVRTC_SUCCESS) return;
+  std::string list;
+  for (const int a : supported) {
+    if (std::to_string(a) == number) return;
+    list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  }
+  throw invalid_argument("arch \"" + arch + "\" is not an architecture NVRTC " +
+                         api.nvrtc_version.to_string() + " (" + api.library->path() +
+                         ") compiles for: it supports " + list +
+                         " (also as compute_XY, and with an \"a\" or \"f\" suffix where the GPU "
+                         "has one); pick one of those, or use a newer NVRTC");
+}
 
 }  // namespace cucore::detail

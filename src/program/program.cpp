@@ -247,6 +247,9 @@ object_code program::compile_nvrtc(code_type target,
         api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
     log_ = nvrtc_log(api, prog.get());
     if (result != NVRTC_SUCCESS) {
+      if (result == NVRTC_ERROR_INVALID_OPTION) {
+        detail::check_nvrtc_supports_arch(api, *options.arch);  // names the arch if that was it
+      }
       throw compile_error("NVRTC", api.nvrtcGetErrorString(result), log_);
     }
 

@@ -867,6 +867,20 @@ TEST_F(Compile, BadArchIsAUsageError) {
   EXPECT_TRUE(contains(r.err, "--arch")) << r.err;
 }
 
+// NVRTC says only "invalid value for --gpu-architecture": the tool names the value and the
+// architectures the loaded NVRTC compiles for.
+TEST_F(Compile, AnArchNvrtcDoesNotCompileForNamesTheSupportedOnes) {
+  file("saxpy.cu", kSaxpy);
+  auto r = cucore({"compile", "saxpy.cu", "--arch", "sm_9999"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(r.err, "--arch: arch \"sm_9999\" is not an architecture NVRTC")) << r.err;
+  EXPECT_TRUE(contains(r.err, "sm_90")) << r.err;
+  EXPECT_FALSE(exists("saxpy.cubin"));
+  r = cucore({"compile", "saxpy.cu", "--arch", "compute_9999", "--target", "ptx", "--json"});
+  EXPECT_EQ(r.status, 2) << describe(r);
+  EXPECT_TRUE(contains(parse_json(r.out)["error"].string, "arch \"compute_9999\"")) << r.out;
+}
+
 TEST_F(Compile, MissingFile) {
   const auto r = cucore({"compile", "missing.cu", "--arch", kArch});
   EXPECT_EQ(r.status, 1) << describe(r);

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "cucore/error.hpp"
 #include "cucore/options.hpp"
+#include "cucore/program.hpp"
 #include "cucore/toolkit.hpp"
 
 namespace cucore {
@@ -548,6 +550,35 @@ TEST(Names, ParseAndPrint) {
   EXPECT_EQ(parse_code_type("CUBIN"), code_type::cubin);
   EXPECT_EQ(parse_code_type("Ptx"), code_type::ptx);
   EXPECT_EQ(parse_code_type("LtoIR"), code_type::ltoir);
+}
+
+// ---- an arch the compiler does not know -----------------------------------------------------
+
+// NVRTC says only "invalid value for --gpu-architecture (-arch)": the error names the value and
+// the architectures the loaded NVRTC compiles for (nvrtcGetSupportedArchs).
+TEST(ProgramOptions, AnArchNvrtcDoesNotCompileForIsNamedWithTheSupportedOnes) {
+  for (const char* arch : {"sm_9999", "compute_9999", "sm_12a"}) {
+    SCOPED_TRACE(arch);
+    program_options o;
+    o.arch = arch;
+    program p("extern \"C\" __global__ void k() {}", source_type::cxx, o);
+    try {
+      (void)p.compile(code_type::ptx);
+      ADD_FAILURE() << "compiled";
+    } catch (const invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::string("arch \"") + arch + "\""), std::string::npos) << m;
+      EXPECT_NE(m.find("NVRTC"), std::string::npos) << m;
+      EXPECT_NE(m.find("sm_90"), std::string::npos) << m;  // every NVRTC 12 and 13 has it
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not an invalid_argument: " << e.what();
+    }
+  }
+  // Another option NVRTC refuses is still its compile_error, with its log.
+  program_options o = with_arch();
+  o.extra_nvrtc_options = {"--no-such-option"};
+  program p("extern \"C\" __global__ void k() {}", source_type::cxx, o);
+  EXPECT_THROW((void)p.compile(code_type::ptx), compile_error);
 }
 
 }  // namespace

@@ -265,7 +265,16 @@ int compile_and_report(const arguments& args) {
 
   program prog(in.code, in.source, in.options);
   const auto start = std::chrono::steady_clock::now();
-  compiled c = compile(prog, in, args);
+  compiled c = [&] {
+    try {
+      return compile(prog, in, args);
+    } catch (const cucore::invalid_argument& e) {
+      // A value the compiler refused, such as an --arch the loaded NVRTC does not compile for:
+      // a usage error like the values checked before the compile.
+      const std::string what = e.what();
+      throw usage_error(what.starts_with("arch \"") ? "--arch: " + what : what);
+    }
+  }();
   const std::chrono::duration<double, std::milli> elapsed =
       std::chrono::steady_clock::now() - start;
   c.code.write(output);
