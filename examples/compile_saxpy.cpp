@@ -2,21 +2,17 @@
 // template instantiations. Usage: compile_saxpy [arch] (default: the GPU's, else sm_90).
 #include <cucore/cucore.hpp>
 
-#include <fstream>
+#include "saxpy_source.hpp"  // examples/saxpy.cu, embedded at build time (CMakeLists.txt)
+
 #include <iostream>
-#include <sstream>
 
 int main(int argc, char** argv) try {
-  std::ifstream file(CUCORE_EXAMPLES_DIR "/saxpy.cu");
-  std::stringstream source;
-  source << file.rdbuf();
-
   cucore::program_options options;
   options.name = "saxpy.cu";
   options.arch = argc > 1 ? argv[1] : cucore::toolkit::current_device_arch().value_or("sm_90");
   options.std = "c++17";
 
-  cucore::program program(source.str(), cucore::source_type::cxx, options);
+  cucore::program program(saxpy_source, cucore::source_type::cxx, options);
   std::vector<std::string> names = {"saxpy<float>", "saxpy<double>"};
   cucore::object_code cubin = program.compile(cucore::code_type::cubin, names);
 

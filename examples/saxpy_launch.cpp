@@ -2,13 +2,13 @@
 // random inputs and checks the result. Without a GPU it says so and exits 0.
 #include <cucore/cucore.hpp>
 
+#include "saxpy_source.hpp"  // examples/saxpy.cu, embedded at build time (CMakeLists.txt)
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <sstream>
 #include <vector>
 
 int main() try {
@@ -16,9 +16,6 @@ int main() try {
     std::cout << "no GPU: skipped (saxpy_launch needs a CUDA device)\n";
     return 0;
   }
-  std::ifstream file(CUCORE_EXAMPLES_DIR "/saxpy.cu");
-  std::stringstream source;
-  source << file.rdbuf();
 
   cucore::device dev(0);
   cucore::program_options options;
@@ -28,7 +25,7 @@ int main() try {
 
   // $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore.
   std::unique_ptr<cucore::program_cache> cache = cucore::open_program_cache("");
-  cucore::program program(source.str(), cucore::source_type::cxx, options);
+  cucore::program program(saxpy_source, cucore::source_type::cxx, options);
   std::vector<std::string> names = {"saxpy<float>"};
   cucore::object_code cubin = program.compile(cucore::code_type::cubin, names, cache.get());
   std::cout << "compiled saxpy.cu for " << *options.arch << " (cache "
