@@ -400,9 +400,14 @@ void bind_caches(nb::module_& m) {
             d["ok"] = r.ok;
             d["corrupt"] = r.corrupt;
             d["removed"] = r.removed;
+            d["moved_aside"] = r.moved_aside;
+            d["notes"] = r.notes;
             return d;
           },
-          "remove_bad"_a = false, "Checks every entry (format, checksum, key).")
+          "remove_bad"_a = false,
+          "Checks every entry (format, checksum, key); with remove_bad, removes the damaged ones "
+          "and what is not an entry (a directory, ...) where one belongs, or moves it aside. "
+          "'notes': a line for each such thing and what was done.")
       .def_prop_ro("description", &program_cache::description)
       .def("__repr__",
            [](const program_cache& c) { return "<cucore cache " + c.description() + ">"; })

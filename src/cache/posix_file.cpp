@@ -249,8 +249,13 @@ directory_reader::~directory_reader() {
 }
 
 directory_reader directory_reader::open(const std::string& path, std::error_code& ec) noexcept {
+  return open_at(AT_FDCWD, path.c_str(), ec);
+}
+
+directory_reader directory_reader::open_at(int dir_fd, const char* name,
+                                           std::error_code& ec) noexcept {
   directory_reader reader;
-  unique_fd fd = open_file(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, ec);
+  unique_fd fd = open_file_at(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, ec);
   if (!fd) return reader;
   DIR* dir = ::fdopendir(fd.get());
   if (dir == nullptr) {

@@ -180,6 +180,8 @@ class directory_reader {
 
   // Opens `path` for listing.
   static directory_reader open(const std::string& path, std::error_code& ec) noexcept;
+  // Opens `name` in the directory `dir_fd` for listing (a symlink there is refused, not followed).
+  static directory_reader open_at(int dir_fd, const char* name, std::error_code& ec) noexcept;
   explicit operator bool() const noexcept { return dir_ != nullptr; }
   // The descriptor of the open directory (for fstatat / unlinkat relative to it).
   int fd() const noexcept;

@@ -2009,7 +2009,8 @@ TEST_F(Cache, VerifyFindsAndRemovesADamagedEntry) {
   auto r = cucore({"cache", "verify", "--json"});
   EXPECT_EQ(r.status, 0) << describe(r);
   json j = parse_json(r.out);
-  EXPECT_EQ(j.keys, (std::vector<std::string>{"entries", "ok", "corrupt", "removed"}));
+  EXPECT_EQ(j.keys, (std::vector<std::string>{"entries", "ok", "corrupt", "removed", "moved_aside",
+                                              "notes"}));
   EXPECT_EQ(j["entries"].number, 1);
   EXPECT_EQ(j["ok"].number, 1);
   EXPECT_EQ(j["corrupt"].number, 0);
@@ -2050,6 +2051,48 @@ TEST_F(Cache, VerifyFindsAndRemovesADamagedEntry) {
   EXPECT_EQ(output("k.cubin"), good);
   EXPECT_EQ(json_of(compile_k())["cache"].string, "hit");
   EXPECT_EQ(output("k.cubin"), good);
+}
+
+// A directory where an entry belongs (issue 21, item 3): the compile misses, its store clears the
+// directory (saying so), the next compile hits, and the statistics count one drop, not one per
+// lookup. verify removes another one, says what it removed, and finds nothing on the next run.
+TEST_F(Cache, ADirectoryWhereAnEntryBelongsIsClearedByTheStoreAndByVerify) {
+  file("k.cu", kTemplate);
+  ASSERT_EQ(json_of(compile_k())["cache"].string, "miss");
+  auto block = [&] {
+    const auto files = entry_files(cache_.path());
+    EXPECT_EQ(files.size(), 1u);
+    if (files.size() != 1u) return fs::path();
+    fs::remove(files[0]);
+    fs::create_directories(files[0] / "inside");
+    write_text(files[0] / "inside/file", "x");
+    return files[0];
+  };
+  const fs::path first = block();
+  auto r = cucore(compile_k());
+  EXPECT_EQ(r.status, 0) << describe(r);
+  EXPECT_EQ(parse_json(r.out)["cache"].string, "miss");
+  EXPECT_TRUE(contains(r.err, first.string() + " is a directory, not an entry")) << r.err;
+  EXPECT_TRUE(contains(r.err, "removed " + first.string())) << r.err;
+  EXPECT_EQ(json_of(compile_k())["cache"].string, "hit");
+  const json local = json_of({"cache", "stats", "--json"})["statistics"]["local"];
+  EXPECT_EQ(local["corrupt_dropped"].number, 1);
+  EXPECT_EQ(local["puts"].number, 2);
+
+  const fs::path second = block();
+  r = cucore({"cache", "verify"});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_EQ(r.out, "removed " + second.string() +
+                       " (a directory, not an entry, 3 items with what was inside)\n"
+                       "1 entries, 0 ok, 1 corrupt, 1 removed\n")
+      << describe(r);
+  r = cucore({"cache", "verify", "--json"});
+  EXPECT_EQ(r.status, 0) << describe(r);
+  const json j = parse_json(r.out);
+  EXPECT_EQ(j["corrupt"].number, 0);
+  EXPECT_EQ(j["notes"].items.size(), 0u);
+  EXPECT_EQ(json_of(compile_k())["cache"].string, "miss");
+  EXPECT_EQ(json_of(compile_k())["cache"].string, "hit");
 }
 
 TEST_F(Cache, StatsTrimClear) {

@@ -686,7 +686,7 @@ TEST(FileStreamCache, PruneOnlyIfStatUnchanged) {
     });
     EXPECT_FALSE(cache.get("k")) << "what was read is damaged: a miss";
   }
-  EXPECT_EQ(cache.stats().corrupt_dropped, 1u);
+  EXPECT_EQ(cache.stats().corrupt_dropped, 0u) << "the peer replaced it: nothing was dropped";
   auto hit = cache.get("k");
   ASSERT_TRUE(hit) << "the peer's replacement was not pruned";
   EXPECT_EQ(hit->name(), "good");
@@ -1121,12 +1121,118 @@ TEST(FileStreamCache, VerifyFindsAndRemovesDamagedAndStrayFiles) {
 
   report = cache.verify(true);
   EXPECT_EQ(report.corrupt, 7u);
-  EXPECT_EQ(report.removed, 6u) << "all but the directory";
+  EXPECT_EQ(report.removed, 7u) << "the directory too";
+  EXPECT_EQ(report.moved_aside, 0u);
+  EXPECT_EQ(cache.stats().corrupt_dropped, 7u);
   EXPECT_TRUE(fs::exists(dir / "outside")) << "the symlink was removed, not its target";
   report = cache.verify(false);
   EXPECT_EQ(report.ok, 5u);
-  EXPECT_EQ(report.corrupt, 1u) << "only the nested directory remains";
+  EXPECT_EQ(report.corrupt, 0u) << "repaired: nothing to report on the next run";
+  EXPECT_TRUE(report.notes.empty());
   for (int i = 3; i < 8; ++i) EXPECT_TRUE(cache.get("k" + std::to_string(i)));
+}
+
+// A directory tree where an entry belongs (a person's mkdir, an unpacked archive, another tool):
+// verify(true) removes it with everything inside, without following a symbolic link out of the
+// cache, and says so; the key then works and the next verify finds nothing.
+TEST(FileStreamCache, VerifyRemovesADirectoryTreeWithoutFollowingLinks) {
+  temp_dir dir;
+  file_stream_program_cache cache(dir / "c", fast());
+  cache.put("k", code_of(10));
+  const fs::path file = entry_file(dir / "c", "k");
+  fs::remove(file);
+  fs::create_directories(file / "a/b/c");
+  write_text(file / "a/b/c/deep", "deep");
+  write_text(file / "top", "top");
+  ASSERT_EQ(::mkfifo((file / "a/fifo").c_str(), 0644), 0);
+  fs::create_directories(dir / "outside/keep");
+  write_text(dir / "outside/keep/precious", "precious");
+  fs::create_directory_symlink(dir / "outside", file / "a/link-to-dir");
+  fs::create_symlink(dir / "outside/keep/precious", file / "a/b/link-to-file");
+
+  cache_verify_report report = cache.verify(false);
+  EXPECT_EQ(report.corrupt, 1u);
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.notes[0], file.string() + " is a directory, not an entry");
+  EXPECT_TRUE(fs::is_directory(file)) << "verify(false) removes nothing";
+
+  report = cache.verify(true);
+  EXPECT_EQ(report.corrupt, 1u);
+  EXPECT_EQ(report.removed, 1u);
+  EXPECT_EQ(report.moved_aside, 0u);
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_TRUE(
+      report.notes[0].starts_with("removed " + file.string() + " (a directory, not an entry"))
+      << report.notes[0];
+  EXPECT_FALSE(fs::exists(fs::symlink_status(file)));
+  EXPECT_EQ(testing::read_text(dir / "outside/keep/precious"), "precious")
+      << "nothing outside the cache was followed";
+  EXPECT_TRUE(tmp_files(dir / "c").empty()) << "removed, not left in tmp/";
+  EXPECT_EQ(cache.stats().corrupt_dropped, 1u);
+
+  cache.put("k", code_of(11));
+  EXPECT_EQ(cache.get("k"), code_of(11));
+  report = cache.verify(true);
+  EXPECT_EQ(report.corrupt, 0u);
+  EXPECT_EQ(report.ok, 1u);
+  EXPECT_TRUE(report.notes.empty());
+}
+
+// What cannot be removed (here a file inside a directory its owner cannot write) is moved out of
+// the key's way into tmp/, and the note says where and how to remove it; verify retries it later.
+TEST(FileStreamCache, VerifyMovesAsideWhatItCannotRemove) {
+  temp_dir dir;
+  const fs::path root = dir / "c";
+  const fs::path file = entry_file(root, "k");
+  if (running_as_root()) {
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+  }
+  const std::string result = run_as_nobody([&]() -> std::string {
+    file_stream_program_cache cache(root, fast());
+    cache.put("k", code_of(10));
+    CHILD_EXPECT(fs::exists(file));
+    fs::remove(file);
+    fs::create_directories(file / "locked");
+    write_text(file / "locked/stuck", "cannot be unlinked: its directory is not writable");
+    write_text(file / "loose", "can go");
+    CHILD_EXPECT(::chmod((file / "locked").c_str(), 0500) == 0);
+
+    cache_verify_report report = cache.verify(true);
+    auto notes = [&] {
+      std::string all;
+      for (const auto& n : report.notes) all += n + "\n";
+      return all;
+    };
+    if (report.notes.size() != 1u) return "notes: " + notes();
+    CHILD_EXPECT(report.corrupt == 1u);
+    CHILD_EXPECT(report.removed == 0u);
+    CHILD_EXPECT(report.moved_aside == 1u);
+    const std::string& note = report.notes[0];
+    CHILD_EXPECT(note.starts_with("moved " + file.string() +
+                                  " (a directory, not an entry) aside to " +
+                                  (root / "tmp/aside-").string()));
+    CHILD_EXPECT(note.find("locked/stuck: Permission denied") != std::string::npos);
+    CHILD_EXPECT(note.find("rm -rf " + (root / "tmp/aside-").string()) != std::string::npos);
+    CHILD_EXPECT(!fs::exists(fs::symlink_status(file)));
+    CHILD_EXPECT(cache.stats().corrupt_dropped == 1u);
+    // The key works again.
+    cache.put("k", code_of(11));
+    CHILD_EXPECT(cache.get("k") == code_of(11));
+    // The next verify has nothing corrupt, and says what is still left in tmp/.
+    report = cache.verify(true);
+    CHILD_EXPECT(report.corrupt == 0u);
+    CHILD_EXPECT(report.notes.size() == 1u);
+    CHILD_EXPECT(report.notes[0].find("set aside by an earlier repair") != std::string::npos);
+    // Once it can be removed, verify removes it.
+    for (const auto& p : fs::directory_iterator(root / "tmp")) {
+      CHILD_EXPECT(::chmod((p.path() / "locked").c_str(), 0700) == 0);
+    }
+    report = cache.verify(true);
+    CHILD_EXPECT(report.notes.empty());
+    CHILD_EXPECT(tmp_files(root).empty());
+    return "";
+  });
+  EXPECT_EQ(result, "");
 }
 
 TEST(FileStreamCache, ListReadsHeadersOnly) {
@@ -1230,22 +1336,119 @@ TEST(FileStreamCache, FifoAtAnEntryPathDoesNotHang) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(file))) << "pruned";
 }
 
-TEST(FileStreamCache, DirectoryAtAnEntryPathIsAMissAndBlocksOnlyThatKey) {
+// A directory where an entry belongs is a miss that get() names, with the fix, once; it is not
+// counted as a dropped entry (nothing was dropped). The put that follows the miss clears it and
+// stores the entry: the key does not miss forever.
+TEST(FileStreamCache, DirectoryAtAnEntryPathIsReplacedByThePut) {
   temp_dir dir;
   file_stream_program_cache cache(dir.path(), fast());
   cache.put("k", code_of(10));
   const fs::path file = entry_file(dir.path(), "k");
   fs::remove(file);
   fs::create_directories(file / "inside");
+  write_text(file / "inside/file", "x");
   log_capture logs;
   EXPECT_FALSE(cache.get("k"));
-  EXPECT_TRUE(fs::is_directory(file / "inside")) << "not removed: it is not ours";
-  EXPECT_TRUE(tmp_files(dir.path()).empty());
+  EXPECT_FALSE(cache.get("k"));
+  EXPECT_TRUE(fs::is_directory(file / "inside")) << "a read does not remove it";
+  EXPECT_EQ(cache.stats().corrupt_dropped, 0u) << "nothing was dropped";
+  EXPECT_EQ(cache.stats().errors, 2u);
+  ASSERT_EQ(logs.count(log_level::warning), 1u) << "warned once";
+  const std::string warning = logs.at(log_level::warning)[0];
+  EXPECT_NE(warning.find(file.string() + " is a directory, not an entry"), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("cucore cache verify --cache " + dir.path().string()), std::string::npos)
+      << warning;
+
   EXPECT_NO_THROW(cache.put("k", code_of(11)));
-  EXPECT_EQ(cache.stats().errors, 1u) << "the put could not replace a directory";
-  cache.put("other", code_of(12));
-  EXPECT_TRUE(cache.get("other"));
-  EXPECT_EQ(cache.verify(true).corrupt, 1u);
+  EXPECT_EQ(cache.get("k"), code_of(11));
+  EXPECT_EQ(cache.stats().corrupt_dropped, 1u);
+  EXPECT_EQ(cache.stats().errors, 2u) << "the put did not fail";
+  EXPECT_EQ(logs.count(log_level::warning, "removed " + file.string()), 1u);
+  EXPECT_TRUE(tmp_files(dir.path()).empty());
+  EXPECT_EQ(cache.verify(true).corrupt, 0u);
+}
+
+// A put whose directory cannot be cleared fails (per on_write_failure) with a message that names
+// the path and says how to remove it; strict throws it.
+TEST(FileStreamCache, PutNamesADirectoryItCannotClear) {
+  temp_dir dir;
+  const fs::path root = dir / "c";
+  const fs::path file = entry_file(root, "k");
+  if (running_as_root()) {
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+  }
+  const std::string result = run_as_nobody([&]() -> std::string {
+    file_stream_cache_options strict = fast();
+    strict.on_write_failure = write_failure_policy::strict;
+    file_stream_program_cache cache(root, strict);
+    cache.put("other", code_of(1));
+    fs::create_directories(file / "locked");
+    write_text(file / "locked/stuck", "x");
+    CHILD_EXPECT(::chmod((file / "locked").c_str(), 0500) == 0);
+    // The shard is not writable either: nothing can be moved or removed there.
+    CHILD_EXPECT(::chmod(file.parent_path().c_str(), 0500) == 0);
+    try {
+      cache.put("k", code_of(2));
+      return "the put did not throw";
+    } catch (const error& e) {
+      const std::string what = e.what();
+      if (what.find("a directory, not an entry") == std::string::npos) return what;
+      CHILD_EXPECT(what.find("could not move the new entry into " + file.string()) !=
+                   std::string::npos);
+      CHILD_EXPECT(what.find("a directory, not an entry") != std::string::npos);
+      CHILD_EXPECT(what.find("rm -rf " + file.string()) != std::string::npos);
+    }
+    CHILD_EXPECT(cache.stats().corrupt_dropped == 0u);
+    CHILD_EXPECT(::chmod(file.parent_path().c_str(), 0755) == 0);
+    CHILD_EXPECT(::chmod((file / "locked").c_str(), 0755) == 0);
+    return "";
+  });
+  EXPECT_EQ(result, "");
+}
+
+// Something that is not a directory where a shard directory belongs blocks every key of that
+// shard: a put removes it and makes the shard.
+TEST(FileStreamCache, PutClearsAFileWhereTheShardBelongs) {
+  temp_dir dir;
+  file_stream_program_cache cache(dir.path(), fast());
+  const fs::path shard = entry_file(dir.path(), "k").parent_path();
+  fs::create_directories(dir / "entries");
+  write_text(shard, "not a shard");
+  EXPECT_FALSE(cache.get("k"));
+  cache.put("k", code_of(10));
+  EXPECT_EQ(cache.get("k"), code_of(10));
+  EXPECT_TRUE(fs::is_directory(fs::symlink_status(shard)));
+  EXPECT_EQ(cache.stats().corrupt_dropped, 1u);
+  EXPECT_EQ(cache.stats().errors, 0u);
+}
+
+// A drop is counted when something was dropped: a symlink get() cannot remove (its shard is not
+// writable) is not.
+TEST(FileStreamCache, GetCountsADropOnlyWhenItRemovedSomething) {
+  temp_dir dir;
+  const fs::path root = dir / "c";
+  const fs::path file = entry_file(root, "k");
+  if (running_as_root()) {
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+  }
+  const std::string result = run_as_nobody([&]() -> std::string {
+    file_stream_program_cache cache(root, fast());
+    cache.put("k", code_of(10));
+    fs::remove(file);
+    fs::create_symlink(root / "elsewhere", file);
+    CHILD_EXPECT(::chmod(file.parent_path().c_str(), 0555) == 0);
+    CHILD_EXPECT(!cache.get("k"));
+    CHILD_EXPECT(fs::is_symlink(fs::symlink_status(file)));
+    CHILD_EXPECT(cache.stats().corrupt_dropped == 0u);
+    CHILD_EXPECT(cache.stats().errors == 1u);
+    CHILD_EXPECT(::chmod(file.parent_path().c_str(), 0755) == 0);
+    CHILD_EXPECT(!cache.get("k"));
+    CHILD_EXPECT(!fs::exists(fs::symlink_status(file)));
+    CHILD_EXPECT(cache.stats().corrupt_dropped == 1u);
+    return "";
+  });
+  EXPECT_EQ(result, "");
 }
 
 TEST(FileStreamCache, SymlinkedSubdirectoryIsRefused) {

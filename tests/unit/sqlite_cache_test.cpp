@@ -1427,5 +1427,37 @@ TEST_F(SqliteCache, ProcessesCreatingTheFileTogether) {
   EXPECT_TRUE(testing::moved_aside(file).empty());
 }
 
+// Rows cucore never writes, whose key or write id is of another SQL type (another program's, a
+// damaged file's), are corrupt and removed by verify(true): they were counted corrupt on every run
+// and never removed (the typed delete could not match them). The counters count the removals.
+TEST_F(SqliteCache, VerifyRemovesRowsOfForeignTypes) {
+  {
+    sqlite_program_cache cache(file);
+    cache.put("good", code_of_size(10, "good"));
+  }
+  {
+    testing::raw_db raw(file);
+    raw.exec(
+        "INSERT INTO blobs(id, value) VALUES (1000, x'00'), (1001, x'00');"
+        "INSERT INTO entries(key, id, size, atime, written) VALUES ('text key', 1000, 1, 0, 5);"
+        "INSERT INTO entries(key, id, size, atime, written) VALUES (x'6b6b', 1001, 1, 0, 'abc');");
+  }
+  sqlite_program_cache cache(file);
+  cache_verify_report report = cache.verify(false);
+  EXPECT_EQ(report.entries, 3u);
+  EXPECT_EQ(report.corrupt, 2u);
+  report = cache.verify(true);
+  EXPECT_EQ(report.corrupt, 2u);
+  EXPECT_EQ(report.removed, 2u);
+  EXPECT_EQ(cache.stats().corrupt_dropped, 2u);
+  report = cache.verify(true);
+  EXPECT_EQ(report.entries, 1u);
+  EXPECT_EQ(report.corrupt, 0u);
+  EXPECT_EQ(report.removed, 0u);
+  EXPECT_EQ(cache.stats().corrupt_dropped, 2u) << "nothing more was dropped";
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_TRUE(cache.get("good"));
+}
+
 }  // namespace
 }  // namespace cucore

@@ -479,11 +479,18 @@ int export_entry(program_cache& cache, const arguments& args) {
 int verify(program_cache& cache, const arguments& args) {
   const cache_verify_report r = cache.verify(/*remove_bad=*/true);
   if (args.has("--json")) {
-    print_counts(
-        {{"entries", r.entries}, {"ok", r.ok}, {"corrupt", r.corrupt}, {"removed", r.removed}});
+    write_json({{"entries", r.entries},
+                {"ok", r.ok},
+                {"corrupt", r.corrupt},
+                {"removed", r.removed},
+                {"moved_aside", r.moved_aside},
+                {"notes", r.notes}});
   } else {
+    for (const std::string& note : r.notes) std::cout << note << '\n';
     std::cout << r.entries << " entries, " << r.ok << " ok, " << r.corrupt << " corrupt, "
-              << r.removed << " removed\n";
+              << r.removed << " removed";
+    if (r.moved_aside != 0) std::cout << ", " << r.moved_aside << " moved aside";
+    std::cout << '\n';
   }
   return r.corrupt == 0 ? exit_success : exit_failure;
 }
@@ -673,8 +680,12 @@ const std::vector<subcommand>& subcommands() {
        "verify [--cache SPEC] [--json]",
        "check every entry and remove damaged ones",
        "Reads and checks every entry (format, checksum, the key it echoes) and removes the\n"
-       "damaged ones; prints \"N entries, N ok, N corrupt, N removed\". --json:\n"
-       "{\"entries\", \"ok\", \"corrupt\", \"removed\"}.",
+       "damaged ones, and whatever is not an entry where one belongs (a directory, with what\n"
+       "is inside it, never following a symbolic link; a symbolic link; a FIFO); what cannot be\n"
+       "removed is moved aside, out of the key's way. Prints a line for each such thing (what\n"
+       "it was, what was done, how to remove by hand what could not be), then \"N entries,\n"
+       "N ok, N corrupt, N removed\" (\", N moved aside\" when some were). --json:\n"
+       "{\"entries\", \"ok\", \"corrupt\", \"removed\", \"moved_aside\", \"notes\"}.",
        "Exit status: 0 nothing was damaged; 1 damaged entries were found (and removed, unless\n"
        "removing failed: compare removed with corrupt), or the cache cannot be opened or read;\n"
        "2 bad command line.",

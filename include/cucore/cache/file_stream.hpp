@@ -72,6 +72,15 @@
 // scanned with O_NOFOLLOW and lstat; every descriptor is O_CLOEXEC. Parent directories of the
 // root are not checked: keep the cache under a directory only you (or the group) can write.
 //
+// What is not an entry where an entry (or a shard directory) belongs, a directory say, is a miss
+// that get() warns about (once per path), counted in stats().errors. A put of that key clears it
+// (removing a FIFO, symlink or file; a directory with everything inside it) and stores the entry,
+// counting one corrupt_dropped; verify(true) clears them all. A directory is removed without
+// following a symbolic link inside it (each link is removed, not its target) and without entering
+// another file system; one that cannot be removed entirely (something inside it cannot be
+// deleted) is moved aside into tmp/ (or, failing that, renamed beside itself) so that the key
+// works again, and the message says where it is and to remove it by hand.
+//
 // Thread safety: every method may be called concurrently from any number of threads and
 // processes on the same directory (get/put/erase take no lock; the size estimate and eviction
 // are serialised within one cache object by a mutex; between processes the guarded renames do
@@ -133,9 +142,12 @@ class file_stream_program_cache final : public program_cache {
   file_stream_program_cache& operator=(const file_stream_program_cache&) = delete;
 
   // A miss for an absent, unreadable, damaged or foreign entry (damaged ones are removed,
-  // stat-guarded, and counted in stats().corrupt_dropped). Records the read for eviction.
+  // stat-guarded, and counted in stats().corrupt_dropped when removed). A directory in the
+  // entry's place is a miss with a warning naming it, left for put() or verify(). Records the
+  // read for eviction.
   std::optional<object_code> get(cache_key_ref key) override;
-  // Stores atomically; failures follow on_write_failure.
+  // Stores atomically, clearing a directory (or a file where the shard directory belongs) that
+  // holds the entry's place; failures follow on_write_failure.
   void put(cache_key_ref key, const object_code& code) override;
   // Removes the entry; false if there was none (or, under `warn`, if it could not be removed).
   bool erase(cache_key_ref key) override;
@@ -154,8 +166,10 @@ class file_stream_program_cache final : public program_cache {
   // read (a bounded prefix of each file is). last_used is the recorded last use (the atime).
   std::vector<cache_entry_info> list() override;
   // Reads and checks every file under entries/ (format, checksum, key echo against the file's
-  // name); anything else there (stray files, symlinks, directories inside a shard) counts as
-  // corrupt. remove_bad removes them, guarded like eviction (directories are not removed).
+  // name); anything else there (stray files, symlinks, FIFOs, directories inside a shard) counts
+  // as corrupt. remove_bad removes them, guarded like eviction; a directory with what is inside it
+  // (or moved aside, see above), and directories earlier repairs left in tmp/ are retried. The
+  // report's notes say what was not an entry and what was done about it.
   cache_verify_report verify(bool remove_bad) override;
   // Evicts least-recently-used entries until the entries total at most max_size_bytes (temp
   // files not counted); returns how many it removed.
@@ -176,16 +190,25 @@ class file_stream_program_cache final : public program_cache {
   struct scan_entry;
   struct scan_result;
   struct removal_outcome;
+  struct obstacle_outcome;
 
   void check_open() const;
   std::string entry_path(cache_key_ref key, std::string* shard_dir = nullptr) const;
-  void write_failed(const std::string& what, const std::string& path, std::error_code ec);
+  // `hint`, when given, follows the error in the message: what to do about it.
+  void write_failed(const std::string& what, const std::string& path, std::error_code ec,
+                    const std::string& hint = {});
   // Counts a failure that degrades to a miss or a skipped removal; logged at debug level.
   void note_error(std::string_view what, const std::string& path, std::error_code ec) noexcept;
   // Removes candidate.path if it is still the file the snapshot saw (and, with keep_if_read, has
   // not been read since); see src/cache/directory/removal.cpp. remove_guarded counts failures.
   removal_outcome remove_guarded(const scan_entry& candidate, bool keep_if_read);
   removal_outcome try_remove(const scan_entry& candidate, bool keep_if_read);
+  // Clears what is not an entry from where an entry (or a shard directory) belongs: a directory
+  // (with everything in it, never following a symbolic link out of the cache), a symbolic link,
+  // a FIFO, ... Moves it aside when it cannot be removed; see removal.cpp.
+  obstacle_outcome clear_obstacle(const scan_entry& candidate);
+  // Warns (once per path and cache object) that a directory holds an entry's place.
+  void warn_obstacle(const std::string& path);
   bool ensure_directories(std::error_code& ec);
   scan_result scan(bool with_tmp);
   void sweep_stale_tmp();
@@ -212,7 +235,8 @@ class file_stream_program_cache final : public program_cache {
   std::mutex evict_mutex_;  // one eviction scan at a time in this object
 
   std::mutex warned_mutex_;
-  std::vector<int> warned_errnos_;  // write failures already logged at warning level
+  std::vector<int> warned_errnos_;         // write failures already logged at warning level
+  std::vector<std::string> warned_paths_;  // obstacles already logged at warning level
 };
 
 namespace detail {

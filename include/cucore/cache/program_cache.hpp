@@ -78,10 +78,18 @@ struct cache_entry_info {
 
 // What verify() found: every entry checked (format, checksum, key echo).
 struct cache_verify_report {
-  std::size_t entries = 0;
+  std::size_t entries = 0;  // what was checked (entries, and anything else where entries belong)
   std::size_t ok = 0;
-  std::size_t corrupt = 0;
-  std::size_t removed = 0;
+  std::size_t corrupt = 0;  // damaged entries, and what is not an entry at all
+  std::size_t removed = 0;  // of the corrupt ones, removed
+  // Of the corrupt ones, moved out of an entry's place because they could not be removed (a
+  // directory with something inside that cannot be deleted): the key works again, and `notes`
+  // says where each went.
+  std::size_t moved_aside = 0;
+  // For people, one line each: what was found that is not an entry (a directory, a symbolic link,
+  // a FIFO, ... where an entry belongs) and what was done about it, and what could not be removed
+  // and how to remove it by hand. Damaged entries that were simply removed get no line.
+  std::vector<std::string> notes;
 };
 
 // What a persistent cache does when a write fails (disk full, read-only directory, lock timeout):

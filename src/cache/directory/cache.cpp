@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cache/claim_file.hpp"
@@ -186,10 +187,11 @@ std::string file_stream_program_cache::entry_path(cache_key_ref key, std::string
 }
 
 void file_stream_program_cache::write_failed(const std::string& what, const std::string& path,
-                                             std::error_code ec) {
+                                             std::error_code ec, const std::string& hint) {
   stats_.errors.fetch_add(1, std::memory_order_relaxed);
   std::string message = "program cache: could not " + what + " " + path + ": " + ec.message() +
                         " (errno " + std::to_string(ec.value()) + ")";
+  if (!hint.empty()) message += "; " + hint;
   if (options_.on_write_failure == write_failure_policy::strict) throw error(message);
   bool first = false;
   {
@@ -207,6 +209,24 @@ void file_stream_program_cache::write_failed(const std::string& what, const std:
   } else {
     log(log_level::debug, message);
   }
+}
+
+void file_stream_program_cache::warn_obstacle(const std::string& path) {
+  constexpr std::size_t kMaxWarnedPaths = 64;
+  bool first = false;
+  {
+    std::lock_guard lock(warned_mutex_);
+    if (std::find(warned_paths_.begin(), warned_paths_.end(), path) == warned_paths_.end() &&
+        warned_paths_.size() < kMaxWarnedPaths) {
+      warned_paths_.push_back(path);
+      first = true;
+    }
+  }
+  log(first ? log_level::warning : log_level::debug,
+      "program cache: " + path +
+          " is a directory, not an entry: that key misses until it is removed. The next put of "
+          "the key removes it; `cucore cache verify --cache " +
+          root_str_ + "` removes every such thing now");
 }
 
 void file_stream_program_cache::note_error(std::string_view what, const std::string& path,

@@ -21,6 +21,7 @@
 namespace cucore {
 namespace posix = detail::posix;
 using detail::directory::hooks;
+using detail::directory::removal;
 using detail::directory::unique_tmp_name;
 
 namespace {
@@ -53,11 +54,12 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::too_many_links) {
       struct stat st {};
       if (!posix::lstat_path(path, st) && S_ISLNK(st.st_mode)) {
-        stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
         log(log_level::warning,
             "program cache: " + path +
                 " is a symbolic link, not an entry; not following it, removing it");
-        (void)remove_guarded({path, st}, false);
+        if (remove_guarded({path, st}, false).result == removal::removed) {
+          stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+        }
       }
       return miss();
     }
@@ -70,15 +72,19 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     note_error("fstat", path, posix::last_error());
     return miss();
   }
+  // Counted as dropped only when it was (a peer may have removed or replaced it first).
   auto drop = [&](std::string_view why) {
-    stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
     log(log_level::warning,
         "program cache: dropping damaged entry " + path + " (" + std::string(why) + ")");
-    (void)remove_guarded({path, st}, false);
+    if (remove_guarded({path, st}, false).result == removal::removed) {
+      stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
   };
-  if (S_ISDIR(st.st_mode)) {  // nothing of ours: leave it (verify() reports it)
-    stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
-    log(log_level::warning, "program cache: " + path + " is a directory, not an entry");
+  if (S_ISDIR(st.st_mode)) {
+    // Not ours, and perhaps large: a read does not remove it. The put that follows this miss
+    // clears it (see put), and verify() does.
+    stats_.errors.fetch_add(1, std::memory_order_relaxed);
+    warn_obstacle(path);
     return miss();
   }
   if (!S_ISREG(st.st_mode)) {
@@ -217,6 +223,23 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
         continue;
       }
       ec = mk;
+    }
+    // What is not an entry in the way: a directory where the entry belongs (EISDIR, or another
+    // error where permissions are checked first), or something else than a directory where the
+    // shard directory belongs (ENOTDIR). Cleared (see clear_obstacle), then the rename again.
+    if (attempt < 4) {
+      struct stat st {};
+      const bool in_shard_place = ec == std::errc::not_a_directory;
+      const std::string& place = in_shard_place ? shard_dir : path;
+      if (!posix::lstat_path(place, st) && S_ISDIR(st.st_mode) != in_shard_place) {
+        const obstacle_outcome o = clear_obstacle({place, st});
+        if (o.result == obstacle_outcome::removed || o.result == obstacle_outcome::moved_aside) {
+          stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+          log(log_level::warning, "program cache: " + o.note + "; storing the entry in its place");
+        }
+        if (o.result != obstacle_outcome::failed) continue;
+        return write_failed("move the new entry into", path, ec, o.note);
+      }
     }
     return write_failed("move the new entry into", path, ec);
   }

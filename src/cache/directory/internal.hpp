@@ -103,6 +103,28 @@ enum class removal {
   failed,    // could not remove it (permissions, I/O), or could not put a replacement back
 };
 
+// What remove_tree did.
+struct tree_removal {
+  std::error_code error;    // the first failure; empty when everything went
+  std::string failed_at;    // where it happened
+  std::size_t removed = 0;  // items removed (the directory itself included)
+};
+
+// Removes the directory `name` (relative to `parent_fd`, or a path with AT_FDCWD) and everything
+// in it. Never follows a symbolic link (a link inside is removed, not its target), never enters
+// another file system than `dev` (a mount point stays, and fails the removal), goes no deeper than
+// 256 levels. Best effort: what cannot be removed stays. `shown` is the directory's path for
+// messages.
+tree_removal remove_tree(int parent_fd, const std::string& name, const std::string& shown,
+                         dev_t dev);
+
+// What an item that is not an entry is, for messages: "a directory", "a symbolic link", ...
+std::string kind_of(mode_t mode);
+
+// The prefix of the names in tmp/ of directories a repair moved aside (tmp_files.cpp leaves them
+// to verify(), which retries their removal).
+inline constexpr const char* kAsidePrefix = "aside";
+
 }  // namespace detail::directory
 
 struct file_stream_program_cache::scan_entry {
@@ -121,6 +143,16 @@ struct file_stream_program_cache::removal_outcome {
   // The change in bytes at the path relative to the snapshot, for the caller's running total.
   std::int64_t delta = 0;
   std::error_code error;  // for `failed`
+};
+
+struct file_stream_program_cache::obstacle_outcome {
+  enum kind {
+    removed,      // gone
+    moved_aside,  // out of the way (the key works again) but not removed: `note` says where
+    vanished,     // a peer removed or replaced it first
+    failed,       // still in the way: `note` says why and what to do
+  } result = failed;
+  std::string note;  // one line for people (empty for `vanished`)
 };
 
 }  // namespace cucore

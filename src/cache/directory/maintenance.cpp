@@ -232,16 +232,49 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
   check_open();
   cache_verify_report report;
   std::lock_guard evicting(evict_mutex_);
+  // What is not an entry at all (a directory, a symlink, a FIFO, ...): cleared, and noted.
+  auto clear = [&](const walk_item& item) {
+    if (!remove_bad) {
+      report.notes.push_back(item.path + " is " + detail::directory::kind_of(item.st.st_mode) +
+                             ", not an entry");
+      return;
+    }
+    obstacle_outcome o = clear_obstacle({item.path, item.st});
+    if (o.result == obstacle_outcome::removed) ++report.removed;
+    if (o.result == obstacle_outcome::moved_aside) ++report.moved_aside;
+    if (o.result == obstacle_outcome::removed || o.result == obstacle_outcome::moved_aside) {
+      stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!o.note.empty()) report.notes.push_back(std::move(o.note));
+  };
+  if (remove_bad) {
+    // Directories an earlier repair moved aside into tmp/ but could not remove entirely.
+    const std::string prefix = std::string(detail::directory::kAsidePrefix) + "-";
+    walk_tmp(tmp_dir_, [&](int dir_fd, const char* name, const struct stat& st) {
+      if (!S_ISDIR(st.st_mode) || std::string_view(name).substr(0, prefix.size()) != prefix) {
+        return;
+      }
+      const std::string path = tmp_dir_ + "/" + name;
+      struct stat tmp_st {};
+      if (::fstat(dir_fd, &tmp_st) != 0) return;
+      const auto t = detail::directory::remove_tree(dir_fd, name, path, tmp_st.st_dev);
+      if (t.error) {
+        report.notes.push_back("could not remove " + path +
+                               " (set aside by an earlier repair): " + t.failed_at + ": " +
+                               t.error.message() + "; remove it by hand: rm -rf " + path);
+      }
+    });
+  }
   walk_entries(entries_dir_, [&](walk_item&& item) {
     ++report.entries;
-    if (S_ISDIR(item.st.st_mode)) {  // a directory inside a shard: nothing of ours, not removable
+    if (!S_ISREG(item.st.st_mode)) {
       ++report.corrupt;
-      return;
+      return clear(item);
     }
     struct stat st = item.st;  // what is removed must be what was checked
     bool good = false;
     // An untrusted entry (see get()) counts as bad, whatever it holds.
-    if (item.in_shard && S_ISREG(item.st.st_mode) &&
+    if (item.in_shard &&
         detail::trust::acceptable(item.st, options_.access, static_cast<uid_t>(euid_))) {
       if (auto data = read_whole(item.path, st)) {
         auto header = detail::read_entry_header(*data);
@@ -257,7 +290,14 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
     }
     ++report.corrupt;
     if (!remove_bad) return;
-    if (remove_guarded({item.path, st}, false).result == removal::removed) ++report.removed;
+    const removal_outcome r = remove_guarded({item.path, st}, false);
+    if (r.result == removal::removed) {
+      ++report.removed;
+      stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+    } else if (r.result == removal::failed) {
+      report.notes.push_back("could not remove the damaged entry " + item.path + ": " +
+                             r.error.message() + "; remove it by hand: rm -f " + item.path);
+    }
   });
   return report;
 }

@@ -220,6 +220,21 @@ cache_verify_report sqlite_program_cache::verify(bool remove_bad) {
       s->bind(1, key);
       s->bind(2, written);
       s->run();
+      if (const int n = sqlite3_changes(c.db.get()); n > 0) {
+        report.removed += static_cast<std::size_t>(n);
+        continue;
+      }
+      // Nothing matched: a peer replaced or removed the row since the scan, or the row is one
+      // cucore never writes, whose key or write id is of another SQL type (a TEXT key, a REAL or
+      // TEXT write id: another program's, or a damaged file's), which the typed delete above
+      // cannot match. Such a row can never be an entry (no lookup finds it), so it goes whatever
+      // it holds; without this it was counted corrupt on every run and never removed.
+      statement foreign(c.db.get(),
+                        "DELETE FROM entries WHERE CAST(key AS BLOB) = ?1 AND "
+                        "(typeof(key) <> 'blob' OR typeof(written) <> 'integer')",
+                        false);
+      foreign.bind(1, key);
+      foreign.run();
       report.removed += static_cast<std::size_t>(sqlite3_changes(c.db.get()));
     }
     // Repairs no code path should ever need: blobs without an entry, a drifted running total.
