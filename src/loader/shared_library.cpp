@@ -226,9 +226,62 @@ std::string search_error() {
   return read_search_order().error;
 }
 
+namespace {
+std::mutex pinned_mutex;
+std::vector<std::pair<std::string, std::string>>& pinned_files() {
+  static std::vector<std::pair<std::string, std::string>> pins;  // display name → path
+  return pins;
+}
+}  // namespace
+
+void pin_library(const library_spec& spec, std::string path) {
+  std::lock_guard lock(pinned_mutex);
+  auto& pins = pinned_files();
+  std::erase_if(pins, [&](const auto& pin) { return pin.first == spec.display_name; });
+  if (!path.empty()) pins.emplace_back(std::string(spec.display_name), std::move(path));
+}
+
+std::optional<std::string> pinned_library(const library_spec& spec) {
+  std::lock_guard lock(pinned_mutex);
+  for (const auto& [name, path] : pinned_files()) {
+    if (name == spec.display_name) return path;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> files_in_roots(const library_spec& spec) {
+  std::vector<std::string> files;
+  if (!spec.search_roots || !search_error().empty()) return files;
+  for (const auto& root : cuda_roots()) {
+    for (auto subdir : spec.subdirs) {
+      for (auto soname : spec.sonames) {
+        std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
+        if (!is_regular_file(candidate)) continue;
+        std::error_code ec;
+        auto canonical = std::filesystem::canonical(candidate, ec);
+        std::string file = ec ? candidate : canonical.string();
+        if (std::find(files.begin(), files.end(), file) == files.end()) {
+          files.push_back(std::move(file));
+        }
+      }
+    }
+  }
+  return files;
+}
+
 located_library locate(const library_spec& spec) {
   located_library result;
   std::string last_error;
+  if (auto pinned = pinned_library(spec)) {
+    result.searched.push_back("pinned: " + *pinned);
+    if (auto lib = shared_library::open(*pinned, last_error)) {
+      result.library = std::move(lib);
+      result.source = "pinned";
+    } else {
+      result.error = last_error;
+    }
+    return result;
+  }
   if (spec.search_roots) {
     if (auto why = search_error(); !why.empty()) {
       result.error = std::move(why);
@@ -269,6 +322,11 @@ located_library locate(const library_spec& spec) {
 namespace cucore::detail {
 
 std::optional<std::string> find_in_roots(const library_spec& spec) {
+  if (auto pinned = pinned_library(spec)) {
+    std::error_code ec;
+    auto canonical = std::filesystem::canonical(*pinned, ec);
+    return ec ? *pinned : canonical.string();
+  }
   if (!spec.search_roots || !search_error().empty()) return std::nullopt;
   for (const auto& root : cuda_roots()) {
     for (auto subdir : spec.subdirs) {

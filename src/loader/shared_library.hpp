@@ -92,6 +92,18 @@ void add_wheel_directory(std::string site_packages);
 
 located_library locate(const library_spec& spec);
 
+// Pins the file `spec`'s library is opened from in this process: locate() and find_in_roots() then
+// look at that file alone, whatever the search would find. The drop-in libraries of `cucore run`
+// (src/dropin/) pin the real library they forward to, so that cucore's key probes and compiles
+// with the very library the program's calls reach (and never finds the drop-in itself through the
+// loader path). Call before the library's table is first built; an empty path unpins.
+void pin_library(const library_spec& spec, std::string path);
+std::optional<std::string> pinned_library(const library_spec& spec);
+
+// Every existing file `spec`'s library could be opened from under the CUDA roots, in locate()'s
+// order, resolved through symlinks, without duplicates (nothing is loaded).
+std::vector<std::string> files_in_roots(const library_spec& spec);
+
 // The file `spec` would be opened from under the CUDA roots, found with stat() alone (nothing is
 // loaded), resolved through symlinks; nullopt when no root has it (the loader path would decide).
 std::optional<std::string> find_in_roots(const library_spec& spec);

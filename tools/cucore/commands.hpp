@@ -32,11 +32,17 @@ struct command {
   // For a command with subcommands ("cucore cache ls --help"): the help text for the parsed line,
   // or nullopt for the command's own usage. nullptr: always the command's own usage.
   std::optional<std::string> (*help)(const arguments& args) = nullptr;
+  // For a command that runs another program ("cucore run [options] -- PROGRAM ARGS..."): called
+  // instead of `run` when the line has "--", with the options before it parsed and everything
+  // after it as given. nullptr: "--" is the parser's (everything after it is positional).
+  int (*run_program)(const arguments& args, std::span<const std::string> program) = nullptr;
 };
 
 extern const command compile_command;
 extern const command key_command;
 extern const command cache_command;
 extern const command info_command;
+extern const command run_command;
+extern const command env_command;
 
 }  // namespace cucore::cli

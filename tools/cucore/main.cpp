@@ -20,7 +20,8 @@
 namespace cucore::cli {
 namespace {
 
-constexpr std::array all_commands = {&compile_command, &key_command, &cache_command, &info_command};
+constexpr std::array all_commands = {&compile_command, &key_command, &cache_command,
+                                     &info_command,    &run_command, &env_command};
 
 const command* find_command(std::string_view name) {
   for (const command* c : all_commands) {
@@ -92,7 +93,23 @@ int dispatch(std::span<const std::string> args, const command*& current) {
   current = find_command(first);
   if (current == nullptr) throw usage_error("unknown command \"" + first + "\"");
 
-  const arguments parsed = parse(args.subspan(1), current->options);
+  std::span<const std::string> rest = args.subspan(1);
+  std::span<const std::string> program;
+  if (current->run_program != nullptr) {
+    // Everything after the first "--" is the program's, never parsed here.
+    const auto dashes = std::find(rest.begin(), rest.end(), "--");
+    if (dashes != rest.end()) {
+      program = rest.subspan(static_cast<std::size_t>(dashes - rest.begin()) + 1);
+      rest = rest.first(static_cast<std::size_t>(dashes - rest.begin()));
+      const arguments parsed = parse(rest, current->options);
+      if (parsed.help()) {
+        std::cout << command_usage(*current, parsed);
+        return exit_success;
+      }
+      return current->run_program(parsed, program);
+    }
+  }
+  const arguments parsed = parse(rest, current->options);
   // Answered before the command checks its arguments, so it works on a half-typed line (no FILE).
   if (parsed.help()) {
     std::cout << command_usage(*current, parsed);

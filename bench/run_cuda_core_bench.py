@@ -1,0 +1,84 @@
+"""`cucore run` on an unmodified cuda.core program: 20 kernels, no cache= argument (docs/run.md).
+
+Usage: python bench/run_cuda_core_bench.py CUCORE [--rounds N]
+
+Runs the program (bench/run_cuda_core_program.py: it times Program() + compile() of each kernel
+itself and prints the total) in fresh processes:
+  plain   without cucore run (NVRTC itself)
+  miss    under cucore run with an empty cache (every compile misses and is stored)
+  hit     under cucore run again (every compile hits)
+and the start-up of `python -c pass` with and without cucore run. Prints the medians and the
+ratios the issue asks for: hit ≥ 50× less compile time than plain, miss ≤ 3 % over plain, start-up
+≤ 5 ms more.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "run_cuda_core_program.py")
+
+
+def compile_seconds(command, env):
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("compile seconds: "):
+            return float(line.split(": ")[1])
+    raise RuntimeError("no timing in the program's output:\n" + out)
+
+
+def wall_ms(command, env, repeats):
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cucore")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    for name in ("CUCORE_LOG", "CUCORE_RUN_CACHE", "CUCORE_REMOTE_CACHE"):
+        env.pop(name, None)
+    python = [sys.executable, PROGRAM]
+    work = tempfile.mkdtemp(prefix="cucore-run-bench-")
+    try:
+        plain, miss, hit = [], [], []
+        for _ in range(args.rounds):
+            cache = os.path.join(work, "cache")
+            shutil.rmtree(cache, ignore_errors=True)
+            run = [args.cucore, "run", "--cache", "dir:" + cache, "--"]
+            plain.append(compile_seconds(python, env))
+            miss.append(compile_seconds(run + python, env))
+            hit.append(compile_seconds(run + python, env))
+        p, m, h = (statistics.median(x) for x in (plain, miss, hit))
+        print(f"20 kernels through cuda.core, Program() + compile(), median of {args.rounds}:")
+        print(f"  plain NVRTC            {p * 1000:9.1f} ms")
+        print(f"  cucore run, miss       {m * 1000:9.1f} ms  ({(m / p - 1) * 100:+.1f} % over plain)")
+        print(f"  cucore run, hit        {h * 1000:9.1f} ms  ({p / h:.0f}x less than plain)")
+        startup = [sys.executable, "-c", "pass"]
+        cache = os.path.join(work, "cache")
+        base = wall_ms(startup, env, 30)
+        under = wall_ms([args.cucore, "run", "--cache", "dir:" + cache, "--"] + startup, env, 30)
+        no_preload = wall_ms(
+            [args.cucore, "run", "--no-preload", "--cache", "dir:" + cache, "--"] + startup, env, 30)
+        print("start-up of `python -c pass`, median of 30:")
+        print(f"  plain                  {base:9.1f} ms")
+        print(f"  cucore run             {under:9.1f} ms  ({under - base:+.1f} ms)")
+        print(f"  cucore run --no-preload{no_preload:9.1f} ms  ({no_preload - base:+.1f} ms)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,468 @@
+// The drop-in libnvJitLink.so.13 of `cucore run` (docs/run.md): nvJitLink 13's exported API (the
+// versioned __nvJitLink*_13_0 entry points its header's inline functions call, the plain names,
+// __nvJitLinkAPI), every call forwarded to the real library, and nvJitLinkComplete answered from
+// cucore's program cache.
+//
+// Inputs are forwarded as they come (so the real library checks them and answers its own return
+// codes) and recorded beside the real handle: their kind, name and bytes (a file's bytes read
+// here). Complete makes a key of the options, every input, and the real library's identity; a miss
+// links with the real library and stores every output (linked cubin and PTX, both logs, each
+// getter's return code); a hit answers the getters from the entry and the real handle is never
+// completed.
+#include <nvJitLink.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/sha256.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/cache/single_flight.hpp"
+#include "dropin/support.hpp"
+#include "loader/libraries.hpp"
+
+#define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using namespace cucore;
+
+struct real_nvjitlink {
+  const detail::nvjitlink_api* api = nullptr;
+  nvJitLinkResult (*AddFile)(nvJitLinkHandle, nvJitLinkInputType, const char*) = nullptr;
+  void* (*API)(int) = nullptr;
+  std::int64_t file_size = 0;
+};
+
+const real_nvjitlink* load_real() noexcept {
+  try {
+    dropin::install_log_handler();
+    const auto& spec = detail::library_spec_of(toolkit::library::nvjitlink);
+    std::vector<std::string> searched;
+    const auto path = dropin::find_real_library(
+        spec, "CUCORE_RUN_NVJITLINK", reinterpret_cast<const void*>(&load_real), searched);
+    if (!path) {
+      std::string list;
+      for (const auto& s : searched) list += "\n  " + s;
+      dropin::report_once("nvjitlink",
+                          "cucore run: no real libnvJitLink.so.13 to forward to (set "
+                          "CUCORE_RUN_NVJITLINK=/path/to/libnvJitLink.so.13, or CUDA_HOME); "
+                          "looked at:" +
+                              list);
+      return nullptr;
+    }
+    const auto& table = detail::nvjitlink_table();
+    if (!table.api) {
+      dropin::report_once("nvjitlink", "cucore run: cannot use the real nvJitLink " + *path + ": " +
+                                           table.status.error);
+      return nullptr;
+    }
+    auto* r = new real_nvjitlink;
+    r->api = table.api.get();
+    const auto& lib = *table.api->library;
+    r->AddFile = reinterpret_cast<decltype(r->AddFile)>(lib.symbol("__nvJitLinkAddFile_13_0"));
+    r->API = reinterpret_cast<decltype(r->API)>(lib.symbol("__nvJitLinkAPI"));
+    if (const auto id = detail::identify_file(lib.path())) {
+      r->file_size = static_cast<std::int64_t>(id->size);
+    }
+    dropin::note(log_level::debug, "forwarding to " + lib.path());
+    return r;
+  } catch (...) {
+    dropin::report_once("nvjitlink", "cucore run: cannot load the real nvJitLink");
+    return nullptr;
+  }
+}
+
+const real_nvjitlink* real() noexcept {
+  static const real_nvjitlink* r = load_real();
+  return r;
+}
+
+constexpr nvJitLinkResult kNoLibrary = NVJITLINK_ERROR_INTERNAL;
+
+struct output {
+  nvJitLinkResult size_code = NVJITLINK_SUCCESS;
+  std::size_t size = 0;
+  nvJitLinkResult get_code = NVJITLINK_SUCCESS;
+  std::string bytes;
+};
+
+// Cubin, PTX, error log, info log.
+struct recorded_link {
+  nvJitLinkResult complete = NVJITLINK_SUCCESS;
+  output outputs[4];
+};
+
+constexpr std::string_view kEntryMagic = "cucore-dropin-nvjitlink-entry-1";
+
+template <class Size, class Get>
+output record_output(nvJitLinkHandle handle, Size get_size, Get get) {
+  output o;
+  o.size_code = get_size(handle, &o.size);
+  if (o.size_code != NVJITLINK_SUCCESS) {
+    o.size = 0;
+    o.get_code = o.size_code;
+    return o;
+  }
+  std::string buffer(o.size + 1, '\0');
+  o.get_code = get(handle, buffer.data());
+  if (o.get_code == NVJITLINK_SUCCESS) o.bytes = buffer.substr(0, o.size);
+  return o;
+}
+
+recorded_link record(const real_nvjitlink& r, nvJitLinkHandle handle) {
+  const auto& api = *r.api;
+  recorded_link out;
+  out.outputs[0] =
+      record_output(handle, api.nvJitLinkGetLinkedCubinSize,
+                    [&](nvJitLinkHandle h, char* p) { return api.nvJitLinkGetLinkedCubin(h, p); });
+  out.outputs[1] = record_output(handle, api.nvJitLinkGetLinkedPtxSize, api.nvJitLinkGetLinkedPtx);
+  out.outputs[2] = record_output(handle, api.nvJitLinkGetErrorLogSize, api.nvJitLinkGetErrorLog);
+  out.outputs[3] = record_output(handle, api.nvJitLinkGetInfoLogSize, api.nvJitLinkGetInfoLog);
+  return out;
+}
+
+std::vector<std::byte> serialize(const recorded_link& link) {
+  dropin::record_writer w(kEntryMagic);
+  w.number(link.complete);
+  for (const auto& o : link.outputs) {
+    w.number(o.size_code);
+    w.number(static_cast<std::int64_t>(o.size));
+    w.number(o.get_code);
+    w.bytes(o.bytes);
+  }
+  return w.take();
+}
+
+recorded_link deserialize(std::span<const std::byte> data) {
+  dropin::record_reader r(data, kEntryMagic);
+  recorded_link link;
+  link.complete = static_cast<nvJitLinkResult>(r.number());
+  for (auto& o : link.outputs) {
+    o.size_code = static_cast<nvJitLinkResult>(r.number());
+    o.size = static_cast<std::size_t>(r.number());
+    o.get_code = static_cast<nvJitLinkResult>(r.number());
+    o.bytes = std::string(r.bytes());
+    if (o.get_code == NVJITLINK_SUCCESS && o.bytes.size() != o.size) {
+      throw dropin::format_error{};
+    }
+  }
+  if (!r.done()) throw dropin::format_error{};
+  return link;
+}
+
+struct link_state {
+  std::vector<std::string> options;
+  dropin::record_writer inputs{"cucore-dropin-nvjitlink-inputs-1"};
+  std::string uncacheable;
+  std::optional<recorded_link> hit;
+};
+
+struct link_table {
+  std::mutex mutex;
+  std::unordered_map<nvJitLinkHandle, std::shared_ptr<link_state>> links;
+};
+
+link_table& table() {
+  static auto* t = new link_table;
+  return *t;
+}
+
+std::shared_ptr<link_state> state_of(nvJitLinkHandle handle) noexcept {
+  if (handle == nullptr) return nullptr;
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    auto it = t.links.find(handle);
+    return it == t.links.end() ? nullptr : it->second;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void remember(nvJitLinkHandle handle, std::shared_ptr<link_state> state) noexcept {
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    t.links[handle] = std::move(state);
+  } catch (...) {
+  }
+}
+
+std::shared_ptr<link_state> forget(nvJitLinkHandle handle) noexcept {
+  if (handle == nullptr) return nullptr;
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    auto it = t.links.find(handle);
+    if (it == t.links.end()) return nullptr;
+    auto state = std::move(it->second);
+    t.links.erase(it);
+    return state;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void record_input(link_state& s, nvJitLinkInputType type, const void* data, std::size_t size,
+                  const char* name) {
+  if (!s.uncacheable.empty()) return;
+  s.inputs.number(type);
+  s.inputs.bytes(name ? std::string_view(name) : std::string_view("\x01(null)"));
+  const auto digest =
+      detail::sha256(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
+  s.inputs.bytes(std::span<const std::byte>(digest.data(), digest.size()));
+}
+
+struct real_link_failed {};
+
+nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle handle,
+                                       link_state& s) {
+  const auto& api = *r.api;
+  const auto forward = [&] { return api.nvJitLinkComplete(handle); };
+  if (!s.uncacheable.empty()) {
+    dropin::note(log_level::info, "bypass link: " + s.uncacheable);
+    dropin::record_skip(cache_skip_reason::uncacheable_options);
+    return forward();
+  }
+  program_cache* cache = dropin::process_cache();
+  if (cache == nullptr) return forward();
+  const linker_probe probe = compiler_probes_for(*cache).linker();
+  if (!probe.ok) return forward();
+  dropin::record_writer key_record("cucore-dropin-nvjitlink-key-1");
+  key_record.bytes(probe.version);
+  key_record.number(r.file_size);
+  key_record.number(static_cast<std::int64_t>(s.options.size()));
+  for (const auto& o : s.options) key_record.bytes(o);
+  auto inputs = s.inputs;  // a copy: more inputs may follow a failed Complete
+  key_record.bytes(inputs.take());
+  const auto key_bytes = key_record.take();
+  const auto digest = detail::sha256(std::span<const std::byte>(key_bytes));
+  const std::span<const std::byte> key(digest.data(), digest.size());
+
+  bool linked = false;
+  nvJitLinkResult real_result = NVJITLINK_SUCCESS;
+  auto compile = [&]() -> object_code {
+    linked = true;
+    real_result = forward();
+    if (real_result != NVJITLINK_SUCCESS) throw real_link_failed{};
+    return object_code(code_type::object, serialize(record(r, handle)), "cucore run: nvJitLink");
+  };
+  auto store = [&](const object_code& code) {
+    try {
+      cache->put(key, code);
+    } catch (const std::exception& e) {
+      dropin::note(log_level::warning, std::string("could not store a link: ") + e.what());
+    }
+  };
+  try {
+    flight_result result = get_or_compile(*cache, key, compile, store);
+    if (!result.from_cache()) {
+      dropin::note(log_level::info, "miss link");
+      return NVJITLINK_SUCCESS;
+    }
+    try {
+      s.hit = deserialize(result.code.code());
+    } catch (const dropin::format_error&) {
+      try {
+        cache->erase(key);
+      } catch (...) {
+      }
+      return forward();
+    }
+    dropin::note(log_level::info, "hit link");
+    return s.hit->complete;
+  } catch (const real_link_failed&) {
+    dropin::note(log_level::info, "failed link (" + std::to_string(real_result) + "): not cached");
+    return real_result;
+  } catch (...) {
+    if (linked) return real_result;
+    return forward();
+  }
+}
+
+template <int Index, class Size>
+nvJitLinkResult answer_size(nvJitLinkHandle handle, size_t* size, Size real_size) {
+  if (auto s = state_of(handle); s && s->hit && size != nullptr) {
+    const output& o = s->hit->outputs[Index];
+    if (o.size_code == NVJITLINK_SUCCESS) *size = o.size;
+    return o.size_code;
+  }
+  return real_size(handle, size);
+}
+
+template <int Index, class Get, class Ptr>
+nvJitLinkResult answer_bytes(nvJitLinkHandle handle, Ptr out, Get real_get) {
+  if (auto s = state_of(handle); s && s->hit && out != nullptr) {
+    const output& o = s->hit->outputs[Index];
+    if (o.get_code == NVJITLINK_SUCCESS) std::memcpy(out, o.bytes.data(), o.bytes.size());
+    return o.get_code;
+  }
+  return real_get(handle, out);
+}
+
+}  // namespace
+
+// The versioned entry points (the header's inline functions call these); nvjitlink_names.cpp
+// exports the plain names as the same functions.
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, uint32_t num_options,
+                                                     const char* const* options) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  std::shared_ptr<link_state> state;
+  try {
+    state = std::make_shared<link_state>();
+    if (num_options > 0 && options == nullptr) state->uncacheable = "no option array";
+    for (uint32_t i = 0; state->uncacheable.empty() && i < num_options; ++i) {
+      if (options[i] == nullptr) {
+        state->uncacheable = "a NULL option";
+      } else if (std::strchr(options[i], '/') != nullptr) {
+        state->uncacheable = std::string("option \"") + options[i] + "\" may name a file";
+      } else {
+        state->options.emplace_back(options[i]);
+      }
+    }
+  } catch (...) {
+    state.reset();
+  }
+  const nvJitLinkResult result =
+      r->api->nvJitLinkCreate(handle, num_options, const_cast<const char**>(options));
+  if (result == NVJITLINK_SUCCESS && state && handle != nullptr && *handle != nullptr) {
+    remember(*handle, std::move(state));
+  }
+  return result;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkDestroy_13_0(nvJitLinkHandle* handle) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  const nvJitLinkHandle h = handle != nullptr ? *handle : nullptr;
+  auto state = forget(h);
+  const nvJitLinkResult result = r->api->nvJitLinkDestroy(handle);
+  if (result != NVJITLINK_SUCCESS && state) remember(h, std::move(state));
+  return result;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddData_13_0(nvJitLinkHandle handle,
+                                                      nvJitLinkInputType type, const void* data,
+                                                      size_t size, const char* name) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  const nvJitLinkResult result = r->api->nvJitLinkAddData(handle, type, data, size, name);
+  if (result == NVJITLINK_SUCCESS) {
+    if (auto s = state_of(handle)) {
+      try {
+        record_input(*s, type, data, size, name);
+      } catch (...) {
+        s->uncacheable = "out of memory recording an input";
+      }
+    }
+  }
+  return result;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddFile_13_0(nvJitLinkHandle handle,
+                                                      nvJitLinkInputType type,
+                                                      const char* file_name) {
+  const auto* r = real();
+  if (r == nullptr || r->AddFile == nullptr) return kNoLibrary;
+  // Read before the real call, so that the key has the bytes the library links.
+  std::optional<std::string> bytes;
+  if (file_name != nullptr) {
+    try {
+      std::ifstream in(file_name, std::ios::binary);
+      if (in) bytes = std::string(std::istreambuf_iterator<char>(in), {});
+    } catch (...) {
+      bytes.reset();
+    }
+  }
+  const nvJitLinkResult result = r->AddFile(handle, type, file_name);
+  if (result == NVJITLINK_SUCCESS) {
+    if (auto s = state_of(handle)) {
+      try {
+        if (!bytes) {
+          s->uncacheable = "an input file cucore cannot read";
+        } else {
+          record_input(*s, type, bytes->data(), bytes->size(), file_name);
+        }
+      } catch (...) {
+        s->uncacheable = "out of memory recording an input";
+      }
+    }
+  }
+  return result;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkComplete_13_0(nvJitLinkHandle handle) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  auto state = state_of(handle);
+  if (!state) return r->api->nvJitLinkComplete(handle);
+  state->hit.reset();
+  try {
+    return complete_through_cache(*r, handle, *state);
+  } catch (...) {
+    return r->api->nvJitLinkComplete(handle);
+  }
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedCubinSize_13_0(nvJitLinkHandle handle,
+                                                                 size_t* size) {
+  const auto* r = real();
+  return r ? answer_size<0>(handle, size, r->api->nvJitLinkGetLinkedCubinSize) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedCubin_13_0(nvJitLinkHandle handle, void* cubin) {
+  const auto* r = real();
+  return r ? answer_bytes<0>(handle, cubin, r->api->nvJitLinkGetLinkedCubin) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedPtxSize_13_0(nvJitLinkHandle handle,
+                                                               size_t* size) {
+  const auto* r = real();
+  return r ? answer_size<1>(handle, size, r->api->nvJitLinkGetLinkedPtxSize) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedPtx_13_0(nvJitLinkHandle handle, char* ptx) {
+  const auto* r = real();
+  return r ? answer_bytes<1>(handle, ptx, r->api->nvJitLinkGetLinkedPtx) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetErrorLogSize_13_0(nvJitLinkHandle handle,
+                                                              size_t* size) {
+  const auto* r = real();
+  return r ? answer_size<2>(handle, size, r->api->nvJitLinkGetErrorLogSize) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetErrorLog_13_0(nvJitLinkHandle handle, char* log) {
+  const auto* r = real();
+  return r ? answer_bytes<2>(handle, log, r->api->nvJitLinkGetErrorLog) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLogSize_13_0(nvJitLinkHandle handle, size_t* size) {
+  const auto* r = real();
+  return r ? answer_size<3>(handle, size, r->api->nvJitLinkGetInfoLogSize) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLog_13_0(nvJitLinkHandle handle, char* log) {
+  const auto* r = real();
+  return r ? answer_bytes<3>(handle, log, r->api->nvJitLinkGetInfoLog) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvJitLinkResult nvJitLinkVersion(unsigned int* major, unsigned int* minor) {
+  const auto* r = real();
+  return r ? r->api->nvJitLinkVersion(major, minor) : kNoLibrary;
+}
+
+CUCORE_EXPORT void* __nvJitLinkAPI(int magic) {
+  const auto* r = real();
+  return r && r->API ? r->API(magic) : nullptr;
+}

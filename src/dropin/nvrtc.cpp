@@ -1,0 +1,642 @@
+// The drop-in libnvrtc.so.13 of `cucore run` (docs/run.md): NVRTC 13's exported API, every call
+// forwarded to the real library, and nvrtcCompileProgram answered from cucore's program cache.
+//
+// A program's handle is the real library's own: the drop-in keeps, beside it, what the program gave
+// nvrtcCreateProgram and nvrtcAddNameExpression. A compile makes cucore's key of those inputs and
+// the options; a miss compiles with the real library and stores every output the compile produced
+// (each getter's return code, size and bytes, the log, each lowered name, the PCH status); a hit
+// leaves the real program uncompiled and answers the getters from the entry. Anything the drop-in
+// cannot key (options with side effects, files the key cannot see, a program made through an entry
+// point it cannot read) and any internal failure goes to the real library as if the drop-in were
+// not there.
+#include <nvrtc.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cucore/cache/key.hpp"
+#include "cucore/cache/single_flight.hpp"
+#include "cucore/error.hpp"
+#include "dropin/nvrtc_options.hpp"
+#include "dropin/support.hpp"
+#include "loader/libraries.hpp"
+
+#define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using namespace cucore;
+
+using cpex_fn = nvrtcResult (*)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                const char* const*, std::uintptr_t, std::uintptr_t, std::uintptr_t);
+
+// The real library: cucore's loader table (pinned to the file find_real_library chose), plus the
+// entry points that table does not hold.
+struct real_nvrtc {
+  const detail::nvrtc_api* api = nullptr;
+  nvrtcResult (*GetOptiXIRSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*GetOptiXIR)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*GetNumSupportedArchs)(int*) = nullptr;
+  nvrtcResult (*GetSupportedArchs)(int*) = nullptr;
+  nvrtcResult (*SetFlowCallback)(nvrtcProgram, int (*)(void*, void*), void*) = nullptr;
+  cpex_fn CPEx = nullptr;
+  std::int64_t file_size = 0;
+};
+
+const real_nvrtc* load_real() noexcept {
+  try {
+    dropin::install_log_handler();
+    const auto& spec = detail::library_spec_of(toolkit::library::nvrtc);
+    std::vector<std::string> searched;
+    const auto path = dropin::find_real_library(
+        spec, "CUCORE_RUN_NVRTC", reinterpret_cast<const void*>(&load_real), searched);
+    if (!path) {
+      std::string list;
+      for (const auto& s : searched) list += "\n  " + s;
+      dropin::report_once("nvrtc",
+                          "cucore run: no real libnvrtc.so.13 to forward to (set "
+                          "CUCORE_RUN_NVRTC=/path/to/libnvrtc.so.13, or CUDA_HOME); "
+                          "looked at:" +
+                              list);
+      return nullptr;
+    }
+    const auto& table = detail::nvrtc_table();
+    if (!table.api) {
+      dropin::report_once(
+          "nvrtc", "cucore run: cannot use the real NVRTC " + *path + ": " + table.status.error);
+      return nullptr;
+    }
+    auto* r = new real_nvrtc;
+    r->api = table.api.get();
+    const auto& lib = *table.api->library;
+    r->GetOptiXIRSize =
+        reinterpret_cast<decltype(r->GetOptiXIRSize)>(lib.symbol("nvrtcGetOptiXIRSize"));
+    r->GetOptiXIR = reinterpret_cast<decltype(r->GetOptiXIR)>(lib.symbol("nvrtcGetOptiXIR"));
+    r->GetNumSupportedArchs = reinterpret_cast<decltype(r->GetNumSupportedArchs)>(
+        lib.symbol("nvrtcGetNumSupportedArchs"));
+    r->GetSupportedArchs =
+        reinterpret_cast<decltype(r->GetSupportedArchs)>(lib.symbol("nvrtcGetSupportedArchs"));
+    r->SetFlowCallback =
+        reinterpret_cast<decltype(r->SetFlowCallback)>(lib.symbol("nvrtcSetFlowCallback"));
+    r->CPEx = reinterpret_cast<cpex_fn>(lib.symbol("__nvrtcCPEx"));
+    if (const auto id = detail::identify_file(lib.path())) {
+      r->file_size = static_cast<std::int64_t>(id->size);
+    }
+    dropin::note(log_level::debug, "forwarding to " + lib.path());
+    return r;
+  } catch (...) {
+    dropin::report_once("nvrtc", "cucore run: cannot load the real NVRTC (out of memory?)");
+    return nullptr;
+  }
+}
+
+const real_nvrtc* real() noexcept {
+  static const real_nvrtc* r = load_real();  // leaked: programs call NVRTC until exit
+  return r;
+}
+
+// What the real library says when it cannot be reached.
+constexpr nvrtcResult kNoLibrary = NVRTC_ERROR_INTERNAL_ERROR;
+
+// --- what a compile produced ---------------------------------------------------------------
+
+struct output {
+  nvrtcResult size_code = NVRTC_SUCCESS;
+  std::size_t size = 0;
+  nvrtcResult get_code = NVRTC_SUCCESS;
+  std::string bytes;
+};
+
+struct lowered_name {
+  std::string expression;
+  nvrtcResult code = NVRTC_SUCCESS;
+  std::string name;
+};
+
+struct recorded_result {
+  output ptx, cubin, ltoir, optix, log;
+  std::vector<lowered_name> names;
+  nvrtcResult unknown_name_code = NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID;
+  nvrtcResult add_after_code = NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION;
+  nvrtcResult pch_status = NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED;
+  nvrtcResult pch_required_code = NVRTC_SUCCESS;
+  std::size_t pch_required = 0;
+};
+
+constexpr std::string_view kEntryMagic = "cucore-dropin-nvrtc-entry-1";
+constexpr std::string_view kEntryName = "cucore run: NVRTC compile";
+
+using size_fn = nvrtcResult (*)(nvrtcProgram, size_t*);
+using get_fn = nvrtcResult (*)(nvrtcProgram, char*);
+
+output record_output(nvrtcProgram prog, size_fn get_size, get_fn get) {
+  output o;
+  if (get_size == nullptr || get == nullptr) {
+    o.size_code = o.get_code = kNoLibrary;
+    return o;
+  }
+  o.size_code = get_size(prog, &o.size);
+  if (o.size_code != NVRTC_SUCCESS) {
+    o.size = 0;
+    o.get_code = o.size_code;
+    return o;
+  }
+  std::string buffer(o.size + 1, '\0');
+  o.get_code = get(prog, buffer.data());
+  if (o.get_code == NVRTC_SUCCESS) o.bytes = buffer.substr(0, o.size);
+  return o;
+}
+
+recorded_result record(const real_nvrtc& r, nvrtcProgram prog,
+                       const std::vector<std::string>& expressions) {
+  const auto& api = *r.api;
+  recorded_result out;
+  out.ptx = record_output(prog, api.nvrtcGetPTXSize, api.nvrtcGetPTX);
+  out.cubin = record_output(prog, api.nvrtcGetCUBINSize, api.nvrtcGetCUBIN);
+  out.ltoir = record_output(prog, api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR);
+  out.optix = record_output(prog, r.GetOptiXIRSize, r.GetOptiXIR);
+  out.log = record_output(prog, api.nvrtcGetProgramLogSize, api.nvrtcGetProgramLog);
+  for (const auto& e : expressions) {
+    bool seen = false;
+    for (const auto& n : out.names) seen = seen || n.expression == e;
+    if (seen) continue;
+    const char* lowered = nullptr;
+    lowered_name n{e, api.nvrtcGetLoweredName(prog, e.c_str(), &lowered), {}};
+    if (n.code == NVRTC_SUCCESS && lowered != nullptr) n.name = lowered;
+    out.names.push_back(std::move(n));
+  }
+  const char* ignored = nullptr;
+  out.unknown_name_code =
+      api.nvrtcGetLoweredName(prog, "\x01 cucore: an expression never added", &ignored);
+  out.pch_status = api.nvrtcGetPCHCreateStatus(prog);
+  // Refused after a compile (NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION): nothing is added.
+  out.add_after_code = api.nvrtcAddNameExpression(prog, "cucore_never_used_expression");
+  out.pch_required_code = api.nvrtcGetPCHHeapSizeRequired(prog, &out.pch_required);
+  return out;
+}
+
+void write_output(dropin::record_writer& w, const output& o) {
+  w.number(o.size_code);
+  w.number(static_cast<std::int64_t>(o.size));
+  w.number(o.get_code);
+  w.bytes(o.bytes);
+}
+
+output read_output(dropin::record_reader& r) {
+  output o;
+  o.size_code = static_cast<nvrtcResult>(r.number());
+  o.size = static_cast<std::size_t>(r.number());
+  o.get_code = static_cast<nvrtcResult>(r.number());
+  o.bytes = std::string(r.bytes());
+  if (o.get_code == NVRTC_SUCCESS && o.bytes.size() != o.size) throw dropin::format_error{};
+  return o;
+}
+
+std::vector<std::byte> serialize(const recorded_result& res) {
+  dropin::record_writer w(kEntryMagic);
+  for (const output* o : {&res.ptx, &res.cubin, &res.ltoir, &res.optix, &res.log}) {
+    write_output(w, *o);
+  }
+  w.number(static_cast<std::int64_t>(res.names.size()));
+  for (const auto& n : res.names) {
+    w.bytes(n.expression);
+    w.number(n.code);
+    w.bytes(n.name);
+  }
+  w.number(res.unknown_name_code);
+  w.number(res.add_after_code);
+  w.number(res.pch_status);
+  w.number(res.pch_required_code);
+  w.number(static_cast<std::int64_t>(res.pch_required));
+  return w.take();
+}
+
+recorded_result deserialize(std::span<const std::byte> data) {
+  dropin::record_reader r(data, kEntryMagic);
+  recorded_result res;
+  for (output* o : {&res.ptx, &res.cubin, &res.ltoir, &res.optix, &res.log}) *o = read_output(r);
+  const auto count = r.number();
+  if (count < 0 || count > 1'000'000) throw dropin::format_error{};
+  for (std::int64_t i = 0; i < count; ++i) {
+    lowered_name n;
+    n.expression = std::string(r.bytes());
+    n.code = static_cast<nvrtcResult>(r.number());
+    n.name = std::string(r.bytes());
+    res.names.push_back(std::move(n));
+  }
+  res.unknown_name_code = static_cast<nvrtcResult>(r.number());
+  res.add_after_code = static_cast<nvrtcResult>(r.number());
+  res.pch_status = static_cast<nvrtcResult>(r.number());
+  res.pch_required_code = static_cast<nvrtcResult>(r.number());
+  res.pch_required = static_cast<std::size_t>(r.number());
+  if (!r.done()) throw dropin::format_error{};
+  return res;
+}
+
+// --- programs --------------------------------------------------------------------------------
+
+struct program_state {
+  std::string source;
+  std::string name;
+  std::vector<include_header> headers;
+  std::vector<std::string> name_expressions;  // those the real library accepted, in order
+  std::string uncacheable;                    // non-empty: why no compile of it is cached
+  std::optional<recorded_result> hit;         // the last compile was answered from the cache
+};
+
+struct program_table {
+  std::mutex mutex;
+  std::unordered_map<nvrtcProgram, std::shared_ptr<program_state>> programs;
+};
+
+program_table& table() {
+  static auto* t = new program_table;  // leaked: programs may be destroyed during exit
+  return *t;
+}
+
+std::shared_ptr<program_state> state_of(nvrtcProgram prog) noexcept {
+  if (prog == nullptr) return nullptr;
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    auto it = t.programs.find(prog);
+    return it == t.programs.end() ? nullptr : it->second;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// The program's state when its last compile was a hit.
+std::shared_ptr<const program_state> hit_of(nvrtcProgram prog) noexcept {
+  auto s = state_of(prog);
+  return s && s->hit ? s : nullptr;
+}
+
+void remember(nvrtcProgram prog, std::shared_ptr<program_state> state) noexcept {
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    t.programs[prog] = std::move(state);
+  } catch (...) {
+    // Without its state the program is simply never cached.
+  }
+}
+
+std::shared_ptr<program_state> forget(nvrtcProgram prog) noexcept {
+  if (prog == nullptr) return nullptr;
+  try {
+    auto& t = table();
+    std::lock_guard lock(t.mutex);
+    auto it = t.programs.find(prog);
+    if (it == t.programs.end()) return nullptr;
+    auto state = std::move(it->second);
+    t.programs.erase(it);
+    return state;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+std::shared_ptr<program_state> make_state(const char* src, const char* name, int num_headers,
+                                          const char* const* headers,
+                                          const char* const* include_names) {
+  auto s = std::make_shared<program_state>();
+  s->source = src ? src : "";
+  s->name = name ? name : "default_program";
+  if (num_headers < 0) {
+    s->uncacheable = "a negative header count";
+  } else if (num_headers > 0 && (headers == nullptr || include_names == nullptr)) {
+    s->uncacheable = "headers given without their contents or names";
+  }
+  for (int i = 0; s->uncacheable.empty() && i < num_headers; ++i) {
+    if (headers[i] == nullptr || include_names[i] == nullptr) {
+      s->uncacheable = "a NULL in-memory header or header name";
+      break;
+    }
+    s->headers.push_back({include_names[i], headers[i]});
+  }
+  return s;
+}
+
+struct real_compile_failed {};
+
+// The key's extra digest: everything the drop-in's key adds to what program_options carries.
+std::string extra_digest(const real_nvrtc& r, const dropin::parsed_nvrtc_options& parsed,
+                         const program_state& s) {
+  dropin::record_writer w("cucore-dropin-nvrtc-key-1");
+  w.number(static_cast<std::int64_t>(parsed.canonical.size()));
+  for (const auto& o : parsed.canonical) w.bytes(o);
+  w.number(static_cast<std::int64_t>(s.name_expressions.size()));
+  for (const auto& e : s.name_expressions) w.bytes(e);
+  w.number(r.file_size);
+  // Headers found through a relative directory (the program name's, the current directory for a
+  // name without one, a relative -I or pre-include): their paths as NVRTC writes them into the
+  // outputs (__FILE__, line info) depend on where the process runs.
+  const bool may_include = !s.headers.empty() || !parsed.fields.pre_include.empty() ||
+                           s.source.find("include") != std::string::npos;
+  bool relative = s.name.empty() || s.name.front() != '/';
+  for (const auto& d : parsed.fields.include_path) relative = relative || d.front() != '/';
+  for (const auto& p : parsed.fields.pre_include) relative = relative || p.front() != '/';
+  w.bytes(may_include && relative ? dropin::current_directory() : std::string());
+  const auto bytes = w.take();
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, program_state& s,
+                                  int num_options, const char* const* options) {
+  const auto& api = *r.api;
+  const auto forward = [&] { return api.nvrtcCompileProgram(prog, num_options, options); };
+  const auto bypass = [&](std::string_view why, cache_skip_reason reason) {
+    dropin::note(log_level::info, "bypass " + s.name + ": " + std::string(why));
+    dropin::record_skip(reason);
+    return forward();
+  };
+  if (!s.uncacheable.empty()) return bypass(s.uncacheable, cache_skip_reason::uncacheable_options);
+  program_cache* cache = dropin::process_cache();
+  if (cache == nullptr) return forward();
+
+  auto parsed = dropin::parse_nvrtc_options(num_options, options);
+  if (!parsed.bypass.empty()) {
+    return bypass(parsed.bypass, parsed.bypass_needs_digest
+                                     ? cache_skip_reason::needs_extra_digest
+                                     : cache_skip_reason::uncacheable_options);
+  }
+  program_cache_key_inputs inputs;
+  inputs.code = s.source;
+  inputs.code_type = source_type::cxx;
+  inputs.options = std::move(parsed.fields);
+  inputs.options.name = s.name;
+  inputs.options.headers = s.headers;
+  try {
+    inputs.options.arch = resolve_arch(inputs.options.arch.value_or("sm_75"));
+  } catch (const std::exception&) {
+    inputs.options.arch = "sm_75";  // the verbatim option, in the digest, names the real one
+  }
+  inputs.target = code_type::ptx;
+  inputs.name_expressions = s.name_expressions;
+  inputs.extra_digest = extra_digest(r, parsed, s);
+
+  std::optional<program_cache_key> key;
+  try {
+    key = make_program_cache_key(inputs, compiler_probes_for(*cache));
+  } catch (const extra_digest_required& e) {
+    return bypass(e.what(), cache_skip_reason::needs_extra_digest);
+  } catch (const std::exception& e) {
+    return bypass(e.what(), cache_skip_reason::uncacheable_options);
+  }
+  if (!key->includes().vouched.empty()) {
+    return bypass("an #include through a macro whose value cucore cannot work out (" +
+                      key->includes().vouched.front() + ")",
+                  cache_skip_reason::needs_extra_digest);
+  }
+
+  bool compiled = false;
+  nvrtcResult real_result = NVRTC_SUCCESS;
+  auto compile = [&]() -> object_code {
+    compiled = true;
+    real_result = forward();
+    if (real_result != NVRTC_SUCCESS) throw real_compile_failed{};
+    return object_code(code_type::object, serialize(record(r, prog, s.name_expressions)),
+                       std::string(kEntryName));
+  };
+  auto store = [&](const object_code& code) {
+    // As program::compile: a header that changed while NVRTC read it makes the result unkeyed.
+    if (key->includes().tracked &&
+        make_program_cache_key(inputs, compiler_probes_for(*cache)) != *key) {
+      dropin::note(log_level::info, "not storing " + s.name + ": a header changed meanwhile");
+      dropin::record_skip(cache_skip_reason::header_changed);
+      return;
+    }
+    try {
+      cache->put(*key, code);
+    } catch (const std::exception& e) {
+      dropin::note(log_level::warning, "could not store " + s.name + ": " + e.what());
+    }
+  };
+  try {
+    flight_result result = get_or_compile(*cache, *key, compile, store);
+    if (!result.from_cache()) {
+      dropin::note(log_level::info, "miss " + s.name + " " + key->hex().substr(0, 16));
+      return NVRTC_SUCCESS;
+    }
+    const auto bytes = result.code.code();
+    try {
+      s.hit = deserialize(bytes);
+    } catch (const dropin::format_error&) {
+      dropin::note(log_level::warning, "damaged cache entry for " + s.name + ": compiling");
+      try {
+        cache->erase(*key);
+      } catch (...) {
+      }
+      return forward();
+    }
+    dropin::note(log_level::info, "hit " + s.name + " " + key->hex().substr(0, 16));
+    return NVRTC_SUCCESS;
+  } catch (const real_compile_failed&) {
+    dropin::note(log_level::info,
+                 "failed " + s.name + " (" + std::to_string(real_result) + "): not cached");
+    return real_result;
+  } catch (const std::exception& e) {
+    if (compiled) return real_result;
+    dropin::note(log_level::warning, "cache failed for " + s.name + " (" + e.what() +
+                                         "): compiling with the real library");
+    return forward();
+  } catch (...) {
+    if (compiled) return real_result;
+    return forward();
+  }
+}
+
+nvrtcResult answer_size(const output& o, size_t* size) {
+  if (o.size_code == NVRTC_SUCCESS) *size = o.size;
+  return o.size_code;
+}
+
+nvrtcResult answer_bytes(const output& o, char* out) {
+  if (o.get_code == NVRTC_SUCCESS) std::memcpy(out, o.bytes.data(), o.bytes.size());
+  return o.get_code;
+}
+
+}  // namespace
+
+// --- the exported API (src/dropin/nvrtc.map gives each its version node) ----------------------
+
+CUCORE_EXPORT const char* nvrtcGetErrorString(nvrtcResult result) {
+  if (const auto* r = real()) return r->api->nvrtcGetErrorString(result);
+  return "NVRTC_ERROR_INTERNAL_ERROR";
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcVersion(int* major, int* minor) {
+  const auto* r = real();
+  return r ? r->api->nvrtcVersion(major, minor) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int* num_archs) {
+  const auto* r = real();
+  return r && r->GetNumSupportedArchs ? r->GetNumSupportedArchs(num_archs) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetSupportedArchs(int* archs) {
+  const auto* r = real();
+  return r && r->GetSupportedArchs ? r->GetSupportedArchs(archs) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src, const char* name,
+                                             int num_headers, const char* const* headers,
+                                             const char* const* include_names) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  // The state is made first: the program's strings are copied before the real call sees them.
+  std::shared_ptr<program_state> state;
+  try {
+    if (src != nullptr && prog != nullptr) {
+      state = make_state(src, name, num_headers, headers, include_names);
+    }
+  } catch (...) {
+    state.reset();
+  }
+  const nvrtcResult result =
+      r->api->nvrtcCreateProgram(prog, src, name, num_headers, headers, include_names);
+  if (result == NVRTC_SUCCESS && state && prog != nullptr && *prog != nullptr) {
+    remember(*prog, std::move(state));
+  }
+  return result;
+}
+
+CUCORE_EXPORT nvrtcResult __nvrtcCPEx(nvrtcProgram* prog, const char* src, const char* name,
+                                      int num_headers, const char* const* headers,
+                                      const char* const* include_names, std::uintptr_t a,
+                                      std::uintptr_t b, std::uintptr_t c) {
+  // An undocumented way to create a program, with arguments the key cannot read: forwarded, and the
+  // program is never cached (it has no state here).
+  const auto* r = real();
+  if (r == nullptr || r->CPEx == nullptr) return kNoLibrary;
+  return r->CPEx(prog, src, name, num_headers, headers, include_names, a, b, c);
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  // Forgotten before the real call frees the handle (another thread may be handed the same
+  // address at once), and remembered again if the real call refuses it.
+  const nvrtcProgram handle = prog != nullptr ? *prog : nullptr;
+  auto state = forget(handle);
+  const nvrtcResult result = r->api->nvrtcDestroyProgram(prog);
+  if (result != NVRTC_SUCCESS && state) remember(handle, std::move(state));
+  return result;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options,
+                                              const char* const* options) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  auto state = state_of(prog);
+  if (!state) return r->api->nvrtcCompileProgram(prog, num_options, options);
+  state->hit.reset();
+  try {
+    return compile_through_cache(*r, prog, *state, num_options, options);
+  } catch (...) {
+    // Only reachable before the real compile ran (it catches everything after).
+    return r->api->nvrtcCompileProgram(prog, num_options, options);
+  }
+}
+
+#define CUCORE_OUTPUT_GETTERS(Kind, member, real_size, real_get)                    \
+  CUCORE_EXPORT nvrtcResult nvrtcGet##Kind##Size(nvrtcProgram prog, size_t* size) { \
+    const auto* r = real();                                                         \
+    if (r == nullptr || (real_size) == nullptr) return kNoLibrary;                  \
+    if (const auto s = hit_of(prog); s != nullptr && size != nullptr) {             \
+      return answer_size(s->hit->member, size);                                     \
+    }                                                                               \
+    return (real_size)(prog, size);                                                 \
+  }                                                                                 \
+  CUCORE_EXPORT nvrtcResult nvrtcGet##Kind(nvrtcProgram prog, char* out) {          \
+    const auto* r = real();                                                         \
+    if (r == nullptr || (real_get) == nullptr) return kNoLibrary;                   \
+    if (const auto s = hit_of(prog); s != nullptr && out != nullptr) {              \
+      return answer_bytes(s->hit->member, out);                                     \
+    }                                                                               \
+    return (real_get)(prog, out);                                                   \
+  }
+
+CUCORE_OUTPUT_GETTERS(PTX, ptx, r->api->nvrtcGetPTXSize, r->api->nvrtcGetPTX)
+CUCORE_OUTPUT_GETTERS(CUBIN, cubin, r->api->nvrtcGetCUBINSize, r->api->nvrtcGetCUBIN)
+CUCORE_OUTPUT_GETTERS(LTOIR, ltoir, r->api->nvrtcGetLTOIRSize, r->api->nvrtcGetLTOIR)
+CUCORE_OUTPUT_GETTERS(OptiXIR, optix, r->GetOptiXIRSize, r->GetOptiXIR)
+CUCORE_OUTPUT_GETTERS(ProgramLog, log, r->api->nvrtcGetProgramLogSize, r->api->nvrtcGetProgramLog)
+
+#undef CUCORE_OUTPUT_GETTERS
+
+CUCORE_EXPORT nvrtcResult nvrtcAddNameExpression(nvrtcProgram prog, const char* name_expression) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  auto state = state_of(prog);
+  if (state && state->hit && name_expression != nullptr) return state->hit->add_after_code;
+  const nvrtcResult result = r->api->nvrtcAddNameExpression(prog, name_expression);
+  if (result == NVRTC_SUCCESS && state && name_expression != nullptr) {
+    try {
+      state->name_expressions.emplace_back(name_expression);
+    } catch (...) {
+      state->uncacheable = "out of memory recording a name expression";
+    }
+  }
+  return result;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetLoweredName(nvrtcProgram prog, const char* name_expression,
+                                              const char** lowered_name) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  if (const auto s = hit_of(prog);
+      s != nullptr && name_expression != nullptr && lowered_name != nullptr) {
+    const auto& hit = *s->hit;
+    for (const auto& n : hit.names) {
+      if (n.expression == name_expression) {
+        if (n.code == NVRTC_SUCCESS) *lowered_name = n.name.c_str();
+        return n.code;
+      }
+    }
+    return hit.unknown_name_code;
+  }
+  return r->api->nvrtcGetLoweredName(prog, name_expression, lowered_name);
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetPCHHeapSize(size_t* ret) {
+  const auto* r = real();
+  return r ? r->api->nvrtcGetPCHHeapSize(ret) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcSetPCHHeapSize(size_t size) {
+  const auto* r = real();
+  return r ? r->api->nvrtcSetPCHHeapSize(size) : kNoLibrary;
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetPCHCreateStatus(nvrtcProgram prog) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  if (const auto s = hit_of(prog)) return s->hit->pch_status;
+  return r->api->nvrtcGetPCHCreateStatus(prog);
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetPCHHeapSizeRequired(nvrtcProgram prog, size_t* size) {
+  const auto* r = real();
+  if (r == nullptr) return kNoLibrary;
+  if (const auto s = hit_of(prog); s != nullptr && size != nullptr) {
+    if (s->hit->pch_required_code == NVRTC_SUCCESS) *size = s->hit->pch_required;
+    return s->hit->pch_required_code;
+  }
+  return r->api->nvrtcGetPCHHeapSizeRequired(prog, size);
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcSetFlowCallback(nvrtcProgram prog, int (*callback)(void*, void*),
+                                               void* payload) {
+  const auto* r = real();
+  return r && r->SetFlowCallback ? r->SetFlowCallback(prog, callback, payload) : kNoLibrary;
+}

@@ -1,0 +1,265 @@
+#include "dropin/support.hpp"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "cucore/cache/open.hpp"
+
+namespace cucore::dropin {
+namespace {
+
+int read_log_threshold() {
+  const char* value = std::getenv("CUCORE_LOG");
+  if (value == nullptr) return 99;
+  const std::string_view v(value);
+  if (v.empty() || v == "0" || v == "off" || v == "none") return 99;
+  if (v == "debug") return static_cast<int>(log_level::debug);
+  if (v == "info") return static_cast<int>(log_level::info);
+  if (v == "error") return static_cast<int>(log_level::error);
+  return static_cast<int>(log_level::warning);  // "1", "warning", anything else
+}
+
+int log_threshold() {
+  static const int threshold = read_log_threshold();
+  return threshold;
+}
+
+void print(log_level level, std::string_view message) noexcept {
+  const char* prefix = level == log_level::error     ? "error"
+                       : level == log_level::warning ? "warning"
+                       : level == log_level::info    ? "info"
+                                                     : "debug";
+  std::fprintf(stderr, "cucore[%d]: %s: %.*s\n", static_cast<int>(::getpid()), prefix,
+               static_cast<int>(message.size()), message.data());
+}
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = text.find(separator, begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+struct file_id {
+  dev_t device = 0;
+  ino_t inode = 0;
+  bool operator==(const file_id&) const = default;
+};
+
+std::optional<file_id> id_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return file_id{st.st_dev, st.st_ino};
+}
+
+// The directories of /etc/ld.so.conf and the files it includes (one level of globs), in order:
+// where the loader cache finds libraries that no LD_LIBRARY_PATH names.
+void add_ld_so_conf(const std::string& file, std::vector<std::string>& dirs, int depth) {
+  std::ifstream in(file);
+  std::string line;
+  while (depth < 4 && std::getline(in, line)) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
+    if (line.starts_with("include ") || line.starts_with("include\t")) {
+      std::string pattern = line.substr(8);
+      pattern.erase(0, pattern.find_first_not_of(" \t"));
+      if (!pattern.starts_with('/')) pattern = "/etc/" + pattern;
+      glob_t found{};
+      if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
+        for (std::size_t i = 0; i < found.gl_pathc; ++i) {
+          add_ld_so_conf(found.gl_pathv[i], dirs, depth + 1);
+        }
+      }
+      ::globfree(&found);
+    } else if (line.starts_with('/')) {
+      dirs.push_back(line);
+    }
+  }
+}
+
+}  // namespace
+
+bool log_enabled(log_level level) noexcept {
+  return static_cast<int>(level) >= log_threshold();
+}
+
+void note(log_level level, std::string_view message) noexcept {
+  if (log_enabled(level)) print(level, message);
+}
+
+void install_log_handler() noexcept {
+  static std::once_flag once;
+  try {
+    std::call_once(once, [] {
+      set_log_handler([](log_level level, std::string_view message) { note(level, message); });
+    });
+  } catch (...) {
+  }
+}
+
+void report_once(std::string_view what, std::string_view message) noexcept {
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>>* reported = new std::set<std::string, std::less<>>;
+  try {
+    std::lock_guard lock(mutex);
+    if (!reported->emplace(what).second) return;
+    print(log_level::error, message);
+  } catch (...) {
+  }
+}
+
+program_cache* process_cache() noexcept {
+  // Leaked on purpose: programs may compile from static destructors and other threads at exit.
+  static program_cache* cache = []() -> program_cache* {
+    install_log_handler();
+    const char* spec_value = std::getenv("CUCORE_RUN_CACHE");
+    const std::string spec = spec_value ? spec_value : "";
+    if (spec == "none" || spec == "off") {
+      note(log_level::info, "CUCORE_RUN_CACHE=" + spec + ": every compile goes to the library");
+      return nullptr;
+    }
+    try {
+      auto opened = open_program_cache(spec);
+      if (!opened) return nullptr;
+      note(log_level::debug, "cache: " + opened->description());
+      return opened.release();
+    } catch (const std::exception& e) {
+      note(log_level::warning,
+           std::string("cannot open the program cache (every compile goes to the library): ") +
+               e.what());
+    } catch (...) {
+    }
+    return nullptr;
+  }();
+  return cache;
+}
+
+void record_skip(cache_skip_reason reason) noexcept {
+  try {
+    if (auto* cache = process_cache()) {
+      if (auto stats = cache->statistics()) stats->record_skip(reason);
+    }
+  } catch (...) {
+  }
+}
+
+std::optional<std::string> find_real_library(const detail::library_spec& spec,
+                                             const char* override_variable, const void* self,
+                                             std::vector<std::string>& searched) {
+  std::optional<file_id> self_id;
+  std::string self_dir;
+  if (Dl_info info{}; ::dladdr(self, &info) != 0 && info.dli_fname != nullptr) {
+    std::error_code ec;
+    const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
+    const std::string self_path = ec ? std::string(info.dli_fname) : canonical.string();
+    self_id = id_of(self_path);
+    self_dir = self_path.substr(0, self_path.rfind('/'));
+  }
+  const auto acceptable = [&](const std::string& path) {
+    searched.push_back(path);
+    const auto id = id_of(path);
+    return id && (!self_id || *id != *self_id);
+  };
+  const auto choose = [&](const std::string& path) {
+    detail::pin_library(spec, path);
+    return std::optional<std::string>(path);
+  };
+
+  if (const char* chosen = override_variable ? std::getenv(override_variable) : nullptr;
+      chosen != nullptr && *chosen != '\0') {
+    if (acceptable(chosen)) return choose(chosen);
+    searched.back() += " (" + std::string(override_variable) +
+                       (id_of(chosen) ? ": the drop-in itself)" : ": no such file)");
+    return std::nullopt;
+  }
+  for (const auto& file : detail::files_in_roots(spec)) {
+    if (acceptable(file)) return choose(file);
+  }
+  if (!detail::search_loader_path()) return std::nullopt;
+
+  std::vector<std::string> dirs;
+  const char* original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH");
+  if (original == nullptr) original = std::getenv("LD_LIBRARY_PATH");
+  if (original != nullptr) dirs = split(original, ':');
+  add_ld_so_conf("/etc/ld.so.conf", dirs, 0);
+  for (const char* dir :
+       {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}) {
+    dirs.emplace_back(dir);
+  }
+  for (const auto& dir : dirs) {
+    if (dir == self_dir) continue;
+    for (auto soname : spec.sonames) {
+      const std::string candidate = dir + "/" + std::string(soname);
+      if (acceptable(candidate)) return choose(candidate);
+    }
+  }
+  return std::nullopt;
+}
+
+void record_writer::number(std::int64_t value) {
+  const auto v = static_cast<std::uint64_t>(value);
+  for (int i = 0; i < 8; ++i) out_.push_back(static_cast<std::byte>(v >> (8 * i)));
+}
+
+void record_writer::bytes(std::string_view data) {
+  number(static_cast<std::int64_t>(data.size()));
+  const auto* p = reinterpret_cast<const std::byte*>(data.data());
+  out_.insert(out_.end(), p, p + data.size());
+}
+
+record_reader::record_reader(std::span<const std::byte> data, std::string_view magic)
+    : data_(data) {
+  if (bytes() != magic) throw format_error{};
+}
+
+std::uint64_t record_reader::u64() {
+  if (data_.size() - at_ < 8) throw format_error{};
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[at_ + i]) << (8 * i);
+  at_ += 8;
+  return v;
+}
+
+std::int64_t record_reader::number() {
+  return static_cast<std::int64_t>(u64());
+}
+
+std::string_view record_reader::bytes() {
+  const std::uint64_t n = u64();
+  if (n > data_.size() - at_) throw format_error{};
+  std::string_view out(reinterpret_cast<const char*>(data_.data() + at_), n);
+  at_ += n;
+  return out;
+}
+
+std::string current_directory() {
+  std::string buffer(4096, '\0');
+  while (::getcwd(buffer.data(), buffer.size()) == nullptr) {
+    if (errno != ERANGE || buffer.size() > (1u << 20)) return "?";
+    buffer.resize(buffer.size() * 2);
+  }
+  buffer.resize(std::char_traits<char>::length(buffer.c_str()));
+  return buffer;
+}
+
+}  // namespace cucore::dropin

@@ -1,0 +1,78 @@
+#!/bin/bash
+# The NVRTC drop-in against the real library (tests/dropin/nvrtc_harness.c), in fresh processes
+# over one cache, with faults injected. Usage: run_harness.sh HARNESS REAL_LIB DROPIN_LIB
+set -u
+harness=$1 real=$2 dropin=$3
+work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-dropin-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/src" "$work/cache"
+export CUCORE_RUN_NVRTC=$real
+unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
+expect() { if [ "$1" = "$2" ]; then ok "$3 ($1)"; else bad "$3: got $1, want $2"; fi; }
+
+# $1 label, $2 mode, then environment assignments; stdout → $work/out, stderr → $work/err.
+harness_run() {
+  local label=$1 mode=$2
+  shift 2
+  if env "$@" "$harness" "$real" "$dropin" "$work/src" "$mode" >"$work/out" 2>"$work/err"; then
+    ok "$label: $(tail -n 1 "$work/out")"
+  else
+    bad "$label"
+    cat "$work/out" "$work/err"
+  fi
+}
+count() { grep -c -- "$1" "$work/err"; }
+
+cache="CUCORE_RUN_CACHE=dir:$work/cache"
+
+# 1. A fresh cache: each cacheable case misses once, then hits (the alias spelling hits at once).
+harness_run "first process" cases "$cache" CUCORE_LOG=info
+cacheable=$(sed -n 's/^cacheable cases: //p' "$work/out")
+expect "$(count 'info: miss ')" $((cacheable - 1)) "first process: misses"
+expect "$(count 'info: hit ')" $((cacheable + 1)) "first process: hits"
+# 2. A second process over the same cache: every cacheable compile hits.
+harness_run "second process" cases "$cache" CUCORE_LOG=info
+expect "$(count 'info: miss ')" 0 "second process: misses"
+expect "$(count 'info: hit ')" $((2 * cacheable)) "second process: hits"
+# 3. Without CUCORE_LOG the drop-in prints nothing.
+harness_run "third process, quiet" cases "$cache"
+expect "$(wc -c <"$work/err")" 0 "third process: bytes on stderr"
+# 4. Misuse, many threads at once, a header edited on disk.
+harness_run "misuse" misuse "$cache"
+harness_run "threads" threads "$cache" CUCORE_LOG=info
+expect "$(count 'info: miss ')" 4 "threads: misses (4 programs, 8 threads, single-flight)"
+harness_run "edited header" edit "$cache" CUCORE_LOG=info
+expect "$(count 'info: miss ')" 1 "edited header: misses"
+
+# Faults: each run must still give NVRTC's own results, silently.
+# 5. Every entry damaged on disk: misses, recompiled, stored again.
+damaged=0
+while IFS= read -r -d '' f; do
+  size=$(stat -c %s "$f")
+  if [ "$size" -gt 64 ]; then
+    printf 'damaged!' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+    damaged=$((damaged + 1))
+  fi
+done < <(find "$work/cache" -type f -size +1k -print0)
+[ "$damaged" -gt 0 ] && ok "damaged $damaged entries" || bad "found no entries to damage"
+harness_run "damaged entries" cases "$cache" CUCORE_LOG=info
+expect "$(count 'info: miss ')" $((cacheable - 1)) "damaged entries: misses"
+harness_run "damaged entries, stored again" cases "$cache" CUCORE_LOG=info
+expect "$(count 'info: miss ')" 0 "damaged entries, stored again: misses"
+# 6. A cache that cannot be opened (a file where its directory should be).
+touch "$work/not-a-directory"
+harness_run "unusable cache" cases "CUCORE_RUN_CACHE=dir:$work/not-a-directory/cache"
+expect "$(wc -c <"$work/err")" 0 "unusable cache: bytes on stderr"
+# 7. A Redis tier that is down (nothing listens on port 9 of the loopback).
+harness_run "redis down" cases "CUCORE_RUN_CACHE=dir:$work/cache2+redis://127.0.0.1:9/0"
+harness_run "redis alone, down" cases "CUCORE_RUN_CACHE=redis://127.0.0.1:9/0"
+expect "$(wc -c <"$work/err")" 0 "redis down: bytes on stderr"
+# 8. No real library: every call fails, and one message says why.
+harness_run "no real library" missing "CUCORE_RUN_NVRTC=$work/no-such-libnvrtc.so.13"
+expect "$(count 'no real libnvrtc.so.13')" 1 "no real library: messages"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

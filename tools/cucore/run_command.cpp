@@ -1,0 +1,217 @@
+// cucore run -- PROGRAM ARGS...: runs an unmodified program with cucore's drop-in libraries first
+// in the library search, so that its NVRTC compiles go through the program cache (docs/run.md).
+// cucore env: the same environment, printed for a shell or a container image.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache_spec.hpp"
+#include "command_line.hpp"
+#include "commands.hpp"
+#include "cucore/error.hpp"
+
+#ifndef CUCORE_BUILD_DROPIN_DIR
+#define CUCORE_BUILD_DROPIN_DIR ""
+#endif
+
+namespace cucore::cli {
+namespace {
+
+constexpr option_spec nvrtc_option{
+    "--nvrtc", "", "PATH",
+    "the real libnvrtc.so.13 the drop-in forwards to (default: as cucore finds NVRTC)"};
+constexpr option_spec no_preload_option{
+    "--no-preload", "", "",
+    "do not LD_PRELOAD the NVRTC drop-in (loaders that open NVRTC by path then bypass it)"};
+
+constexpr option_spec options[] = {cache_option, shared_cache_option, nvrtc_option,
+                                   no_preload_option};
+
+// The drop-in libraries: $CUCORE_RUN_LIBS, else beside this program (PREFIX/bin/cucore →
+// PREFIX/lib*/cucore-run), else the build tree's.
+std::filesystem::path dropin_directory() {
+  namespace fs = std::filesystem;
+  const auto has_dropins = [](const fs::path& dir) {
+    std::error_code ec;
+    return fs::is_regular_file(dir / "libnvrtc.so.13", ec);
+  };
+  if (const char* chosen = std::getenv("CUCORE_RUN_LIBS"); chosen != nullptr && *chosen) {
+    if (!has_dropins(chosen)) {
+      throw error("CUCORE_RUN_LIBS=\"" + std::string(chosen) +
+                  "\" has no libnvrtc.so.13: point it at the directory cucore's drop-in "
+                  "libraries were installed to (PREFIX/lib/cucore-run), or unset it");
+    }
+    return fs::path(chosen);
+  }
+  std::error_code ec;
+  const fs::path self = fs::canonical("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path prefix = self.parent_path().parent_path();
+    // PREFIX/lib*/cucore-run; in the Python wheel, cucore/_bin/cucore → cucore/_lib/cucore-run.
+    for (const char* lib :
+         {"lib", "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "_lib"}) {
+      if (has_dropins(prefix / lib / "cucore-run")) return prefix / lib / "cucore-run";
+    }
+  }
+  if (const fs::path built(CUCORE_BUILD_DROPIN_DIR); !built.empty() && has_dropins(built)) {
+    return built;
+  }
+  throw error(
+      "cucore's drop-in libraries (libnvrtc.so.13 in a cucore-run directory) are not installed "
+      "beside " +
+      (ec ? std::string("this program") : self.string()) +
+      ": install cucore with its drop-ins, or set CUCORE_RUN_LIBS to their directory");
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// "A:B" with `first` in front, unless it is already first.
+std::string prepend(const std::string& first, const std::string& list) {
+  if (list.empty()) return first;
+  if (list == first || list.starts_with(first + ":")) return list;
+  return first + ":" + list;
+}
+
+// The variables `cucore run` sets, in order.
+std::vector<std::pair<std::string, std::string>> run_environment(const arguments& args) {
+  const auto dir = dropin_directory().string();
+  std::vector<std::pair<std::string, std::string>> vars;
+  // The program's own library path, for the drop-ins' search for the real libraries (kept from an
+  // outer `cucore run`).
+  const std::string original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH") != nullptr
+                                   ? env_or_empty("CUCORE_RUN_LD_LIBRARY_PATH")
+                                   : env_or_empty("LD_LIBRARY_PATH");
+  vars.emplace_back("CUCORE_RUN_LD_LIBRARY_PATH", original);
+  vars.emplace_back("LD_LIBRARY_PATH", prepend(dir, env_or_empty("LD_LIBRARY_PATH")));
+  if (!args.has(no_preload_option.name)) {
+    vars.emplace_back("LD_PRELOAD", prepend(dir + "/libnvrtc.so.13", env_or_empty("LD_PRELOAD")));
+  }
+  const std::string spec = cache_spec_from(args);
+  if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);
+  if (args.has(shared_cache_option.name)) vars.emplace_back("CUCORE_CACHE_SHARED", "1");
+  if (auto nvrtc = args.last(nvrtc_option.name)) {
+    std::error_code ec;
+    const auto path = std::filesystem::absolute(*nvrtc, ec);
+    if (ec || !std::filesystem::is_regular_file(path, ec)) {
+      throw usage_error("--nvrtc " + *nvrtc + ": no such file (give the real libnvrtc.so.13)");
+    }
+    vars.emplace_back("CUCORE_RUN_NVRTC", path.string());
+  }
+  return vars;
+}
+
+// The cache must open here, with a message the user sees, rather than fail silently inside the
+// program (where the drop-in only logs under CUCORE_LOG).
+void check_cache(const arguments& args) {
+  const std::string spec = cache_spec_from(args);
+  if (is_no_cache(spec)) return;
+  auto cache = open_cache(spec, args, /*statistics=*/false);
+  (void)cache;
+}
+
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+int run_program(const arguments& args, std::span<const std::string> program) {
+  if (program.empty()) {
+    throw usage_error("cucore run needs a program: cucore run [options] -- PROGRAM [ARGS...]");
+  }
+  if (!args.positionals().empty()) {
+    throw usage_error("unexpected \"" + args.positionals().front() +
+                      "\" before --: write cucore run [options] -- PROGRAM [ARGS...]");
+  }
+  check_cache(args);
+  for (const auto& [name, value] : run_environment(args)) {
+    ::setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
+  }
+  std::vector<char*> argv;
+  for (const auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(argv[0], argv.data());
+  const int err = errno;
+  std::cerr << "error: cannot run \"" << program.front() << "\": " << std::strerror(err) << "\n";
+  return err == ENOENT ? 127 : 126;
+}
+
+int run_run(const arguments&) {
+  throw usage_error("cucore run needs -- before the program: cucore run [options] -- PROGRAM");
+}
+
+int run_env(const arguments& args) {
+  if (!args.positionals().empty()) {
+    throw usage_error("cucore env takes no arguments (unexpected \"" + args.positionals().front() +
+                      "\")");
+  }
+  check_cache(args);
+  for (const auto& [name, value] : run_environment(args)) {
+    std::cout << "export " << name << "=" << shell_quoted(value) << "\n";
+  }
+  return exit_success;
+}
+
+constexpr std::string_view run_description =
+    "Runs PROGRAM with ARGS, unchanged, with cucore's drop-in NVRTC (libnvrtc.so.13) first in\n"
+    "the library search: LD_LIBRARY_PATH for programs that load NVRTC by name, LD_PRELOAD for\n"
+    "loaders that reuse an NVRTC already loaded (cuda.core's cuda.pathfinder). Every\n"
+    "nvrtcCompileProgram the program makes is answered from the program cache when it can be:\n"
+    "the same key as `cucore compile` (source, program name, in-memory headers, every option,\n"
+    "the headers it can read from disk, the real library's identity), the whole result stored\n"
+    "(PTX, CUBIN, LTO-IR, OptiX IR, the log, lowered names). Options with side effects and\n"
+    "inputs the key cannot see go to the real library, as does any failure of the cache. The\n"
+    "real library is the one cucore's search finds (see `cucore info`), or --nvrtc PATH.\n"
+    "Nothing is printed unless CUCORE_LOG=warning|info|debug. `cucore cache stats` counts the\n"
+    "hits. See docs/run.md.\n"
+    "\n" CUCORE_CLI_CACHE_SPEC_HELP
+    "\n"
+    "\n"
+    "Exit status: PROGRAM's; 127 when it cannot be found, 126 when it cannot be run; 1 when the\n"
+    "cache cannot be opened; 2 bad command line.";
+
+constexpr std::string_view env_description =
+    "Prints, as shell `export` lines, the environment `cucore run` gives a program (the same\n"
+    "options): for `eval \"$(cucore env)\"` in a shell, or ENV lines of a container image.\n"
+    "\n" CUCORE_CLI_CACHE_SPEC_HELP;
+
+}  // namespace
+
+const command run_command{
+    "run",
+    "run [--cache SPEC] [--nvrtc PATH] [--no-preload] -- PROGRAM [ARGS...]",
+    "run a program with its NVRTC compiles cached (drop-in libnvrtc.so.13)",
+    run_description,
+    options,
+    run_run,
+    nullptr,
+    run_program,
+};
+
+const command env_command{
+    "env",
+    "env [--cache SPEC] [--nvrtc PATH] [--no-preload]",
+    "print the environment `cucore run` sets",
+    env_description,
+    options,
+    run_env,
+};
+
+}  // namespace cucore::cli
