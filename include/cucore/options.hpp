@@ -108,6 +108,14 @@ struct program_options {
   std::optional<bool> pch_verbose;
   std::optional<bool> pch_messages;
   std::optional<bool> instantiate_templates_in_pch;
+  // c++ only, cucore's own (no NVRTC flag, never in a cache key): unset or true: automatic
+  // precompiled headers. The leading #include lines of a program, met again in this process, are
+  // precompiled once (NVRTC's --pch, in a directory cucore keeps per set of headers, options and
+  // program name) and later compiles with the same lines start from that, unless a header they
+  // read changed (docs/compilation.md, "Precompiled headers"). Outputs and logs are the same
+  // either way. false: off. Also off while pch, create_pch, use_pch or pch_dir is set, or
+  // instantiate_templates_in_pch is true.
+  std::optional<bool> auto_pch;
   std::vector<nvvm_module> extra_sources;  // NVVM only
   std::optional<bool> use_libdevice;       // NVVM only
   std::optional<bool> numba_debug;

@@ -25,6 +25,33 @@ std::string_view to_string(cache_outcome outcome) noexcept;  // "off", "hit", "m
 enum class pch_status { not_requested, created, not_attempted, failed };
 std::string_view to_string(pch_status status) noexcept;
 
+// What cucore's automatic precompiled headers did on the last NVRTC compile (program_options::
+// auto_pch; docs/compilation.md, "Precompiled headers"). Whatever it did, the output and the log
+// are those of a compile without them.
+enum class auto_pch_status {
+  // Not used: auto_pch=false, the caller's own PCH options, not c++, no compile (a cache hit),
+  // NVRTC_DISABLE_PCH, or turned off for the process (its debug log says why).
+  off,
+  // The code does not start with #include lines (nothing to precompile), or they have no cache
+  // key (an #include cucore cannot follow, an option with side effects).
+  no_prefix,
+  // The first compile of these leading #include lines in this process: compiled from the headers
+  // (making a PCH costs more than a plain compile, and nothing may reuse it).
+  first_seen,
+  // This compile made the PCH of its leading #include lines.
+  created,
+  // This compile started from the PCH of its leading #include lines.
+  used,
+  // NVRTC makes no PCH of these lines, or making it logged diagnostics: compiled from the
+  // headers, as every later compile of them in this process.
+  unusable,
+  // A PCH was expected but its file had changed, a header changed during the compile, NVRTC's PCH
+  // heap was too small (grown for the next one), or PCH mode failed and the compile ran again
+  // without it: compiled from the headers (the debug log says why).
+  discarded,
+};
+std::string_view to_string(auto_pch_status status) noexcept;
+
 // A program: source code, its type and options. compile() may be called many times (each call is an
 // independent compilation); a program is not meant to be compiled from two threads at once, but
 // distinct programs compile concurrently. The program owns every string it hands to a compiler.
@@ -59,6 +86,7 @@ class program {
   // The backend that compiles this program (for ptx: nvJitLink, or the driver when it is missing).
   compiler_backend backend() const;
   pch_status last_pch_status() const noexcept { return pch_status_; }
+  auto_pch_status last_auto_pch() const noexcept { return auto_pch_; }
   cache_outcome last_cache_outcome() const noexcept { return cache_outcome_; }
   // What single-flight did on the last compile through a cache (nullopt without a cache): hit,
   // compiled, waited (another process's compile was read: also a cache_outcome::hit), took_over,
@@ -84,14 +112,20 @@ class program {
   program_options options_;
   std::string log_;
   pch_status pch_status_ = pch_status::not_requested;
+  auto_pch_status auto_pch_ = auto_pch_status::off;
   cache_outcome cache_outcome_ = cache_outcome::off;
   std::optional<flight_outcome> flight_outcome_;
   std::optional<program_cache_key> cache_key_;
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).
-// compile() grows it on its own when a PCH does not fit.
+// compile() grows it on its own when a PCH does not fit. Setting it waits for a compile that holds
+// the heap, and drops every automatic PCH made before (NVRTC can use none of them afterwards).
 std::size_t nvrtc_pch_heap_size();
 void set_nvrtc_pch_heap_size(std::size_t bytes);
+
+// Removes this process's automatic precompiled headers (their files) and forgets which leading
+// #include lines it has compiled, as in a fresh process. Waits for a compile that holds the heap.
+void clear_auto_pch();
 
 }  // namespace cucore

@@ -177,6 +177,7 @@ std::vector<field_check> set_fields(const program_options& o) {
       {"pch_verbose", b(o.pch_verbose)},
       {"pch_messages", b(o.pch_messages)},
       {"instantiate_templates_in_pch", b(o.instantiate_templates_in_pch)},
+      {"auto_pch", b(o.auto_pch)},
       {"extra_sources", l(o.extra_sources)},
       {"use_libdevice", b(o.use_libdevice)},
       {"numba_debug", b(o.numba_debug)},

@@ -12,6 +12,7 @@
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
+#include "program/auto_pch.hpp"
 #include "program/compiler_handles.hpp"
 
 namespace cucore {
@@ -144,6 +145,7 @@ object_code program::compile(code_type target, std::span<const std::string> name
   }
   log_.clear();
   pch_status_ = pch_status::not_requested;
+  auto_pch_ = auto_pch_status::off;
   cache_outcome_ = cache_outcome::off;
   flight_outcome_.reset();
   cache_key_.reset();
@@ -217,8 +219,13 @@ object_code program::compile_nvrtc(code_type target,
   program_options options = options_;
   options.arch = resolve_arch(options.arch);
   const auto flags = compiler_flags(options, source_type::cxx, target);
-  auto argv = c_strings(flags);
   const bool wants_pch = options.pch.value_or(false) || options.create_pch.has_value();
+  // NVRTC's PCH heap is one per process: a compile with the caller's PCH options holds it.
+  std::unique_lock<std::mutex> pch_heap;
+  if (wants_pch || options.use_pch || options.pch_dir) pch_heap = detail::lock_pch_heap();
+  // cucore's automatic PCH (program/auto_pch.hpp): flags for NVRTC only, never for the key.
+  detail::auto_pch_compile automatic(api, code_, options, target);
+  bool plain_retry = false;
 
   // In-memory headers: NVRTC may keep the pointers, which point into options_ (owned here).
   std::vector<const char*> header_contents;
@@ -229,8 +236,12 @@ object_code program::compile_nvrtc(code_type target,
   }
   const int header_count = static_cast<int>(header_names.size());
 
-  // Two attempts at most: the second only when the PCH heap was too small for the header.
+  // Two attempts at most: the second only when the PCH heap was too small for the header, or when
+  // compiling with an automatic PCH failed catastrophically (then without it).
   for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> all_flags = flags;
+    all_flags.insert(all_flags.end(), automatic.flags().begin(), automatic.flags().end());
+    auto argv = c_strings(all_flags);
     nvrtcProgram raw = nullptr;
     check_nvrtc(api,
                 api.nvrtcCreateProgram(&raw, code_.c_str(), options.name.c_str(), header_count,
@@ -246,6 +257,12 @@ object_code program::compile_nvrtc(code_type target,
     nvrtcResult result =
         api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
     log_ = nvrtc_log(api, prog.get());
+    auto_pch_ = automatic.status();
+    if (result != NVRTC_SUCCESS && automatic.failed(log_)) {
+      auto_pch_ = automatic.status();
+      plain_retry = true;
+      continue;
+    }
     if (result != NVRTC_SUCCESS) {
       if (result == NVRTC_ERROR_INVALID_OPTION) {
         detail::check_nvrtc_supports_arch(api, *options.arch);  // names the arch if that was it
@@ -253,13 +270,16 @@ object_code program::compile_nvrtc(code_type target,
       throw compile_error("NVRTC", api.nvrtcGetErrorString(result), log_);
     }
 
+    if (plain_retry) automatic.retry_succeeded();
+    automatic.succeeded(prog.get(), log_);
+    auto_pch_ = automatic.status();
     if (wants_pch) {
       nvrtcResult pch = api.nvrtcGetPCHCreateStatus(prog.get());
       if (pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED && attempt == 0) {
         std::size_t required = 0;
         check_nvrtc(api, api.nvrtcGetPCHHeapSizeRequired(prog.get(), &required),
                     "nvrtcGetPCHHeapSizeRequired");
-        check_nvrtc(api, api.nvrtcSetPCHHeapSize(required), "nvrtcSetPCHHeapSize");
+        detail::resize_pch_heap(api, required);
         continue;
       }
       pch_status_ = pch == NVRTC_SUCCESS                         ? pch_status::created
@@ -347,7 +367,8 @@ std::size_t nvrtc_pch_heap_size() {
 
 void set_nvrtc_pch_heap_size(std::size_t bytes) {
   const auto& api = detail::nvrtc("setting the NVRTC PCH heap size");
-  check_nvrtc(api, api.nvrtcSetPCHHeapSize(bytes), "nvrtcSetPCHHeapSize");
+  const auto heap = detail::lock_pch_heap();
+  detail::resize_pch_heap(api, bytes);
 }
 
 }  // namespace cucore

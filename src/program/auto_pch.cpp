@@ -1,0 +1,950 @@
+#include "program/auto_pch.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <unordered_map>
+
+#include "common/sha256.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+#include "loader/libraries.hpp"
+
+namespace cucore {
+namespace detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// The prefix.
+
+// `code` with its line splices (a backslash right before a newline, CRLF included) removed, and
+// where each remaining character came from.
+struct spliced_text {
+  std::string text;
+  std::vector<std::size_t> at;  // at[i]: offset in code of text[i]
+  bool unclear = false;  // a splice only some compilers take (backslash or ??/, blanks, newline),
+                         // or a carriage return not before a newline
+};
+
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\f' || c == '\v';
+}
+
+spliced_text splice(std::string_view code) {
+  spliced_text out;
+  out.text.reserve(code.size());
+  out.at.reserve(code.size());
+  const std::size_t n = code.size();
+  for (std::size_t i = 0; i < n;) {
+    const char c = code[i];
+    if (c == '\\' || (c == '?' && code.substr(i, 3) == "?\?/")) {
+      const std::size_t after = i + (c == '\\' ? 1 : 3);
+      std::size_t j = after;
+      while (j < n && (blank(code[j]) || (code[j] == '\r' && j + 1 < n && code[j + 1] == '\n'))) {
+        ++j;
+      }
+      if (j < n && code[j] == '\n') {
+        // Only a backslash right before the newline (or CRLF) splices for certain.
+        const bool strict = c == '\\' && (j == after || (j == after + 1 && code[after] == '\r'));
+        if (!strict) out.unclear = true;
+        i = j + 1;
+        continue;
+      }
+    }
+    if (c == '\r' && (i + 1 >= n || code[i + 1] != '\n')) out.unclear = true;
+    out.text.push_back(c);
+    out.at.push_back(i);
+    ++i;
+  }
+  return out;
+}
+
+bool identifier_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
+// A lexer over spliced text for the prefix scan: comments, literals and line ends.
+class prefix_lexer {
+ public:
+  explicit prefix_lexer(const std::string& t) : t_(t), n_(t.size()) {}
+
+  // Skips blanks and comments; a newline ends the skip (block comments may hold newlines).
+  std::size_t skip_blank(std::size_t i) const {
+    while (i < n_) {
+      const char c = t_[i];
+      if (blank(c) || c == '\r') {
+        ++i;
+      } else if (c == '/' && i + 1 < n_ && t_[i + 1] == '*') {
+        i = block_comment_end(i);
+      } else if (c == '/' && i + 1 < n_ && t_[i + 1] == '/') {
+        i = line_end_raw(i);
+      } else {
+        break;
+      }
+    }
+    return i;
+  }
+
+  // The newline ending the logical line that `i` is in (or n): comments, literals and raw strings
+  // are skipped whole, so a newline inside a block comment or raw string does not end it.
+  std::size_t line_end(std::size_t i) const {
+    while (i < n_) {
+      const char c = t_[i];
+      if (c == '\n') return i;
+      if (c == '/' && i + 1 < n_ && t_[i + 1] == '*') {
+        i = block_comment_end(i);
+      } else if (c == '/' && i + 1 < n_ && t_[i + 1] == '/') {
+        return line_end_raw(i);
+      } else if (c == '"' || c == '\'') {
+        i = literal_end(i);
+      } else if (identifier_char(c)) {
+        const std::size_t start = i;
+        while (i < n_ && identifier_char(t_[i])) ++i;
+        const std::string_view word(t_.data() + start, i - start);
+        if (i < n_ && t_[i] == '"' &&
+            (word == "R" || word == "LR" || word == "uR" || word == "UR" || word == "u8R")) {
+          i = raw_string_end(i);
+        }
+      } else {
+        ++i;
+      }
+    }
+    return n_;
+  }
+
+ private:
+  std::size_t block_comment_end(std::size_t i) const {
+    const auto end = t_.find("*/", i + 2);
+    return end == std::string::npos ? n_ : end + 2;
+  }
+  std::size_t line_end_raw(std::size_t i) const {
+    const auto end = t_.find('\n', i);
+    return end == std::string::npos ? n_ : end;
+  }
+  // A quoted literal: to the matching quote, or to the newline that leaves it unterminated.
+  std::size_t literal_end(std::size_t i) const {
+    const char q = t_[i];
+    for (++i; i < n_; ++i) {
+      if (t_[i] == '\\') {
+        ++i;
+      } else if (t_[i] == q) {
+        return i + 1;
+      } else if (t_[i] == '\n') {
+        return i;
+      }
+    }
+    return n_;
+  }
+  // i at the '"' of R"delim( ... )delim".
+  std::size_t raw_string_end(std::size_t i) const {
+    const auto open = t_.find('(', i + 1);
+    if (open == std::string::npos || open - i - 1 > 16) return literal_end(i);
+    const std::string close = ")" + t_.substr(i + 1, open - i - 1) + "\"";
+    const auto end = t_.find(close, open + 1);
+    return end == std::string::npos ? n_ : end + close.size();
+  }
+
+  const std::string& t_;
+  std::size_t n_;
+};
+
+}  // namespace
+
+pch_prefix scan_pch_prefix(std::string_view code) {
+  pch_prefix out;
+  const spliced_text s = splice(code);
+  if (s.unclear) {
+    out.balanced = false;
+    return out;
+  }
+  const std::string& t = s.text;
+  const std::size_t n = t.size();
+  const prefix_lexer lex(t);
+  std::size_t i = t.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  std::size_t cut = 0;  // in t: just after the last directive so far
+  int depth = 0;
+  for (;;) {
+    i = lex.skip_blank(i);
+    if (i >= n) {
+      cut = n;
+      break;
+    }
+    if (t[i] == '\n') {
+      ++i;
+      continue;
+    }
+    std::size_t introducer = 0;
+    if (t[i] == '#') {
+      introducer = 1;
+    } else if (t.compare(i, 2, "%:") == 0) {
+      introducer = 2;
+    } else if (t.compare(i, 3, "?\?=") == 0) {
+      introducer = 3;  // a trigraph before C++17, else a token: reading a directive reads on
+    }
+    if (introducer == 0) {
+      // A token outside any directive: NVRTC's header stop, unless an #if group holds it (NVRTC
+      // skips the groups it does not enter, so read on: the prefix only grows).
+      if (depth == 0) break;
+      i = lex.line_end(i);
+      continue;
+    }
+    std::size_t j = lex.skip_blank(i + introducer);
+    const std::size_t name_start = j;
+    while (j < n && identifier_char(t[j])) ++j;
+    const std::string_view name(t.data() + name_start, j - name_start);
+    if (name == "if" || name == "ifdef" || name == "ifndef") {
+      ++depth;
+    } else if (name == "endif") {
+      if (depth == 0) {
+        out.balanced = false;
+        return out;
+      }
+      --depth;
+    } else if (name == "include" || name == "include_next" || name == "import") {
+      out.includes = true;
+    } else if (name == "line" ||
+               (!name.empty() && std::isdigit(static_cast<unsigned char>(name.front())) != 0)) {
+      out.line_marker = true;
+    }
+    i = lex.line_end(j);
+    if (i < n) ++i;  // the newline ending the directive
+    cut = i;
+  }
+  out.end = cut == 0 ? 0 : (cut >= n ? code.size() : s.at[cut - 1] + 1);
+  return out;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The images: one directory per prefix key under this process's root, NVRTC's PCH heap.
+
+constexpr std::string_view kLog = "automatic PCH: ";
+// Images kept per process (LRU beyond either): NVRTC writes the PCH heap's used part, ~190 MB for
+// a CUB block-sort prefix.
+constexpr std::uint64_t kMaxImageBytes = 2ull << 30;
+constexpr std::size_t kMaxImages = 8;
+// Heap growth when an image does not fit, and the most the heap is grown to.
+constexpr std::uint64_t kHeapStep = 64ull << 20;
+constexpr std::uint64_t kMaxHeap = 4ull << 30;
+// Prefixes remembered (seen once, or unusable) beyond the images.
+constexpr std::size_t kMaxRemembered = 4096;
+// The compile that makes a prefix's image is its Nth in the process (the first compiles plain:
+// making an image costs more than a plain compile, and one-off prefixes never repay it).
+constexpr std::uint32_t kCreateAtSighting = 2;
+
+void debug(const std::string& message) {
+  cucore::log(log_level::debug, std::string(kLog) + message);
+}
+
+struct file_identity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  friend bool operator==(const file_identity&, const file_identity&) = default;
+};
+
+std::optional<file_identity> identity_of(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  file_identity id;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  id.size = st.st_size;
+  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+// The directory NVRTC's front end keeps its PCH-mode memory in (a file under TMPDIR, else /tmp).
+fs::path nvrtc_temp_directory() {
+  const char* t = std::getenv("TMPDIR");
+  return (t != nullptr && *t != '\0') ? fs::path(t) : fs::path("/tmp");
+}
+
+enum class image_state : std::uint8_t { seen, ready, unusable };
+
+struct image {
+  image_state state = image_state::seen;
+  fs::path dir;
+  fs::path file;
+  file_identity id;
+  std::uint64_t bytes = 0;
+  std::uint64_t last_used = 0;
+};
+
+class registry {
+ public:
+  static registry& get() {
+    static auto* r = new registry;  // leaked: compiles may run during static destruction
+    return *r;
+  }
+
+  std::mutex heap;  // NVRTC's PCH heap (lock_pch_heap)
+
+  // Whether automatic PCH is off for the process, and why (said once at debug level).
+  bool disabled() {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    if (!disabled_why_.empty() && !disabled_said_) {
+      disabled_said_ = true;
+      debug("off for this process: " + disabled_why_);
+    }
+    return !disabled_why_.empty();
+  }
+
+  void disable(const std::string& why) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    if (disabled_why_.empty()) disabled_why_ = why;
+    debug("off for this process: " + why);
+    disabled_said_ = true;
+  }
+
+  // Counts a compile of a prefix (by the text, flags and program name alone: cheap, no header
+  // read) and returns how many there were in this process, this one included.
+  std::uint32_t sighting(const std::string& seen) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    if (sightings_.size() >= kMaxRemembered && !sightings_.contains(seen)) sightings_.clear();
+    return ++sightings_[seen];
+  }
+
+  enum class step : std::uint8_t { plain, needs_heap };
+  // Without the heap: plain for an unusable prefix.
+  step peek(const std::string& identity, auto_pch_status& status) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    auto it = images_.find(identity);
+    if (it == images_.end()) {
+      if (images_.size() >= kMaxRemembered) forget_oldest_remembered();
+      it = images_.emplace(identity, image{}).first;
+    }
+    image& e = it->second;
+    e.last_used = ++clock_;
+    if (e.state == image_state::unusable) {
+      status = auto_pch_status::unusable;
+      return step::plain;
+    }
+    return step::needs_heap;
+  }
+
+  struct plan {
+    auto_pch_status status = auto_pch_status::off;  // created (to create), used, or plain
+    fs::path dir;
+  };
+  // With the heap held: use a verified image, or prepare an empty directory to create one in.
+  plan claim(const std::string& identity) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    plan p;
+    auto it = images_.find(identity);
+    if (it == images_.end() || it->second.state == image_state::unusable) {
+      p.status = auto_pch_status::unusable;
+      return p;
+    }
+    image& e = it->second;
+    if (e.state == image_state::ready) {
+      std::string why;
+      if (verified(e, why)) {
+        p.status = auto_pch_status::used;
+        p.dir = e.dir;
+        return p;
+      }
+      debug("the precompiled header of prefix " + identity.substr(0, 16) + " is not used: " + why +
+            "; it is removed and this compile reads the headers");
+      drop_image(e);
+      p.status = auto_pch_status::discarded;
+      return p;
+    }
+    // Seen before: this compile makes the image.
+    std::error_code ec;
+    if (!ensure_root(ec)) {
+      p.status = auto_pch_status::off;
+      return p;
+    }
+    e.dir = root_ / (identity.substr(0, 40) + "-" + std::to_string(generation_));
+    fs::remove_all(e.dir, ec);
+    ec.clear();
+    if (!fs::create_directory(e.dir, ec) || ec) {
+      debug("cannot create " + e.dir.string() + ": " + ec.message() + "; compiling plain");
+      p.status = auto_pch_status::discarded;
+      return p;
+    }
+    p.status = auto_pch_status::created;
+    p.dir = e.dir;
+    return p;
+  }
+
+  // With the heap held, after NVRTC made an image in the claimed directory.
+  bool created(const std::string& identity, std::string& why) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    auto it = images_.find(identity);
+    if (it == images_.end()) return false;
+    image& e = it->second;
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (fs::directory_iterator d(e.dir, ec), end; !ec && d != end; d.increment(ec)) {
+      files.push_back(d->path());
+    }
+    if (ec || files.size() != 1 || files.front().extension() != ".pch") {
+      why = "NVRTC left " + std::to_string(files.size()) + " files in " + e.dir.string();
+      drop_image(e);
+      return false;
+    }
+    const auto id = identity_of(files.front());
+    if (!id) {
+      why = files.front().string() + " is not a regular file";
+      drop_image(e);
+      return false;
+    }
+    e.state = image_state::ready;
+    e.file = files.front();
+    e.id = *id;
+    e.bytes = static_cast<std::uint64_t>(id->size);
+    bytes_ += e.bytes;
+    ++ready_;
+    evict(identity);
+    return true;
+  }
+
+  // The claimed directory's image is not kept: removed, and the prefix back to seen (or made
+  // unusable: no image again in this process).
+  void drop(const std::string& identity, bool unusable) {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    auto it = images_.find(identity);
+    if (it == images_.end()) return;
+    drop_image(it->second);
+    if (unusable) it->second.state = image_state::unusable;
+  }
+
+  // With the heap held: every image is unusable after a heap resize; their files go.
+  void heap_resized() {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    ++generation_;
+    for (auto& [identity, e] : images_) {
+      if (e.state == image_state::ready) drop_image(e);
+    }
+  }
+
+  // With the heap held: forget everything (cucore::clear_auto_pch).
+  void clear() {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    for (auto& [identity, e] : images_) drop_image(e);
+    images_.clear();
+    sightings_.clear();
+  }
+
+  auto_pch_totals totals() {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    return {ready_, bytes_, root_.string()};
+  }
+
+  // At exit, by the process that made the root.
+  void remove_root() {
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    if (root_.empty() || owner_ != ::getpid()) return;
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
+    root_.clear();
+  }
+
+ private:
+  registry() : owner_(::getpid()) {
+    if (const char* v = std::getenv("NVRTC_DISABLE_PCH"); v != nullptr) {
+      disabled_why_ = "NVRTC_DISABLE_PCH is set (NVRTC's PCH is off, and says so in every log)";
+    }
+  }
+
+  // A forked child shares nothing with its parent's images (they are the parent's files, and the
+  // parent removes them): it starts afresh.
+  void adopt_after_fork() {
+    if (owner_ == ::getpid()) return;
+    owner_ = ::getpid();
+    images_.clear();
+    sightings_.clear();
+    root_.clear();
+    lock_fd_ = -1;  // the parent's descriptor: its lock stays the parent's
+    bytes_ = 0;
+    ready_ = 0;
+  }
+
+  bool ensure_root(std::error_code& ec) {
+    if (!root_.empty()) return true;
+    const fs::path tmp = nvrtc_temp_directory();
+    if (::access(tmp.c_str(), W_OK | X_OK) != 0) {
+      const std::string why = tmp.string() +
+                              " (TMPDIR, where NVRTC keeps its PCH-mode memory) is "
+                              "not a writable directory: " +
+                              std::strerror(errno);
+      disabled_why_ = why;
+      disabled_said_ = true;
+      debug("off for this process: " + why);
+      return false;
+    }
+    sweep_stale(tmp);
+    std::string templ = (tmp / ("cucore-pch-" + std::to_string(::getpid()) + "-XXXXXX")).string();
+    if (::mkdtemp(templ.data()) == nullptr) {
+      const std::string why =
+          "cannot create a directory in " + tmp.string() + ": " + std::strerror(errno);
+      disabled_why_ = why;
+      disabled_said_ = true;
+      debug("off for this process: " + why);
+      ec = std::error_code(errno, std::generic_category());
+      return false;
+    }
+    const fs::path root = templ;
+    const int fd = ::open((root / "owner.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (fd >= 0) ::close(fd);
+      fs::remove_all(root, ec);
+      disabled_why_ = "cannot lock " + (root / "owner.lock").string();
+      disabled_said_ = true;
+      debug("off for this process: " + disabled_why_);
+      return false;
+    }
+    root_ = root;
+    lock_fd_ = fd;
+    // Removed at exit (a crash leaves it to the next process's sweep).
+    static const struct remover {
+      ~remover() { registry::get().remove_root(); }
+    } at_exit;
+    return true;
+  }
+
+  // Roots of processes that ended without removing them (killed, crashed): nobody holds their lock.
+  static void sweep_stale(const fs::path& tmp) {
+    std::error_code ec;
+    for (fs::directory_iterator d(tmp, ec), end; !ec && d != end; d.increment(ec)) {
+      const std::string name = d->path().filename().string();
+      if (!name.starts_with("cucore-pch-")) continue;
+      std::error_code e2;
+      if (!d->is_directory(e2) || d->is_symlink(e2)) continue;
+      const int fd = ::open((d->path() / "owner.lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) continue;  // not made by cucore (or not yet locked): left alone
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        fs::remove_all(d->path(), e2);
+        debug("removed " + d->path().string() + ", left by a process that ended");
+      }
+      ::close(fd);
+    }
+  }
+
+  // Whether e's file is still the one NVRTC wrote, alone in its directory (NVRTC reads every
+  // .pch file there, and a truncated one crashes the process).
+  bool verified(const image& e, std::string& why) const {
+    const auto id = identity_of(e.file);
+    if (!id) {
+      why = e.file.string() + " is gone";
+      return false;
+    }
+    if (!(*id == e.id)) {
+      why = e.file.string() + " changed on disk (" + std::to_string(id->size) + " bytes, was " +
+            std::to_string(e.id.size) + ")";
+      return false;
+    }
+    std::error_code ec;
+    std::size_t count = 0;
+    for (fs::directory_iterator d(e.dir, ec), end; !ec && d != end; d.increment(ec)) ++count;
+    if (ec || count != 1) {
+      why = e.dir.string() + " holds " + std::to_string(count) + " files, not only " +
+            e.file.filename().string();
+      return false;
+    }
+    return true;
+  }
+
+  void drop_image(image& e) {
+    if (e.state == image_state::ready) {
+      bytes_ -= e.bytes;
+      --ready_;
+    }
+    if (!e.dir.empty()) {
+      std::error_code ec;
+      fs::remove_all(e.dir, ec);
+    }
+    if (e.state == image_state::ready) e.state = image_state::seen;
+    e.dir.clear();
+    e.file.clear();
+    e.bytes = 0;
+  }
+
+  // Least recently used images beyond the limits (never the one just made).
+  void evict(const std::string& keep) {
+    while (ready_ > 1 && (ready_ > kMaxImages || bytes_ > kMaxImageBytes)) {
+      image* oldest = nullptr;
+      std::string oldest_id;
+      for (auto& [identity, e] : images_) {
+        if (e.state != image_state::ready || identity == keep) continue;
+        if (oldest == nullptr || e.last_used < oldest->last_used) {
+          oldest = &e;
+          oldest_id = identity;
+        }
+      }
+      if (oldest == nullptr) return;
+      debug("removed the precompiled header of prefix " + oldest_id.substr(0, 16) +
+            " (least recently used; keeping at most " + std::to_string(kMaxImages) + " images, " +
+            std::to_string(kMaxImageBytes >> 20) + " MiB)");
+      drop_image(*oldest);
+    }
+  }
+
+  void forget_oldest_remembered() {
+    auto oldest = images_.end();
+    for (auto it = images_.begin(); it != images_.end(); ++it) {
+      if (it->second.state == image_state::ready) continue;
+      if (oldest == images_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    if (oldest != images_.end()) images_.erase(oldest);
+  }
+
+  std::mutex mutex_;
+  pid_t owner_;
+  fs::path root_;
+  int lock_fd_ = -1;
+  std::string disabled_why_;
+  bool disabled_said_ = false;
+  std::uint64_t generation_ = 0;
+  std::uint64_t clock_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::size_t ready_ = 0;
+  std::unordered_map<std::string, image> images_;             // by prefix key
+  std::unordered_map<std::string, std::uint32_t> sightings_;  // by sighting_key
+};
+
+// Lines NVRTC writes because the caller asked for PCH messages (pch_messages=true): not
+// diagnostics of the headers.
+bool pch_message_line(std::string_view line) {
+  return line.find("\": creating precompiled header file \"") != std::string_view::npos ||
+         line.find("\": using precompiled header file \"") != std::string_view::npos;
+}
+
+// Whether `log` holds nothing but PCH messages and blank lines.
+bool quiet(std::string_view log) {
+  while (!log.empty()) {
+    const auto nl = log.find('\n');
+    const std::string_view line = log.substr(0, nl);
+    log = nl == std::string_view::npos ? std::string_view() : log.substr(nl + 1);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (!pch_message_line(line)) return false;
+  }
+  return true;
+}
+
+// The first line of `log` that reports a catastrophic error (EDG's: compilation stops there).
+std::string catastrophic_line(std::string_view log) {
+  while (!log.empty()) {
+    const auto nl = log.find('\n');
+    const std::string_view line = log.substr(0, nl);
+    log = nl == std::string_view::npos ? std::string_view() : log.substr(nl + 1);
+    std::string lower(line);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower.find("catastrophic error") != std::string::npos) return std::string(line);
+  }
+  return {};
+}
+
+// What counts compiles of a prefix before its key is worth making: the prefix text, the flags
+// (arch, -I, -D, ...), the program name and the in-memory headers.
+std::string sighting_key(const std::string& prefix, const program_options& options,
+                         code_type target) {
+  std::string all = prefix;
+  all.push_back('\0');
+  for (const auto& f : compiler_flags(options, source_type::cxx, target)) {
+    all += f;
+    all.push_back('\0');
+  }
+  all += options.name;
+  for (const auto& h : options.headers) {
+    all.push_back('\0');
+    all += h.name;
+    all.push_back('\0');
+    all += h.contents;
+  }
+  const auto hex = sha256_hex(std::as_bytes(std::span<const char>(all.data(), all.size())));
+  return std::string(hex.data(), hex.size());
+}
+
+std::string mib(std::uint64_t bytes) {
+  return std::to_string((bytes + (1u << 19)) >> 20) + " MiB";
+}
+
+// The prefix's key: make_program_cache_key over the prefix alone (NVRTC's identity, the flags,
+// the program name, in-memory headers, and the include closure of the prefix), in hex.
+std::optional<std::string> prefix_identity(const std::string& prefix,
+                                           const program_options& options, code_type target,
+                                           std::string& why) {
+  program_cache_key_inputs in;
+  in.code = prefix;
+  in.code_type = source_type::cxx;
+  in.options = options;
+  in.target = target;
+  try {
+    const program_cache_key key = make_program_cache_key(in, installed_compiler_probes());
+    if (!key.includes().tracked) {
+      why = "the prefix reads no header";
+      return std::nullopt;
+    }
+    return key.hex();
+  } catch (const std::exception& e) {
+    why = std::string("the prefix has no key: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::unique_lock<std::mutex> lock_pch_heap() {
+  return std::unique_lock<std::mutex>(registry::get().heap);
+}
+
+void resize_pch_heap(const nvrtc_api& api, std::size_t bytes) {
+  const nvrtcResult r = api.nvrtcSetPCHHeapSize(bytes);
+  registry::get().heap_resized();
+  if (r != NVRTC_SUCCESS) {
+    throw library_error("NVRTC", "nvrtcSetPCHHeapSize", api.nvrtcGetErrorString(r));
+  }
+}
+
+auto_pch_totals auto_pch_state() {
+  return registry::get().totals();
+}
+
+auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
+                                   const program_options& options, code_type target)
+    : api_(api), target_(target) {
+  // The caller's own PCH options keep their rules (and instantiate_templates_in_pch=true would
+  // reorder the output's symbols: a different cubin).
+  if (!options.auto_pch.value_or(true) || options.pch.value_or(false) || options.create_pch ||
+      options.use_pch || options.pch_dir) {
+    return;
+  }
+  if (options.instantiate_templates_in_pch.value_or(false)) {
+    debug("not used: instantiate_templates_in_pch=true changes the order of symbols in the output");
+    return;
+  }
+  registry& reg = registry::get();
+  if (reg.disabled()) return;
+
+  status_ = auto_pch_status::no_prefix;
+  const pch_prefix scan = scan_pch_prefix(code);
+  if (!scan.balanced || scan.line_marker || (!scan.includes && options.pre_include.empty())) {
+    return;
+  }
+  prefix_ = std::string(code.substr(0, scan.end));
+  if (prefix_.empty()) prefix_ = "\n";  // pre_include alone
+  options_ = options;
+  try {
+    if (reg.sighting(sighting_key(prefix_, options, target)) < kCreateAtSighting) {
+      status_ = auto_pch_status::first_seen;
+      return;
+    }
+  } catch (const std::exception& e) {
+    debug(std::string("not used: ") + e.what());
+    return;
+  }
+  std::string why;
+  const auto identity = prefix_identity(prefix_, options, target, why);
+  if (!identity) {
+    debug("not used for \"" + options.name + "\": " + why);
+    return;
+  }
+  identity_ = *identity;
+  if (reg.peek(identity_, status_) == registry::step::plain) return;
+
+  heap_ = lock_pch_heap();
+  const registry::plan p = reg.claim(identity_);
+  status_ = p.status;
+  if (p.status != auto_pch_status::created && p.status != auto_pch_status::used) {
+    heap_.unlock();
+    return;
+  }
+  creating_ = p.status == auto_pch_status::created;
+  flags_ = {"--pch", "--pch-dir=" + p.dir.string()};
+  if (!options.instantiate_templates_in_pch)
+    flags_.push_back("--instantiate-templates-in-pch=false");
+  if (!options.pch_messages) flags_.push_back("--pch-messages=false");
+  if (!options.pch_verbose) flags_.push_back("--pch-verbose=false");
+}
+
+auto_pch_compile::~auto_pch_compile() {
+  // A creation that did not finish (the compile threw) leaves no image behind.
+  if (creating_ && heap_.owns_lock()) registry::get().drop(identity_, false);
+}
+
+void auto_pch_compile::finish_plain(auto_pch_status status) {
+  status_ = status;
+  creating_ = false;
+  flags_.clear();
+  if (heap_.owns_lock()) heap_.unlock();
+}
+
+void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
+  if (!active()) return;
+  registry& reg = registry::get();
+  const nvrtcResult made = api_.nvrtcGetPCHCreateStatus(prog);
+  const std::string which = "prefix " + identity_.substr(0, 16) + " of \"" + options_.name + "\"";
+  if (!creating_) {
+    if (made == NVRTC_SUCCESS) {
+      // NVRTC did not take the image offered (and made another): start over at the next compile.
+      debug("NVRTC did not use the precompiled header of " + which +
+            " and made another; both "
+            "are removed");
+      reg.drop(identity_, false);
+      finish_plain(auto_pch_status::discarded);
+      return;
+    }
+    finish_plain(auto_pch_status::used);
+    return;
+  }
+  switch (made) {
+    case NVRTC_SUCCESS: {
+      if (!quiet(log)) {
+        debug("the precompiled header of " + which +
+              " is not kept: the compile that made it "
+              "logged diagnostics, which a compile from it would not repeat for the headers");
+        reg.drop(identity_, true);
+        finish_plain(auto_pch_status::unusable);
+        return;
+      }
+      // The headers were read after the prefix's key was made: kept only if they still match.
+      std::string why;
+      const auto now = prefix_identity(prefix_, options_, target_, why);
+      if (!now || *now != identity_) {
+        debug("the precompiled header of " + which +
+              " is not kept: a header of the prefix changed during the compile");
+        reg.drop(identity_, false);
+        finish_plain(auto_pch_status::discarded);
+        return;
+      }
+      if (!reg.created(identity_, why)) {
+        debug("the precompiled header of " + which + " is not kept: " + why);
+        finish_plain(auto_pch_status::discarded);
+        return;
+      }
+      finish_plain(auto_pch_status::created);
+      return;
+    }
+    case NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED: {
+      std::size_t required = 0;
+      std::size_t current = 0;
+      reg.drop(identity_, false);
+      if (api_.nvrtcGetPCHHeapSizeRequired(prog, &required) != NVRTC_SUCCESS ||
+          api_.nvrtcGetPCHHeapSize(&current) != NVRTC_SUCCESS) {
+        reg.drop(identity_, true);
+        finish_plain(auto_pch_status::unusable);
+        return;
+      }
+      const std::uint64_t grown = (required + kHeapStep - 1) / kHeapStep * kHeapStep + kHeapStep;
+      if (grown > kMaxHeap) {
+        debug("no precompiled header for " + which + ": it needs " + mib(required) +
+              " of PCH heap, more than the " + mib(kMaxHeap) + " cucore grows it to");
+        reg.drop(identity_, true);
+        finish_plain(auto_pch_status::unusable);
+        return;
+      }
+      try {
+        resize_pch_heap(api_, std::max<std::uint64_t>(grown, current));
+        debug("the PCH heap (" + mib(current) + ") was too small for " + which + " (" +
+              mib(required) + "): grown to " + mib(std::max<std::uint64_t>(grown, current)) +
+              "; the next compile of this prefix makes its precompiled header");
+      } catch (const std::exception& e) {
+        debug(std::string("could not grow the PCH heap: ") + e.what());
+        reg.drop(identity_, true);
+        finish_plain(auto_pch_status::unusable);
+        return;
+      }
+      finish_plain(auto_pch_status::discarded);
+      return;
+    }
+    case NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED:
+      debug("NVRTC made no precompiled header for " + which +
+            " (it precompiles only leading #include lines at file scope, outside #if and without "
+            "#line); its compiles read the headers");
+      reg.drop(identity_, true);
+      finish_plain(auto_pch_status::unusable);
+      return;
+    default:
+      debug("NVRTC failed to make the precompiled header of " + which + " (" +
+            api_.nvrtcGetErrorString(made) + "); its compiles read the headers");
+      reg.drop(identity_, true);
+      finish_plain(auto_pch_status::unusable);
+      return;
+  }
+}
+
+bool auto_pch_compile::failed(const std::string& log) {
+  if (!active()) return false;
+  const bool was_creating = creating_;
+  if (was_creating) registry::get().drop(identity_, false);
+  failure_ = catastrophic_line(log);
+  if (failure_.empty()) {
+    // An error in the code: the plain compile would report the same (the prefix is quiet).
+    finish_plain(status_);
+    return false;
+  }
+  debug("compiling \"" + options_.name + "\" with precompiled headers failed (" + failure_ +
+        "); compiling it again without them");
+  finish_plain(auto_pch_status::discarded);
+  return true;
+}
+
+void auto_pch_compile::retry_succeeded() {
+  if (failure_.empty()) return;
+  registry::get().disable("compiling with precompiled headers failed (" + failure_ +
+                          ") where compiling without them succeeded; check TMPDIR (" +
+                          nvrtc_temp_directory().string() + ") has room");
+}
+
+}  // namespace detail
+
+std::string_view to_string(auto_pch_status status) noexcept {
+  switch (status) {
+    case auto_pch_status::off:
+      return "off";
+    case auto_pch_status::no_prefix:
+      return "no_prefix";
+    case auto_pch_status::first_seen:
+      return "first_seen";
+    case auto_pch_status::created:
+      return "created";
+    case auto_pch_status::used:
+      return "used";
+    case auto_pch_status::unusable:
+      return "unusable";
+    case auto_pch_status::discarded:
+      return "discarded";
+  }
+  return "unknown";
+}
+
+void clear_auto_pch() {
+  auto heap = detail::lock_pch_heap();
+  detail::registry::get().clear();
+}
+
+}  // namespace cucore

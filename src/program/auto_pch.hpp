@@ -1,0 +1,112 @@
+// Automatic precompiled headers (docs/compilation.md, "Precompiled headers"): cucore's management
+// of NVRTC 13's automatic PCH for c++ compiles, on unless program_options::auto_pch is false.
+//
+// What NVRTC does (measured, docs/compilation.md): with --pch it precompiles the leading
+// preprocessing directives of a program (its "prefix": the #include lines before the first other
+// token) into a file holding an image of its PCH heap, and a later compile whose prefix and options
+// match maps that image instead of parsing the headers again. NVRTC never checks whether the
+// headers changed since (an edited header is compiled from the old image), crashes the process on a
+// truncated file (SIGBUS), serializes its front ends across threads anyway, and an image is usable
+// only where the heap sits at the address it was made at: in the process that made it.
+//
+// So cucore decides which image NVRTC may see. Each prefix gets its own --pch-dir, named by the
+// program cache key of the prefix alone (make_program_cache_key over the prefix text, the options,
+// the program name and NVRTC's identity: every header the prefix can read enters it through the
+// key's include tracking). An edited, added or deleted header changes that key, so NVRTC never sees
+// an image built from other contents. An image is used only while its file is the one NVRTC wrote
+// (device, inode, size, times), and only if making it logged nothing (a compile from an image does
+// not repeat the headers' diagnostics). Flags that would change the output or the log are fixed:
+// --instantiate-templates-in-pch=false (true reorders symbols), --pch-messages=false,
+// --pch-verbose=false. None of this enters a cache key: the output is the plain compile's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/object_code.hpp"
+#include "cucore/options.hpp"
+#include "cucore/program.hpp"
+
+struct _nvrtcProgram;  // nvrtc.h's nvrtcProgram is a pointer to it
+
+namespace cucore::detail {
+
+struct nvrtc_api;
+
+// Where NVRTC may stop precompiling `code`: a conservative reading of NVRTC's "header stop" (the
+// first token of the program outside a preprocessing directive). `end` is never before NVRTC's
+// stop (so the prefix's include closure covers whatever an image of it holds): tokens inside
+// #if groups do not end it (NVRTC skips the groups it does not enter), and anything unclear reads
+// as more directives.
+struct pch_prefix {
+  std::size_t end = 0;       // code[0, end) is the prefix: whole lines, ending after a directive
+  bool includes = false;     // an #include, #include_next or #import in the prefix
+  bool line_marker = false;  // #line or "# N": NVRTC makes no PCH then
+  bool balanced = true;      // false: an #endif without #if (the scan gives up: no prefix)
+};
+pch_prefix scan_pch_prefix(std::string_view code);
+
+// NVRTC's PCH heap is one per process: a compile that creates or uses a PCH, and a resize
+// (nvrtcSetPCHHeapSize frees every image), hold this for their whole call.
+std::unique_lock<std::mutex> lock_pch_heap();
+
+// Resizes NVRTC's PCH heap (the caller holds lock_pch_heap()); the automatic PCHs made before are
+// forgotten and their files removed, since no image made before can be used after.
+void resize_pch_heap(const nvrtc_api& api, std::size_t bytes);
+
+// One c++ compile's automatic PCH. Constructed before the compile (it decides: off, plain, create
+// or use, and holds the heap for create and use), told the outcome after it. Never throws for
+// what it finds (anything unexpected makes the compile plain, said at debug level) except
+// std::bad_alloc.
+class auto_pch_compile {
+ public:
+  auto_pch_compile(const nvrtc_api& api, std::string_view code, const program_options& options,
+                   code_type target);
+  ~auto_pch_compile();
+  auto_pch_compile(const auto_pch_compile&) = delete;
+  auto_pch_compile& operator=(const auto_pch_compile&) = delete;
+
+  // The flags to append to NVRTC's (empty for a plain compile).
+  const std::vector<std::string>& flags() const noexcept { return flags_; }
+  bool active() const noexcept { return !flags_.empty(); }
+  auto_pch_status status() const noexcept { return status_; }
+
+  // After nvrtcCompileProgram succeeded for `prog` with flags(): what NVRTC made of the PCH.
+  void succeeded(_nvrtcProgram* prog, const std::string& log);
+  // After it failed: true when the compile should run again without PCH (a catastrophic error,
+  // such as NVRTC failing to map its PCH memory when TMPDIR is full); the session is then plain.
+  bool failed(const std::string& log);
+  // After the plain retry that failed() asked for succeeded: automatic PCH is turned off for the
+  // process (the failure came from PCH mode, not the code).
+  void retry_succeeded();
+
+ private:
+  void finish_plain(auto_pch_status status);
+
+  const nvrtc_api& api_;
+  std::vector<std::string> flags_;
+  auto_pch_status status_ = auto_pch_status::off;
+  std::string identity_;  // the prefix key's hex
+  std::string failure_;   // the log line that made failed() ask for a retry
+  bool creating_ = false;
+  std::unique_lock<std::mutex> heap_;
+  // For the check after a creation: the prefix and what its key was made from.
+  std::string prefix_;
+  program_options options_;
+  code_type target_ = code_type::cubin;
+};
+
+// Test and benchmark hooks (also behind cucore::clear_auto_pch).
+struct auto_pch_totals {
+  std::size_t images = 0;   // images kept now
+  std::uint64_t bytes = 0;  // their files' size
+  std::string root;         // this process's directory ("" until the first image)
+};
+auto_pch_totals auto_pch_state();
+
+}  // namespace cucore::detail

@@ -1,0 +1,529 @@
+// Automatic precompiled headers (program/auto_pch.hpp, docs/compilation.md "Precompiled headers"),
+// with real NVRTC compiles on the CPU: every output and log with an automatic PCH equals the
+// compile without one; an edited, shadowed or deleted header, another program name, a changed or
+// damaged PCH file, a PCH heap too small, a prefix whose headers warn, and many threads at once
+// never let an image built from other contents be used; the prefix scan stops no earlier than
+// NVRTC's header stop.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/key.hpp"
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+#include "cucore/program.hpp"
+#include "process_support.hpp"
+#include "program/auto_pch.hpp"
+#include "test_support.hpp"
+
+namespace cucore {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::scan_pch_prefix;
+using testing::contains;
+using testing::temp_dir;
+using testing::write_text;
+
+// ---- the prefix scan ------------------------------------------------------------------------
+
+std::string prefix_of(std::string_view code) {
+  const auto s = scan_pch_prefix(code);
+  EXPECT_TRUE(s.balanced) << code;
+  return std::string(code.substr(0, s.end));
+}
+
+TEST(PchPrefix, EndsAfterTheLastDirectiveBeforeTheFirstToken) {
+  EXPECT_EQ(prefix_of("#include <a.h>\n#include \"b.h\"\n\n// c\nint x;\n#include <c.h>\n"),
+            "#include <a.h>\n#include \"b.h\"\n");
+  EXPECT_TRUE(scan_pch_prefix("#include <a.h>\nint x;\n").includes);
+  EXPECT_EQ(prefix_of("int x;\n#include <a.h>\n"), "");
+  EXPECT_FALSE(scan_pch_prefix("int x;\n#include <a.h>\n").includes);
+  EXPECT_EQ(prefix_of("#define A 1\n#pragma once\n"), "#define A 1\n#pragma once\n");
+  EXPECT_EQ(prefix_of("#include <a.h>"), "#include <a.h>") << "no newline at the end";
+  EXPECT_EQ(prefix_of("\xEF\xBB\xBF#include <a.h>\nint x;"), "\xEF\xBB\xBF#include <a.h>\n");
+  EXPECT_TRUE(scan_pch_prefix("%:include <a.h>\nint x;").includes) << "digraph";
+  EXPECT_TRUE(scan_pch_prefix("  #  include_next <a.h>\nint x;").includes);
+  EXPECT_TRUE(scan_pch_prefix("#import <a.h>\nint x;").includes);
+}
+
+TEST(PchPrefix, CommentsAndSplicesBelongToTheLinesTheyJoin) {
+  // A block comment over lines: the code after it is still a token.
+  EXPECT_EQ(prefix_of("#include <a.h>\n/* x\n#include <b.h>\n*/ int y;\n"), "#include <a.h>\n");
+  // A block comment inside a directive carries the directive to the next line.
+  EXPECT_EQ(prefix_of("#include <a.h> /* x\nint y; */\n#include <b.h>\nint z;\n"),
+            "#include <a.h> /* x\nint y; */\n#include <b.h>\n");
+  // A splice joins a directive with the next line; a comment before '#' leaves it a directive.
+  EXPECT_EQ(prefix_of("#define A \\\n  1\n/* c */ #include <b.h>\nint z;\n"),
+            "#define A \\\n  1\n/* c */ #include <b.h>\n");
+  EXPECT_EQ(prefix_of("#define A \\\r\n  1\r\nint z;\r\n"), "#define A \\\r\n  1\r\n");
+  // A line comment spliced onto the next line hides it.
+  EXPECT_EQ(prefix_of("#include <a.h>\n// c \\\nint y;\n#include <b.h>\nint z;"),
+            "#include <a.h>\n// c \\\nint y;\n#include <b.h>\n");
+  // Literals in directives: "/*" in a string opens no comment, an apostrophe ends at the line.
+  EXPECT_EQ(prefix_of("#define S \"/*\"\nint y; /* */\n"), "#define S \"/*\"\n");
+  EXPECT_EQ(prefix_of("#error don't\n#include <b.h>\nint y;"), "#error don't\n#include <b.h>\n");
+}
+
+TEST(PchPrefix, TokensInsideIfGroupsDoNotEndIt) {
+  // NVRTC skips groups it does not enter: the scan reads on to a token at depth 0.
+  EXPECT_EQ(prefix_of("#if 0\nint x;\n#endif\n#include <b.h>\nint y;\n"),
+            "#if 0\nint x;\n#endif\n#include <b.h>\n");
+  EXPECT_EQ(prefix_of("#ifdef A\n#ifndef B\nint x;\n#endif\n#endif\nint y;\n"),
+            "#ifdef A\n#ifndef B\nint x;\n#endif\n#endif\n");
+  // A raw string in a group may hold what looks like a directive.
+  EXPECT_EQ(prefix_of("#if 1\nconst char* s = R\"x(\n#endif\n)x\";\n#endif\nint y;\n"),
+            "#if 1\nconst char* s = R\"x(\n#endif\n)x\";\n#endif\n");
+  // Unterminated: everything is the prefix.
+  EXPECT_EQ(prefix_of("#if 1\nint x;\n"), "#if 1\nint x;\n");
+}
+
+TEST(PchPrefix, UnclearTextGivesNoPrefix) {
+  EXPECT_FALSE(scan_pch_prefix("#endif\n#include <a.h>\nint x;").balanced);
+  // Splices only some compilers take (backslash, blanks, newline; the ??/ trigraph), and a
+  // carriage return alone: where the line ends is unclear, so no prefix.
+  EXPECT_FALSE(scan_pch_prefix("#include <a.h>\n// c \\ \n#if 0\nint y;\n#endif\nint z;").balanced);
+  EXPECT_FALSE(scan_pch_prefix("#include <a.h>\n// c ?\?/\n#if 0\nint z;\n#endif").balanced);
+  EXPECT_FALSE(scan_pch_prefix("#include <a.h>\r#if 0\rint y;\r#endif\nint z;").balanced);
+  EXPECT_TRUE(scan_pch_prefix("#line 3 \"x\"\n#include <a.h>\nint z;").line_marker);
+  EXPECT_TRUE(scan_pch_prefix("# 3 \"x\"\n#include <a.h>\nint z;").line_marker);
+  // A trigraph '#' reads as a directive (a token from C++17 on: the scan only reads further).
+  EXPECT_EQ(prefix_of("?\?=include <a.h>\nint z;"), "?\?=include <a.h>\n");
+}
+
+// ---- compiles -------------------------------------------------------------------------------
+
+// Byte strings compared without printing them (cubins are binary).
+::testing::AssertionResult same_bytes(const std::string& a, const std::string& b) {
+  if (a == b) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "the outputs differ (" << a.size() << " and " << b.size() << " bytes)";
+}
+
+// A header tree in a temporary directory, programs over it, and plain references.
+struct fixture {
+  temp_dir dir;
+  fs::path inc = dir / "inc";
+  fixture() { fs::create_directories(inc); }
+
+  program_options options(const std::string& name = "prog.cu") const {
+    program_options o;
+    o.arch = testing::kArch;
+    o.std = "c++17";
+    o.name = name;
+    o.include_path = {inc.string()};
+    return o;
+  }
+};
+
+// A header with a value the kernel uses, and enough of libcu++ that a PCH is worth making.
+std::string header_with(int value) {
+  return "#pragma once\n#include <cuda/std/cstdint>\n#include <cuda/std/limits>\n"
+         "__device__ inline cuda::std::int32_t value() { return " +
+         std::to_string(value) + "; }\n";
+}
+
+std::string kernel(const std::string& name,
+                   const std::string& prefix = "#include \"value.cuh\"\n") {
+  return prefix + "extern \"C\" __global__ void " + name +
+         "(int* out) { out[threadIdx.x] = value() + cuda::std::numeric_limits<int>::digits; }\n";
+}
+
+struct compiled {
+  std::string bytes;
+  std::string log;
+  auto_pch_status status = auto_pch_status::off;
+};
+
+compiled compile(const std::string& code, const program_options& o,
+                 code_type target = code_type::cubin, std::vector<std::string> names = {}) {
+  program p(code, source_type::cxx, o);
+  const object_code out = p.compile(target, names);
+  const auto b = out.code();
+  return {std::string(reinterpret_cast<const char*>(b.data()), b.size()), p.log(),
+          p.last_auto_pch()};
+}
+
+compiled plain(const std::string& code, program_options o, code_type target = code_type::cubin,
+               std::vector<std::string> names = {}) {
+  o.auto_pch = false;
+  compiled c = compile(code, o, target, std::move(names));
+  EXPECT_EQ(c.status, auto_pch_status::off);
+  return c;
+}
+
+// Compiles `code` until its prefix has an image: a first sighting, then the compile that makes it.
+void make_image(const std::string& code, const program_options& o) {
+  const compiled first = compile(code, o);
+  ASSERT_EQ(first.status, auto_pch_status::first_seen) << to_string(first.status);
+  const compiled second = compile(code, o);
+  ASSERT_EQ(second.status, auto_pch_status::created) << to_string(second.status) << second.log;
+}
+
+class AutoPch : public ::testing::Test {
+ protected:
+  void SetUp() override { clear_auto_pch(); }
+  void TearDown() override { clear_auto_pch(); }
+};
+
+TEST_F(AutoPch, LaterCompilesOfAPrefixStartFromItsImageWithThePlainBytes) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  const std::string a = kernel("ka"), b = kernel("kb");
+  const compiled plain_a = plain(a, o), plain_b = plain(b, o);
+
+  const compiled a1 = compile(a, o);
+  EXPECT_EQ(a1.status, auto_pch_status::first_seen);
+  const compiled a2 = compile(a, o);
+  EXPECT_EQ(a2.status, auto_pch_status::created) << a2.log;
+  EXPECT_EQ(detail::auto_pch_state().images, 1u);
+  const compiled b1 = compile(b, o);
+  EXPECT_EQ(b1.status, auto_pch_status::used) << "another kernel with the same #include lines";
+  const compiled a3 = compile(a, o);
+  EXPECT_EQ(a3.status, auto_pch_status::used);
+  for (const auto* c : {&a1, &a2, &a3}) {
+    EXPECT_TRUE(same_bytes(c->bytes, plain_a.bytes));
+    EXPECT_EQ(c->log, plain_a.log);
+  }
+  EXPECT_TRUE(same_bytes(b1.bytes, plain_b.bytes));
+  EXPECT_EQ(b1.log, plain_b.log);
+}
+
+TEST_F(AutoPch, NvrtcReadsTheImageItIsOffered) {
+  // pch_messages=true (the caller's): NVRTC says which file it created and used.
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  auto o = f.options();
+  o.pch_messages = true;
+  compile(kernel("ka"), o);
+  const compiled made = compile(kernel("ka"), o);
+  ASSERT_EQ(made.status, auto_pch_status::created);
+  EXPECT_TRUE(
+      contains(made.log, "creating precompiled header file \"" + detail::auto_pch_state().root))
+      << made.log;
+  const compiled used = compile(kernel("kb"), o);
+  ASSERT_EQ(used.status, auto_pch_status::used);
+  EXPECT_TRUE(
+      contains(used.log, "using precompiled header file \"" + detail::auto_pch_state().root))
+      << used.log;
+}
+
+TEST_F(AutoPch, TheKeyAndTheCachedBytesAreThoseOfAPlainCompile) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  auto o = f.options();
+  const std::string code = kernel("ka");
+  program_cache_key_inputs in;
+  in.code = code;
+  in.options = o;
+  const auto unset = make_program_cache_key(in);
+  in.options.auto_pch = true;
+  EXPECT_EQ(make_program_cache_key(in), unset) << "auto_pch is no flag and no key field";
+  in.options.auto_pch = false;
+  EXPECT_EQ(make_program_cache_key(in), unset);
+
+  const compiled reference = plain(kernel("ka"), o);
+  in_memory_program_cache cache;
+  for (int i = 0; i < 3; ++i) {  // first sighting, the image made, the image used
+    cache.clear();
+    program p(kernel("ka"), source_type::cxx, o);
+    const object_code miss = p.compile(code_type::cubin, cache);
+    EXPECT_EQ(p.last_cache_outcome(), cache_outcome::miss);
+    const auto b = miss.code();
+    EXPECT_TRUE(
+        same_bytes(std::string(reinterpret_cast<const char*>(b.data()), b.size()), reference.bytes))
+        << to_string(p.last_auto_pch());
+  }
+}
+
+// NVRTC never checks whether a header changed since the image was made: cucore must.
+TEST_F(AutoPch, AnEditedHeaderIsNeverCompiledFromTheOldImage) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  make_image(kernel("ka"), o);
+  const std::string before = plain(kernel("kb"), o).bytes;
+  write_text(f.inc / "value.cuh", header_with(9));  // same size: only the contents tell
+  const compiled reference = plain(kernel("kb"), o);
+  ASSERT_FALSE(same_bytes(reference.bytes, before))
+      << "the edit must change the output for this test to show";
+  const compiled after = compile(kernel("kb"), o);
+  EXPECT_NE(after.status, auto_pch_status::used);
+  EXPECT_TRUE(same_bytes(after.bytes, reference.bytes)) << to_string(after.status);
+  const compiled again = compile(kernel("kb"), o);
+  EXPECT_EQ(again.status, auto_pch_status::used) << "the new contents' image";
+  EXPECT_TRUE(same_bytes(again.bytes, reference.bytes));
+}
+
+TEST_F(AutoPch, AHeaderAddedEarlierInTheSearchPathIsNeverCompiledFromTheOldImage) {
+  fixture f;
+  const fs::path first = f.dir / "first";
+  fs::create_directories(first);
+  write_text(f.inc / "value.cuh", header_with(7));
+  auto o = f.options();
+  o.include_path = {first.string(), f.inc.string()};
+  make_image(kernel("ka"), o);
+  const std::string before = plain(kernel("kb"), o).bytes;
+  write_text(first / "value.cuh", header_with(11));  // now found before inc/value.cuh
+  const compiled reference = plain(kernel("kb"), o);
+  ASSERT_FALSE(same_bytes(reference.bytes, before));
+  const compiled added = compile(kernel("kb"), o);
+  EXPECT_NE(added.status, auto_pch_status::used);
+  EXPECT_TRUE(same_bytes(added.bytes, reference.bytes));
+  EXPECT_EQ(compile(kernel("kb"), o).status, auto_pch_status::used);
+}
+
+TEST_F(AutoPch, ADeletedHeaderIsNeverCompiledFromTheOldImage) {
+  fixture f;
+  const fs::path first = f.dir / "first";
+  fs::create_directories(first);
+  write_text(f.inc / "value.cuh", header_with(7));
+  write_text(first / "value.cuh", header_with(11));  // found before inc/value.cuh
+  auto o = f.options();
+  o.include_path = {first.string(), f.inc.string()};
+  make_image(kernel("ka"), o);
+  const std::string before = plain(kernel("kb"), o).bytes;
+  fs::remove(first / "value.cuh");  // inc/value.cuh now
+  const compiled reference = plain(kernel("kb"), o);
+  ASSERT_FALSE(same_bytes(reference.bytes, before));
+  const compiled deleted = compile(kernel("kb"), o);
+  EXPECT_NE(deleted.status, auto_pch_status::used);
+  EXPECT_TRUE(same_bytes(deleted.bytes, reference.bytes));
+}
+
+TEST_F(AutoPch, AnotherProgramNameHasItsOwnImage) {
+  // __BASE_FILE__ in a header is the program's name, fixed in the image at its making.
+  fixture f;
+  write_text(f.inc / "value.cuh",
+             "#pragma once\n#include <cuda/std/cstdint>\n"
+             "__device__ inline const char* base() { return __BASE_FILE__; }\n"
+             "__device__ inline int value() { return 3; }\n");
+  const std::string code =
+      "#include \"value.cuh\"\nextern \"C\" __global__ void k(const char** o) { *o = base(); }\n";
+  make_image(code, f.options("one.cu"));
+  const compiled reference = plain(code, f.options("two.cu"));
+  const compiled two = compile(code, f.options("two.cu"));
+  EXPECT_EQ(two.status, auto_pch_status::first_seen);
+  EXPECT_TRUE(same_bytes(two.bytes, reference.bytes));
+  EXPECT_TRUE(contains(two.bytes, "two.cu"));
+}
+
+TEST_F(AutoPch, SymbolsKeepThePlainOrder) {
+  // With NVRTC's default --instantiate-templates-in-pch=true, a compile from an image orders
+  // libcu++'s template symbols differently (measured): cucore turns it off.
+  fixture f;
+  write_text(f.inc / "span.cuh",
+             "#pragma once\n#include <cuda/std/complex>\n#include <cuda/std/span>\n"
+             "namespace { __device__ int hidden_counter; }\n");
+  const std::string e =
+      "#include \"span.cuh\"\nextern \"C\" __global__ void ke(int* o) {\n"
+      "  atomicAdd(&hidden_counter, 1); cuda::std::span<int> s(o, 4); o[0] = s.size(); }\n";
+  const std::string g =
+      "#include \"span.cuh\"\nextern \"C\" __global__ void kf(int* o) {\n"
+      "  atomicAdd(&hidden_counter, 3); cuda::std::span<int> s(o, 4); o[1] = s.size(); }\n";
+  const auto o = f.options();
+  make_image(e, o);
+  const compiled reference = plain(g, o);
+  const compiled used = compile(g, o);
+  EXPECT_EQ(used.status, auto_pch_status::used);
+  EXPECT_TRUE(same_bytes(used.bytes, reference.bytes));
+}
+
+TEST_F(AutoPch, APrefixWhoseHeadersWarnIsNotPrecompiled) {
+  // A compile from an image does not repeat the diagnostics of the headers it holds.
+  fixture f;
+  write_text(f.inc / "value.cuh",
+             "#pragma once\n#include <cuda/std/cstdint>\n#include <cuda/std/limits>\n"
+             "__device__ inline int value() { int unused_local; return 5; }\n");
+  const auto o = f.options();
+  const compiled reference = plain(kernel("kb"), o);
+  ASSERT_TRUE(contains(reference.log, "unused_local")) << reference.log;
+  compile(kernel("ka"), o);
+  const compiled made = compile(kernel("ka"), o);
+  EXPECT_EQ(made.status, auto_pch_status::unusable);
+  const compiled later = compile(kernel("kb"), o);
+  EXPECT_EQ(later.status, auto_pch_status::unusable);
+  EXPECT_EQ(later.log, reference.log);
+  EXPECT_TRUE(same_bytes(later.bytes, reference.bytes));
+  EXPECT_EQ(detail::auto_pch_state().images, 0u);
+}
+
+TEST_F(AutoPch, NoImageForCodeWithoutLeadingIncludesOrWithTheCallersPchOptions) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(1));
+  auto o = f.options();
+  const std::string late =
+      "__device__ int x;\n#include \"value.cuh\"\n"
+      "extern \"C\" __global__ void k(int* p) { *p = value() + x; }\n";
+  EXPECT_EQ(compile(late, o).status, auto_pch_status::no_prefix);
+  EXPECT_EQ(compile(late, o).status, auto_pch_status::no_prefix);
+  o.auto_pch = false;
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::off);
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::off);
+  o.auto_pch.reset();
+  o.instantiate_templates_in_pch = true;
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::off);
+  o.instantiate_templates_in_pch.reset();
+  o.pch = true;
+  o.pch_dir = (f.dir / "mine").string();
+  fs::create_directories(f.dir / "mine");
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::off);
+  EXPECT_EQ(detail::auto_pch_state().images, 0u);
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+fs::path the_image() {
+  const fs::path root = detail::auto_pch_state().root;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.path().extension() == ".pch") return e.path();
+  }
+  return {};
+}
+
+TEST_F(AutoPch, ATruncatedImageIsNotUsedAndTheCompileReadsTheHeaders) {
+  // NVRTC maps the file: a truncated one kills the process with SIGBUS (measured).
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  make_image(kernel("ka"), o);
+  const fs::path image = the_image();
+  ASSERT_FALSE(image.empty());
+  fs::resize_file(image, fs::file_size(image) / 2);
+  std::vector<std::string> said;
+  std::mutex m;
+  const auto old = set_log_handler([&](log_level level, std::string_view text) {
+    std::lock_guard lock(m);
+    if (level == log_level::debug) said.emplace_back(text);
+  });
+  const compiled after = compile(kernel("kb"), o);
+  set_log_handler(old);
+  EXPECT_EQ(after.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(after.bytes, plain(kernel("kb"), o).bytes));
+  bool told = false;
+  for (const auto& s : said) told = told || contains(s, "changed on disk");
+  EXPECT_TRUE(told) << "a debug message says why";
+  EXPECT_EQ(compile(kernel("kb"), o).status, auto_pch_status::created) << "made again";
+}
+
+TEST_F(AutoPch, AnImageRewrittenInPlaceOrFromAnotherProcessIsNotUsed) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  make_image(kernel("ka"), o);
+  fs::path image = the_image();
+  ASSERT_FALSE(image.empty());
+  {  // same size, a byte in the middle flipped
+    std::fstream io(image, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(fs::file_size(image) / 2));
+    io.put('\x5a');
+  }
+  const compiled damaged = compile(kernel("kb"), o);
+  EXPECT_EQ(damaged.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(damaged.bytes, plain(kernel("kb"), o).bytes));
+
+  // An image another process made of the same prefix (another NVRTC heap: NVRTC refuses it, or
+  // worse): put in place of this process's own.
+  ASSERT_EQ(compile(kernel("ka"), o).status, auto_pch_status::created);
+  image = the_image();
+  const fs::path theirs = f.dir / "theirs";
+  ASSERT_EQ(testing::run_in_child([&]() -> std::string {
+              clear_auto_pch();
+              compile(kernel("ka"), o);
+              if (compile(kernel("ka"), o).status != auto_pch_status::created) return "no image";
+              fs::copy_file(the_image(), theirs);
+              fs::remove_all(detail::auto_pch_state().root);  // _exit skips the removal at exit
+              return "";
+            }),
+            "");
+  fs::rename(theirs, image);
+  const compiled planted = compile(kernel("kb"), o);
+  EXPECT_EQ(planted.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(planted.bytes, plain(kernel("kb"), o).bytes));
+}
+
+TEST_F(AutoPch, AHeapTooSmallIsGrownAndTheCompileIsRight) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  const std::size_t original = nvrtc_pch_heap_size();
+  set_nvrtc_pch_heap_size(1 << 16);
+  compile(kernel("ka"), o);
+  const compiled small = compile(kernel("ka"), o);
+  EXPECT_EQ(small.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(small.bytes, plain(kernel("ka"), o).bytes));
+  EXPECT_GT(nvrtc_pch_heap_size(), std::size_t{1 << 16});
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::created);
+  EXPECT_EQ(compile(kernel("kb"), o).status, auto_pch_status::used);
+  set_nvrtc_pch_heap_size(original);
+  EXPECT_EQ(detail::auto_pch_state().images, 0u) << "a resize leaves no image NVRTC could use";
+  EXPECT_EQ(compile(kernel("kb"), o).status, auto_pch_status::created);
+}
+
+TEST_F(AutoPch, PchModeFailingForLackOfRoomCompilesAgainWithoutIt) {
+  // NVRTC keeps its PCH-mode memory in a file under TMPDIR; when that file cannot grow the
+  // compile fails ("unable to obtain mapped memory") where a plain one succeeds. In a child with a
+  // file size limit: the compile runs again plain, and automatic PCH turns off for the process.
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  const compiled reference = plain(kernel("ka"), o);
+  EXPECT_EQ(testing::run_in_child([&]() -> std::string {
+              clear_auto_pch();
+              std::signal(SIGXFSZ, SIG_IGN);
+              const rlimit limit{1 << 20, 1 << 20};
+              ::setrlimit(RLIMIT_FSIZE, &limit);
+              compile(kernel("ka"), o);
+              const compiled second = compile(kernel("ka"), o);
+              const compiled third = compile(kernel("ka"), o);
+              fs::remove_all(detail::auto_pch_state().root);
+              if (second.status != auto_pch_status::discarded) {
+                return "status " + std::string(to_string(second.status)) + ": " + second.log;
+              }
+              if (second.bytes != reference.bytes) return "bytes differ";
+              if (third.status != auto_pch_status::off) return "not turned off";
+              return "";
+            }),
+            "");
+}
+
+// ---- threads --------------------------------------------------------------------------------
+
+TEST_F(AutoPch, ManyThreadsCompilingOnePrefixGetThePlainBytes) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  constexpr int kThreads = 4;
+  const int rounds = static_cast<int>(testing::scaled(4, 2));
+  std::vector<std::string> reference;
+  for (int t = 0; t < kThreads; ++t)
+    reference.push_back(plain(kernel("k" + std::to_string(t)), o).bytes);
+  std::vector<std::string> wrong(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < rounds; ++r) {
+        const compiled c = compile(kernel("k" + std::to_string(t)), o);
+        if (c.bytes != reference[t])
+          wrong[t] =
+              "round " + std::to_string(r) + " (" + std::string(to_string(c.status)) + ") differs";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], "") << "thread " << t;
+  EXPECT_LE(detail::auto_pch_state().images, 1u);
+}
+
+}  // namespace
+}  // namespace cucore
