@@ -68,14 +68,18 @@ def main():
         print(f"  cucore run, hit        {h * 1000:9.1f} ms  ({p / h:.0f}x less than plain)")
         startup = [sys.executable, "-c", "pass"]
         cache = os.path.join(work, "cache")
-        base = wall_ms(startup, env, 30)
-        under = wall_ms([args.cucore, "run", "--cache", "dir:" + cache, "--"] + startup, env, 30)
-        no_preload = wall_ms(
-            [args.cucore, "run", "--no-preload", "--cache", "dir:" + cache, "--"] + startup, env, 30)
-        print("start-up of `python -c pass`, median of 30:")
-        print(f"  plain                  {base:9.1f} ms")
-        print(f"  cucore run             {under:9.1f} ms  ({under - base:+.1f} ms)")
-        print(f"  cucore run --no-preload{no_preload:9.1f} ms  ({no_preload - base:+.1f} ms)")
+        run = [args.cucore, "run", "--cache", "dir:" + cache, "--"]
+        no_preload = [args.cucore, "run", "--no-preload", "--cache", "dir:" + cache, "--"]
+        # Interleaved, so that the machine's load falls on all three alike.
+        samples = {"plain": [], "run": [], "no-preload": []}
+        for _ in range(40):
+            for name, prefix in (("plain", []), ("run", run), ("no-preload", no_preload)):
+                samples[name].append(wall_ms(prefix + startup, env, 1))
+        base, under, bare = (statistics.median(samples[k]) for k in ("plain", "run", "no-preload"))
+        print("start-up of `python -c pass`, median of 40 (interleaved):")
+        print(f"  plain                   {base:9.1f} ms")
+        print(f"  cucore run              {under:9.1f} ms  ({under - base:+.1f} ms)")
+        print(f"  cucore run --no-preload {bare:9.1f} ms  ({bare - base:+.1f} ms)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

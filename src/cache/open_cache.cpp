@@ -166,6 +166,18 @@ bool statistics_for(const open_cache_options& options) {
   return options.statistics ? *options.statistics : statistics_from_env();
 }
 
+// $CUCORE_CACHE_FSYNC: 0/false/no/off turns a directory cache's fsync off (unset: on).
+bool fsync_for(const open_cache_options& options) {
+  if (options.fsync) return *options.fsync;
+  const char* text = std::getenv("CUCORE_CACHE_FSYNC");
+  if (text == nullptr || *text == '\0') return true;
+  const std::string_view v(text);
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  throw invalid_argument("$CUCORE_CACHE_FSYNC is \"" + std::string(v) +
+                         "\": use 1 (fsync each entry, the default) or 0 (do not)");
+}
+
 cache_access access_of(bool shared) {
   return shared ? cache_access::shared : cache_access::private_to_user;
 }
@@ -180,6 +192,7 @@ std::unique_ptr<program_cache> open_directory(const std::filesystem::path& dir, 
   o.access = access_of(chosen.value_or(config.shared.value_or(false)));
   o.umask = config.umask;
   o.statistics = statistics_for(options);
+  o.fsync = fsync_for(options);
   std::optional<std::uint64_t> max_size = cache_max_size_from_env();
   if (!max_size) max_size = config.max_size;
   if (!max_size && is_default) max_size = default_cache_max_size;

@@ -423,7 +423,9 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   try {
     flight_result result = get_or_compile(*cache, *key, compile, store);
     if (!result.from_cache()) {
-      dropin::note(log_level::info, "miss " + s.name + " " + key->hex().substr(0, 16));
+      if (dropin::log_enabled(log_level::info)) {
+        dropin::note(log_level::info, "miss " + s.name + " " + key->hex().substr(0, 16));
+      }
       return NVRTC_SUCCESS;
     }
     const auto bytes = result.code.code();
@@ -437,7 +439,9 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
       }
       return forward();
     }
-    dropin::note(log_level::info, "hit " + s.name + " " + key->hex().substr(0, 16));
+    if (dropin::log_enabled(log_level::info)) {
+      dropin::note(log_level::info, "hit " + s.name + " " + key->hex().substr(0, 16));
+    }
     return NVRTC_SUCCESS;
   } catch (const real_compile_failed&) {
     dropin::note(log_level::info,

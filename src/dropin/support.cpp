@@ -138,7 +138,13 @@ program_cache* process_cache() noexcept {
       return nullptr;
     }
     try {
-      auto opened = open_program_cache(spec);
+      // No fsync unless CUCORE_CACHE_FSYNC asks: a power loss costs a later miss, never a wrong
+      // entry (each is checksummed), and a miss then costs the program little more than NVRTC.
+      open_cache_options options;
+      if (const char* fsync = std::getenv("CUCORE_CACHE_FSYNC"); fsync == nullptr || !*fsync) {
+        options.fsync = false;
+      }
+      auto opened = open_program_cache(spec, options);
       if (!opened) return nullptr;
       note(log_level::debug, "cache: " + opened->description());
       return opened.release();

@@ -47,6 +47,20 @@ expect "$(count 'info: miss ')" 4 "threads: misses (4 programs, 8 threads, singl
 harness_run "edited header" edit "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 1 "edited header: misses"
 
+# 4b. The drop-in's cache does not fsync (a miss costs little more than NVRTC) unless
+# CUCORE_CACHE_FSYNC=1 asks.
+if command -v strace >/dev/null 2>&1; then
+  syncs() {
+    rm -rf "$work/synced"
+    env "CUCORE_RUN_CACHE=dir:$work/synced" "$@" strace -f -qq -e trace=fsync,fdatasync \
+      -o "$work/strace" "$harness" "$real" "$dropin" "$work/src" edit >/dev/null 2>&1
+    grep -c -E 'fsync|fdatasync' "$work/strace"
+  }
+  expect "$(syncs)" 0 "no fsync by default"
+  n=$(syncs CUCORE_CACHE_FSYNC=1)
+  [ "$n" -gt 0 ] && ok "CUCORE_CACHE_FSYNC=1: $n fsyncs" || bad "CUCORE_CACHE_FSYNC=1: no fsync"
+fi
+
 # Faults: each run must still give NVRTC's own results, silently.
 # 5. Every entry damaged on disk: misses, recompiled, stored again.
 damaged=0

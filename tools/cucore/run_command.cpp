@@ -75,11 +75,19 @@ std::string env_or_empty(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-// "A:B" with `first` in front, unless it is already first.
+// The ':'-separated `list` with `first` in front and no other occurrence of it (an outer
+// `cucore run` may have put it there already).
 std::string prepend(const std::string& first, const std::string& list) {
-  if (list.empty()) return first;
-  if (list == first || list.starts_with(first + ":")) return list;
-  return first + ":" + list;
+  std::string out = first;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    std::size_t end = list.find(':', begin);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(begin, end - begin);
+    if (!item.empty() && item != first) out += ":" + item;
+    begin = end + 1;
+  }
+  return out;
 }
 
 // The variables `cucore run` sets, in order.
@@ -94,7 +102,15 @@ std::vector<std::pair<std::string, std::string>> run_environment(const arguments
   vars.emplace_back("CUCORE_RUN_LD_LIBRARY_PATH", original);
   vars.emplace_back("LD_LIBRARY_PATH", prepend(dir, env_or_empty("LD_LIBRARY_PATH")));
   if (!args.has(no_preload_option.name)) {
-    vars.emplace_back("LD_PRELOAD", prepend(dir + "/libnvrtc.so.13", env_or_empty("LD_PRELOAD")));
+    // Every drop-in there: each loads its real library only when the program first calls it.
+    std::string preload = env_or_empty("LD_PRELOAD");
+    for (const char* name : {"libnvvm.so.4", "libnvJitLink.so.13", "libnvrtc.so.13"}) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(dir + "/" + name, ec)) {
+        preload = prepend(dir + "/" + name, preload);
+      }
+    }
+    vars.emplace_back("LD_PRELOAD", preload);
   }
   const std::string spec = cache_spec_from(args);
   if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);

@@ -83,6 +83,11 @@ struct open_cache_options {
   // on. Tools that only look at entries (`cucore cache show`, `export`) open with false, so that
   // looking does not count as a hit.
   std::optional<bool> statistics;
+  // A directory cache fsyncs each entry and its directory (file_stream_cache_options::fsync);
+  // unset: $CUCORE_CACHE_FSYNC (0/off: no), else yes. Off, a power loss may lose recent entries
+  // (a later miss), never damage what a reader gets. The drop-ins of `cucore run` open with false
+  // unless $CUCORE_CACHE_FSYNC says otherwise (a miss must cost little more than the compile).
+  std::optional<bool> fsync;
 };
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
                                                   const open_cache_options& options);

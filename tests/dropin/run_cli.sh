@@ -1,0 +1,47 @@
+#!/bin/bash
+# `cucore run` and `cucore env`: the environment they set, exit statuses, the command line.
+# Usage: run_cli.sh CUCORE DROPIN_DIR
+set -u
+cucore=$1 dir=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-run-cli-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+unset CUCORE_RUN_CACHE CUCORE_RUN_LD_LIBRARY_PATH CUCORE_RUN_NVRTC CUCORE_RUN_LIBS
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
+expect() { if [ "$1" = "$2" ]; then ok "$3"; else bad "$3: got \"$1\", want \"$2\""; fi; }
+
+# What the program sees.
+show='echo "$LD_LIBRARY_PATH|$LD_PRELOAD|$CUCORE_RUN_LD_LIBRARY_PATH|${CUCORE_RUN_CACHE-unset}"'
+out=$(LD_LIBRARY_PATH=/opt/a:/opt/b LD_PRELOAD= "$cucore" run --cache "dir:$work/c" -- bash -c "$show")
+expect "$out" "$dir:/opt/a:/opt/b|$dir/libnvrtc.so.13:$dir/libnvJitLink.so.13:$dir/libnvvm.so.4|/opt/a:/opt/b|dir:$work/c" \
+  "run: drop-ins first on LD_LIBRARY_PATH and LD_PRELOAD, the original path kept, the cache named"
+out=$(LD_LIBRARY_PATH= "$cucore" run --no-preload --cache "dir:$work/c" -- bash -c "$show")
+expect "$(echo "$out" | cut -d'|' -f2)" "" "run --no-preload: LD_PRELOAD empty"
+# Nested: an inner cucore run keeps the outer original path and lists each drop-in once.
+out=$(LD_LIBRARY_PATH=/opt/a "$cucore" run --cache "dir:$work/c" -- "$cucore" run --cache "dir:$work/c" -- bash -c "$show")
+expect "$out" "$dir:/opt/a|$dir/libnvrtc.so.13:$dir/libnvJitLink.so.13:$dir/libnvvm.so.4|/opt/a|dir:$work/c" \
+  "nested run: each drop-in once, the outer original path"
+# The program's arguments, "--" included, reach it untouched; its exit status is cucore run's.
+out=$("$cucore" run --cache "dir:$work/c" -- bash -c 'echo "$@"; exit 3' prog -x -- --cache y)
+expect "$?|$out" "3|-x -- --cache y" "arguments after -- reach the program; its exit status"
+"$cucore" run --cache "dir:$work/c" -- "$work/no-such-program" 2>"$work/err"
+expect "$?" 127 "a program that does not exist: exit 127"
+"$cucore" run --cache "dir:$work/c" 2>/dev/null
+expect "$?" 2 "no -- PROGRAM: usage error"
+"$cucore" run --cache "dir:$work/c" -- 2>/dev/null
+expect "$?" 2 "nothing after --: usage error"
+"$cucore" run --cache "bogus://x" -- true 2>/dev/null
+expect "$?" 2 "a malformed --cache: usage error before the program runs"
+"$cucore" run --nvrtc "$work/none.so" -- true 2>/dev/null
+expect "$?" 2 "--nvrtc naming no file: usage error"
+CUCORE_RUN_LIBS=$work "$cucore" run -- true 2>/dev/null
+expect "$?" 1 "CUCORE_RUN_LIBS without drop-ins: error"
+# cucore env: the same variables as export lines a shell can eval.
+env_out=$(LD_LIBRARY_PATH=/opt/a "$cucore" env --cache "dir:$work/c")
+expect "$(echo "$env_out" | grep -c '^export ')" 4 "env: four export lines"
+out=$(eval "$env_out"; echo "$LD_LIBRARY_PATH|$CUCORE_RUN_CACHE")
+expect "$out" "$dir:/opt/a|dir:$work/c" "env: eval gives the run environment"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
