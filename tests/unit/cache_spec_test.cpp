@@ -247,6 +247,29 @@ TEST_F(CacheSpec, RemoteCacheVariable) {
   EXPECT_TRUE(names().empty());
 }
 
+// $CUCORE_CACHE_DIR is a path: a spec put there (redis://host) is refused, not made a directory.
+TEST_F(CacheSpec, CacheDirVariableThatReadsAsASchemeIsRefused) {
+  for (const char* bad : {"redis://127.0.0.1:6379/0", "REDIS://h", "sqlite:k.db", "dir:d", "C:x"}) {
+    SCOPED_TRACE(bad);
+    ::setenv("CUCORE_CACHE_DIR", bad, 1);
+    try {
+      (void)cucore::default_cache_dir();
+      ADD_FAILURE() << "accepted";
+    } catch (const cache_spec_error& e) {
+      EXPECT_EQ(e.variable(), "CUCORE_CACHE_DIR");
+      EXPECT_TRUE(contains(e.what(), "$CUCORE_REMOTE_CACHE")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "./NAME")) << e.what();
+    }
+    EXPECT_THROW((void)cucore::open_program_cache(""), cache_spec_error);
+  }
+  // Paths with a colon later on, or that start otherwise, stay directories.
+  for (const char* good : {"./redis:x", "cache_1:2", "/abs/x:y", "sub/v1:x"}) {
+    ::setenv("CUCORE_CACHE_DIR", good, 1);
+    EXPECT_EQ(cucore::default_cache_dir(), std::filesystem::path(good));
+  }
+  EXPECT_TRUE(names().empty());
+}
+
 TEST_F(CacheSpec, OpensWhatItParses) {
   EXPECT_EQ(cucore::open_program_cache("NONE"), nullptr);
   EXPECT_NE(
