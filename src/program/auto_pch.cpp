@@ -642,6 +642,24 @@ bool pch_message_line(std::string_view line) {
          line.find("\": using precompiled header file \"") != std::string_view::npos;
 }
 
+// A line of NVRTC's about precompiled headers that a plain compile would not write, other than the
+// messages the caller asked for: warnings such as #639 "insufficient preallocated memory for
+// generation of precompiled header file", #629/#630 (an image not matching), #20282 (an image of
+// another heap), "could not create PCH file because ...".
+std::string pch_diagnostic(std::string_view log) {
+  while (!log.empty()) {
+    const auto nl = log.find('\n');
+    const std::string_view line = log.substr(0, nl);
+    log = nl == std::string_view::npos ? std::string_view() : log.substr(nl + 1);
+    if (pch_message_line(line)) continue;
+    if (line.find("precompiled header") != std::string_view::npos ||
+        line.find("PCH") != std::string_view::npos) {
+      return std::string(line);
+    }
+  }
+  return {};
+}
+
 // Whether `log` holds nothing but PCH messages and blank lines.
 bool quiet(std::string_view log) {
   while (!log.empty()) {
@@ -789,6 +807,8 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     flags_.push_back("--instantiate-templates-in-pch=false");
   if (!options.pch_messages) flags_.push_back("--pch-messages=false");
   if (!options.pch_verbose) flags_.push_back("--pch-verbose=false");
+  // NVRTC warns (#639, even with --pch-verbose=false) when the heap is too small for an image.
+  flags_.push_back("--diag-suppress=639");
 }
 
 auto_pch_compile::~auto_pch_compile() {
@@ -803,8 +823,19 @@ void auto_pch_compile::finish_plain(auto_pch_status status) {
   if (heap_.owns_lock()) heap_.unlock();
 }
 
-void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
-  if (!active()) return;
+bool auto_pch_compile::retry_for_pch_diagnostics(const std::string& log) {
+  const std::string line = pch_diagnostic(log);
+  if (line.empty()) return false;
+  debug("NVRTC's log for \"" + options_.name + "\" speaks of precompiled headers (" + line +
+        "): compiling it again without them, as every compile of its prefix in this process");
+  registry::get().drop(identity_, true);
+  finish_plain(auto_pch_status::discarded);
+  return true;
+}
+
+bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
+  if (!active()) return false;
+  if (retry_for_pch_diagnostics(log)) return true;
   registry& reg = registry::get();
   const nvrtcResult made = api_.nvrtcGetPCHCreateStatus(prog);
   const std::string which = "prefix " + identity_.substr(0, 16) + " of \"" + options_.name + "\"";
@@ -816,10 +847,10 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
             "are removed");
       reg.drop(identity_, false);
       finish_plain(auto_pch_status::discarded);
-      return;
+      return false;
     }
     finish_plain(auto_pch_status::used);
-    return;
+    return false;
   }
   switch (made) {
     case NVRTC_SUCCESS: {
@@ -829,7 +860,7 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
               "logged diagnostics, which a compile from it would not repeat for the headers");
         reg.drop(identity_, true);
         finish_plain(auto_pch_status::unusable);
-        return;
+        return false;
       }
       // The headers were read after the prefix's key was made: kept only if they still match.
       std::string why;
@@ -839,15 +870,15 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
               " is not kept: a header of the prefix changed during the compile");
         reg.drop(identity_, false);
         finish_plain(auto_pch_status::discarded);
-        return;
+        return false;
       }
       if (!reg.created(identity_, why)) {
         debug("the precompiled header of " + which + " is not kept: " + why);
         finish_plain(auto_pch_status::discarded);
-        return;
+        return false;
       }
       finish_plain(auto_pch_status::created);
-      return;
+      return false;
     }
     case NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED: {
       std::size_t required = 0;
@@ -857,7 +888,7 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
           api_.nvrtcGetPCHHeapSize(&current) != NVRTC_SUCCESS) {
         reg.drop(identity_, true);
         finish_plain(auto_pch_status::unusable);
-        return;
+        return false;
       }
       const std::uint64_t grown = (required + kHeapStep - 1) / kHeapStep * kHeapStep + kHeapStep;
       if (grown > kMaxHeap) {
@@ -865,7 +896,7 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
               " of PCH heap, more than the " + mib(kMaxHeap) + " cucore grows it to");
         reg.drop(identity_, true);
         finish_plain(auto_pch_status::unusable);
-        return;
+        return false;
       }
       try {
         resize_pch_heap(api_, std::max<std::uint64_t>(grown, current));
@@ -876,10 +907,10 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
         debug(std::string("could not grow the PCH heap: ") + e.what());
         reg.drop(identity_, true);
         finish_plain(auto_pch_status::unusable);
-        return;
+        return false;
       }
       finish_plain(auto_pch_status::discarded);
-      return;
+      return false;
     }
     case NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED:
       debug("NVRTC made no precompiled header for " + which +
@@ -887,13 +918,13 @@ void auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
             "#line); its compiles read the headers");
       reg.drop(identity_, true);
       finish_plain(auto_pch_status::unusable);
-      return;
+      return false;
     default:
       debug("NVRTC failed to make the precompiled header of " + which + " (" +
             api_.nvrtcGetErrorString(made) + "); its compiles read the headers");
       reg.drop(identity_, true);
       finish_plain(auto_pch_status::unusable);
-      return;
+      return false;
   }
 }
 
@@ -903,6 +934,7 @@ bool auto_pch_compile::failed(const std::string& log) {
   if (was_creating) registry::get().drop(identity_, false);
   failure_ = catastrophic_line(log);
   if (failure_.empty()) {
+    if (retry_for_pch_diagnostics(log)) return true;
     // An error in the code: the plain compile would report the same (the prefix is quiet).
     finish_plain(status_);
     return false;

@@ -76,10 +76,13 @@ class auto_pch_compile {
   bool active() const noexcept { return !flags_.empty(); }
   auto_pch_status status() const noexcept { return status_; }
 
-  // After nvrtcCompileProgram succeeded for `prog` with flags(): what NVRTC made of the PCH.
-  void succeeded(_nvrtcProgram* prog, const std::string& log);
+  // After nvrtcCompileProgram succeeded for `prog` with flags(): what NVRTC made of the PCH. True
+  // when the compile must run again without PCH (the session is then plain): NVRTC's log speaks
+  // of precompiled headers, so it is not the plain compile's.
+  bool succeeded(_nvrtcProgram* prog, const std::string& log);
   // After it failed: true when the compile should run again without PCH (a catastrophic error,
-  // such as NVRTC failing to map its PCH memory when TMPDIR is full); the session is then plain.
+  // such as NVRTC failing to map its PCH memory when TMPDIR is full, or a log that speaks of
+  // precompiled headers); the session is then plain.
   bool failed(const std::string& log);
   // After the plain retry that failed() asked for succeeded: automatic PCH is turned off for the
   // process (the failure came from PCH mode, not the code).
@@ -87,12 +90,13 @@ class auto_pch_compile {
 
  private:
   void finish_plain(auto_pch_status status);
+  bool retry_for_pch_diagnostics(const std::string& log);
 
   const nvrtc_api& api_;
   std::vector<std::string> flags_;
   auto_pch_status status_ = auto_pch_status::off;
   std::string identity_;  // the prefix key's hex
-  std::string failure_;   // the log line that made failed() ask for a retry
+  std::string failure_;   // the catastrophic error that made failed() ask for a retry
   bool creating_ = false;
   std::unique_lock<std::mutex> heap_;
   // For the check after a creation: the prefix and what its key was made from.

@@ -271,7 +271,10 @@ object_code program::compile_nvrtc(code_type target,
     }
 
     if (plain_retry) automatic.retry_succeeded();
-    automatic.succeeded(prog.get(), log_);
+    if (automatic.succeeded(prog.get(), log_)) {  // NVRTC's log speaks of PCH: again without
+      auto_pch_ = automatic.status();
+      continue;
+    }
     auto_pch_ = automatic.status();
     if (wants_pch) {
       nvrtcResult pch = api.nvrtcGetPCHCreateStatus(prog.get());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "corpus_support.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/program.hpp"
 #include "cucore/toolkit.hpp"
@@ -26,77 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using cucore::testing::read_text;
 using cucore::testing::temp_dir;
-
-fs::path corpus_dir() {
-  if (const char* d = std::getenv("CUCORE_CORPUS_DIR"); d != nullptr && *d != '\0') return d;
-  return CUCORE_CORPUS_DIR;
-}
-
-fs::path spec_dir() {
-  return fs::path(CUCORE_TEST_DATA_DIR) / "corpus";
-}
-
-// The toolkit root whose include directories cucore searches by default.
-std::string cuda_root() {
-  for (const auto& d : toolkit::include_directories()) {
-    const fs::path p(d);
-    if (p.filename() == "include") return p.parent_path().string();
-  }
-  return "/usr/local/cuda";
-}
-
-std::string substituted(std::string text) {
-  const std::pair<std::string, std::string> placeholders[] = {
-      {"${CUTLASS}", (corpus_dir() / "cutlass" / "include").string()},
-      {"${CUPY}", (corpus_dir() / "cupy").string()},
-      {"${CUDA}", cuda_root()}};
-  for (const auto& [from, to] : placeholders) {
-    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
-      text.replace(at, from.size(), to);
-      at += to.size();
-    }
-  }
-  return text;
-}
-
-struct corpus_kernel {
-  std::string name;
-  nlohmann::json spec;
-  friend void PrintTo(const corpus_kernel& k, std::ostream* out) { *out << k.name; }
-};
-
-std::vector<corpus_kernel> corpus_kernels() {
-  std::ifstream in(spec_dir() / "corpus.json");
-  std::vector<corpus_kernel> out;
-  if (!in) return out;
-  const auto spec = nlohmann::json::parse(in);
-  for (const auto& k : spec.at("kernels")) out.push_back({k.at("name").get<std::string>(), k});
-  return out;
-}
-
-oracle_case case_of(const nlohmann::json& k, const fs::path& cwd) {
-  oracle_case c;
-  c.code = read_text(spec_dir() / k.at("file").get<std::string>());
-  c.name = k.at("program_name").get<std::string>();
-  c.cwd = cwd;
-  c.arch = k.at("arch").get<std::string>();
-  c.target = k.at("target").get<std::string>();
-  c.name_expressions = k.value("name_expressions", std::vector<std::string>{});
-  const auto& o = k.at("options");
-  for (const auto& d : o.value("include_path", std::vector<std::string>{})) {
-    c.include_path.push_back(substituted(d));
-  }
-  if (o.contains("std")) c.std = o.at("std").get<std::string>();
-  c.default_device = o.value("device_as_default_execution_space", false);
-  c.toolkit_include_path = o.value("toolkit_include_path", true);
-  c.ftz = o.value("ftz", false);
-  for (const auto& d : o.value("define_macro", std::vector<std::string>{})) {
-    const auto eq = d.find('=');
-    c.defines.emplace_back(
-        d.substr(0, eq), eq == std::string::npos ? std::nullopt : std::optional(d.substr(eq + 1)));
-  }
-  return c;
-}
 
 class CorpusOracle : public ::testing::TestWithParam<corpus_kernel> {};
 

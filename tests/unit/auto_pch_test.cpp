@@ -6,6 +6,7 @@
 // NVRTC's header stop.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -468,6 +469,60 @@ TEST_F(AutoPch, AHeapTooSmallIsGrownAndTheCompileIsRight) {
   set_nvrtc_pch_heap_size(original);
   EXPECT_EQ(detail::auto_pch_state().images, 0u) << "a resize leaves no image NVRTC could use";
   EXPECT_EQ(compile(kernel("kb"), o).status, auto_pch_status::created);
+}
+
+TEST_F(AutoPch, AHeapResizedBehindCucoresBackLeavesTheOutputAndLogPlain) {
+  // Another caller in the process resizes NVRTC's PCH heap directly: every image is then of the
+  // wrong heap (NVRTC warns #20282 and makes another). The compile's output and log stay plain.
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  make_image(kernel("ka"), o);
+  void* nvrtc = ::dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(nvrtc, nullptr) << "cucore loaded NVRTC";
+  using get_fn = int (*)(std::size_t*);
+  using set_fn = int (*)(std::size_t);
+  const auto get = reinterpret_cast<get_fn>(::dlsym(nvrtc, "nvrtcGetPCHHeapSize"));
+  const auto set = reinterpret_cast<set_fn>(::dlsym(nvrtc, "nvrtcSetPCHHeapSize"));
+  ASSERT_TRUE(get != nullptr && set != nullptr);
+  std::size_t size = 0;
+  ASSERT_EQ(get(&size), 0);
+  ASSERT_EQ(set(size + (64 << 20)), 0);  // a new heap, elsewhere
+  const compiled reference = plain(kernel("kb"), o);
+  std::string said;
+  std::mutex m;
+  const auto old = set_log_handler([&](log_level level, std::string_view text) {
+    std::lock_guard lock(m);
+    if (level == log_level::debug) said += std::string(text) + "\n";
+  });
+  const compiled after = compile(kernel("kb"), o);
+  set_log_handler(old);
+  EXPECT_EQ(after.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(after.bytes, reference.bytes));
+  EXPECT_EQ(after.log, reference.log);
+  EXPECT_TRUE(contains(said, "automatic PCH: ")) << said;
+
+  // With the caller's pch_verbose=true NVRTC says why it did not use the image: the log is not
+  // the plain compile's, so the compile runs again without PCH.
+  auto verbose = o;
+  verbose.pch_verbose = true;
+  make_image(kernel("ka"), verbose);
+  ASSERT_EQ(set(size + (128 << 20)), 0);
+  const compiled verbose_reference = plain(kernel("kb"), verbose);
+  said.clear();
+  set_log_handler([&](log_level level, std::string_view text) {
+    std::lock_guard lock(m);
+    if (level == log_level::debug) said += std::string(text) + "\n";
+  });
+  const compiled again = compile(kernel("kb"), verbose);
+  set_log_handler(old);
+  EXPECT_EQ(again.status, auto_pch_status::discarded);
+  EXPECT_TRUE(same_bytes(again.bytes, verbose_reference.bytes));
+  EXPECT_EQ(again.log, verbose_reference.log);
+  EXPECT_TRUE(contains(said, "speaks of precompiled headers")) << said;
+  EXPECT_EQ(compile(kernel("kb"), verbose).status, auto_pch_status::unusable);
+  set(size);
+  ::dlclose(nvrtc);
 }
 
 TEST_F(AutoPch, PchModeFailingForLackOfRoomCompilesAgainWithoutIt) {

@@ -1679,6 +1679,7 @@ TEST_F(Key, EveryCompilerOptionGivesItsNvrtcFlag) {
       {{"--pch-verbose", "false"}, {"--pch-verbose=false"}},
       {{"--pch-messages", "false"}, {"--pch-messages=false"}},
       {{"--instantiate-templates-in-pch", "false"}, {"--instantiate-templates-in-pch=false"}},
+      {{"--no-auto-pch"}, {}},  // cucore's own: no NVRTC flag, no key field
       {{"--pch", "--extra-digest", "00"}, {"--pch"}},
       {{"--use-pch", "a.pch", "--extra-digest", "00"}, {"--use-pch=a.pch"}},
       {{"--pch-dir", "/tmp", "--extra-digest", "00"}, {"--pch-dir=/tmp"}},
@@ -2577,6 +2578,7 @@ TEST_F(Usage, CompileHelpListsEveryOption) {
                                "--pch-verbose true|false",
                                "--pch-messages true|false",
                                "--instantiate-templates-in-pch true|false",
+                               "--no-auto-pch",
                                "-Xnvrtc OPT",
                                "-h, --help"}) {
       EXPECT_TRUE(contains(r.out, std::string("  ") + option)) << option;

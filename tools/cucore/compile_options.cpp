@@ -173,6 +173,7 @@ program_options options_from(const arguments& args, const std::string& file) {
   boolean("--pch-verbose", o.pch_verbose);
   boolean("--pch-messages", o.pch_messages);
   boolean("--instantiate-templates-in-pch", o.instantiate_templates_in_pch);
+  if (args.has("--no-auto-pch")) o.auto_pch = false;
   // Anything newer.
   o.extra_nvrtc_options = args.all("-Xnvrtc");
   // NVVM IR.

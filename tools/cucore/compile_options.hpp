@@ -105,6 +105,7 @@ inline constexpr auto compiler_options = std::to_array<option_spec>({
     {"--pch-messages", "", "true|false", "log when a PCH is created or used (default true)"},
     {"--instantiate-templates-in-pch", "", "true|false",
      "instantiate templates before creating a PCH (default true)"},
+    {"--no-auto-pch", "", "", "no automatic precompiled headers (same output; faster repeats)"},
     {"", "", "", "Any other NVRTC option"},
     {"-Xnvrtc", "", "OPT", "pass OPT to NVRTC verbatim, after all else (repeatable)"},
     {"", "", "", "NVVM IR"},
