@@ -17,9 +17,11 @@ class ProgramOptions:
     Every field left ``None`` emits no flag. cucore reads options by attribute name, so
     ``cuda.core.ProgramOptions`` is accepted wherever this class is. cucore-only fields:
     ``headers`` (in-memory headers, ``{name: contents}``), ``toolkit_include_path`` (search the
-    toolkit's include directories, default on), ``device_int128``, ``device_float128`` and
+    toolkit's include directories, default on), ``device_int128``, ``device_float128``,
     ``extra_nvrtc_options`` (NVRTC options no field covers, passed verbatim after the rest and
-    hashed into the cache key; an option a field covers is refused, naming the field).
+    hashed into the cache key; an option a field covers is refused, naming the field) and
+    ``auto_pch`` (automatic precompiled headers, default on; ``False`` turns them off: outputs
+    are the same either way, and the cache key does not change).
     """
 
     name: str | None = "default_program"
@@ -75,6 +77,7 @@ class ProgramOptions:
     pch_verbose: bool | None = None
     pch_messages: bool | None = None
     instantiate_templates_in_pch: bool | None = None
+    auto_pch: bool | None = None
     extra_sources: Sequence[Tuple[str, Union[str, bytes]]] | None = field(default=None)
     use_libdevice: bool | None = None
     numba_debug: bool | None = None

@@ -238,6 +238,7 @@ program_options options_from(nb::handle o) {
   read_bool(o, "pch_verbose", p.pch_verbose);
   read_bool(o, "pch_messages", p.pch_messages);
   read_bool(o, "instantiate_templates_in_pch", p.instantiate_templates_in_pch);
+  read_bool(o, "auto_pch", p.auto_pch);
   read_extra_sources(o, p.extra_sources);
   read_bool(o, "use_libdevice", p.use_libdevice);
   read_bool(o, "numba_debug", p.numba_debug);

@@ -302,6 +302,20 @@ def test_key_needs_extra_digest_for_pch():
     assert len(key(options=cucore.ProgramOptions(arch=ARCH, use_pch="x.pch"), extra_digest=b"d")) == 32
 
 
+def test_auto_pch_changes_neither_the_key_nor_the_output():
+    """Automatic precompiled headers (on unless auto_pch=False) are no NVRTC flag of the key."""
+    code = "#include <cuda/std/cstdint>\n" + KERNEL
+    keys = {key(code=code, options=cucore.ProgramOptions(arch=ARCH, auto_pch=v))
+            for v in (None, True, False)}
+    assert len(keys) == 1
+    off = cucore.Program(code, "c++", cucore.ProgramOptions(arch=ARCH, auto_pch=False))
+    plain = off.compile("cubin", ["scale<float>"])
+    for _ in range(3):  # the first compile, the one that precompiles, one from the image
+        again = cucore.Program(code, "c++", cucore.ProgramOptions(arch=ARCH)).compile(
+            "cubin", ["scale<float>"])
+        assert again.code == plain.code
+
+
 def test_explain_lists_the_fields():
     fields = cucore.explain_program_cache_key(code="a", code_type="c++",
                                               options=cucore.ProgramOptions(arch=ARCH),
