@@ -171,19 +171,23 @@ void record_skip(cache_skip_reason reason) noexcept {
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
                                              const char* override_variable, const void* self,
                                              std::vector<std::string>& searched) {
-  std::optional<file_id> self_id;
+  // Never the drop-in: the engine itself, nor the shim beside it named as the real library.
+  std::vector<file_id> excluded;
   std::string self_dir;
   if (Dl_info info{}; ::dladdr(self, &info) != 0 && info.dli_fname != nullptr) {
     std::error_code ec;
     const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
     const std::string self_path = ec ? std::string(info.dli_fname) : canonical.string();
-    self_id = id_of(self_path);
     self_dir = self_path.substr(0, self_path.rfind('/'));
+    if (auto id = id_of(self_path)) excluded.push_back(*id);
+    for (auto soname : spec.sonames) {
+      if (auto id = id_of(self_dir + "/" + std::string(soname))) excluded.push_back(*id);
+    }
   }
   const auto acceptable = [&](const std::string& path) {
     searched.push_back(path);
     const auto id = id_of(path);
-    return id && (!self_id || *id != *self_id);
+    return id && std::find(excluded.begin(), excluded.end(), *id) == excluded.end();
   };
   const auto choose = [&](const std::string& path) {
     detail::pin_library(spec, path);

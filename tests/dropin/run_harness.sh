@@ -88,5 +88,17 @@ expect "$(wc -c <"$work/err")" 0 "redis down: bytes on stderr"
 harness_run "no real library" missing "CUCORE_RUN_NVRTC=$work/no-such-libnvrtc.so.13"
 expect "$(count 'no real libnvrtc.so.13')" 1 "no real library: messages"
 
+# 9. A shim without its engine beside it: every call fails, and one message says why.
+mkdir -p "$work/lonely"
+cp "$dropin" "$work/lonely/"
+if env "$harness" "$real" "$work/lonely/$(basename "$dropin")" "$work/src" missing \
+  >"$work/out" 2>"$work/err"; then
+  ok "no engine: $(tail -n 1 "$work/out")"
+else
+  bad "no engine"
+  cat "$work/out" "$work/err"
+fi
+expect "$(count "drop-in's engine")" 1 "no engine: messages"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
