@@ -29,6 +29,9 @@ KERNELS = [
 
 def main() -> int:
     arch = sys.argv[1] if len(sys.argv) > 1 else "sm_90"
+    # The NVRTC this program loads (cuda.pathfinder's choice): under `cucore run`, the drop-in.
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+    print("nvrtc:", load_nvidia_dynamic_lib("nvrtc").abs_path, flush=True)
     for label, code, target, names, extra in KERNELS:
         options = ProgramOptions(arch=arch, **extra)
         program = Program(code, "c++", options)
