@@ -33,7 +33,10 @@ def main():
                                  include_path=[d for d in include if d])
         program = Program(code, "c++", options)
         program.compile("cubin")
-        total += time.perf_counter() - start
+        spent = time.perf_counter() - start
+        total += spent
+        if os.environ.get("CUCORE_BENCH_EACH"):
+            print(f"  {spent * 1000:8.1f} ms  {code[:40]!r}")
         program.close()
     print(f"compile seconds: {total:.6f}")
 
