@@ -186,17 +186,18 @@ int run_env(const arguments& args) {
 }
 
 constexpr std::string_view run_description =
-    "Runs PROGRAM with ARGS, unchanged, with cucore's drop-in NVRTC (libnvrtc.so.13) first in\n"
-    "the library search: LD_LIBRARY_PATH for programs that load NVRTC by name, LD_PRELOAD for\n"
-    "loaders that reuse an NVRTC already loaded (cuda.core's cuda.pathfinder). Every\n"
-    "nvrtcCompileProgram the program makes is answered from the program cache when it can be:\n"
-    "the same key as `cucore compile` (source, program name, in-memory headers, every option,\n"
-    "the headers it can read from disk, the real library's identity), the whole result stored\n"
-    "(PTX, CUBIN, LTO-IR, OptiX IR, the log, lowered names). Options with side effects and\n"
-    "inputs the key cannot see go to the real library, as does any failure of the cache. The\n"
-    "real library is the one cucore's search finds (see `cucore info`), or --nvrtc PATH.\n"
-    "Nothing is printed unless CUCORE_LOG=warning|info|debug. `cucore cache stats` counts the\n"
-    "hits. See docs/run.md.\n"
+    "Runs PROGRAM with ARGS, unchanged, with cucore's drop-in libnvrtc.so.13, libnvJitLink.so.13\n"
+    "and libnvvm.so.4 first in the library search: LD_LIBRARY_PATH for programs that load them\n"
+    "by name, LD_PRELOAD for loaders that reuse a library already loaded (cuda.core's\n"
+    "cuda.pathfinder). Every nvrtcCompileProgram, nvJitLinkComplete and nvvmCompileProgram the\n"
+    "program makes is answered from the program cache when it can be: for NVRTC the same key as\n"
+    "`cucore compile` (source, program name, in-memory headers, every option, the headers it can\n"
+    "read from disk, the real library's identity), the whole result stored (PTX, CUBIN, LTO-IR,\n"
+    "OptiX IR, the log, lowered names). Options with side effects and inputs the key cannot see\n"
+    "go to the real library, as does any failure of the cache. The real library is the one\n"
+    "cucore's search finds (see `cucore info`), or --nvrtc PATH (CUCORE_RUN_NVJITLINK,\n"
+    "CUCORE_RUN_NVVM). Nothing is printed unless CUCORE_LOG=warning|info|debug. `cucore cache\n"
+    "stats` counts the hits. See docs/run.md.\n"
     "\n" CUCORE_CLI_CACHE_SPEC_HELP
     "\n"
     "\n"
@@ -213,7 +214,7 @@ constexpr std::string_view env_description =
 const command run_command{
     "run",
     "run [--cache SPEC] [--nvrtc PATH] [--no-preload] -- PROGRAM [ARGS...]",
-    "run a program with its NVRTC compiles cached (drop-in libnvrtc.so.13)",
+    "run a program with its NVRTC, nvJitLink and libNVVM compiles cached (drop-ins)",
     run_description,
     options,
     run_run,
