@@ -246,8 +246,33 @@ constexpr std::size_t kMaxRemembered = 4096;
 // making an image costs more than a plain compile, and one-off prefixes never repay it).
 constexpr std::uint32_t kCreateAtSighting = 2;
 
+// Debug messages wait until no lock of this file is held (a log handler may compile): within a
+// log_scope they are kept, and said when the outermost scope ends.
+struct pending_log {
+  int depth = 0;
+  std::vector<std::string> messages;
+};
+thread_local pending_log pending;
+
+class log_scope {
+ public:
+  log_scope() { ++pending.depth; }
+  ~log_scope() {
+    if (--pending.depth > 0) return;
+    std::vector<std::string> messages;
+    messages.swap(pending.messages);
+    for (const auto& m : messages) cucore::log(log_level::debug, m);
+  }
+  log_scope(const log_scope&) = delete;
+  log_scope& operator=(const log_scope&) = delete;
+};
+
 void debug(const std::string& message) {
-  cucore::log(log_level::debug, std::string(kLog) + message);
+  if (pending.depth > 0) {
+    pending.messages.push_back(std::string(kLog) + message);
+  } else {
+    cucore::log(log_level::debug, std::string(kLog) + message);
+  }
 }
 
 struct file_identity {
@@ -299,6 +324,7 @@ class registry {
 
   // Whether automatic PCH is off for the process, and why (said once at debug level).
   bool disabled() {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     if (!disabled_why_.empty() && !disabled_said_) {
@@ -309,6 +335,7 @@ class registry {
   }
 
   void disable(const std::string& why) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     if (disabled_why_.empty()) disabled_why_ = why;
@@ -319,6 +346,7 @@ class registry {
   // Counts a compile of a prefix (by the text, flags and program name alone: cheap, no header
   // read) and returns how many there were in this process, this one included.
   std::uint32_t sighting(const std::string& seen) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     if (sightings_.size() >= kMaxRemembered && !sightings_.contains(seen)) sightings_.clear();
@@ -328,6 +356,7 @@ class registry {
   enum class step : std::uint8_t { plain, needs_heap };
   // Without the heap: plain for an unusable prefix.
   step peek(const std::string& identity, auto_pch_status& status) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     auto it = images_.find(identity);
@@ -350,11 +379,13 @@ class registry {
   };
   // With the heap held: use a verified image, or prepare an empty directory to create one in.
   plan claim(const std::string& identity) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     plan p;
     auto it = images_.find(identity);
-    if (it == images_.end() || it->second.state == image_state::unusable) {
+    if (it == images_.end()) it = images_.emplace(identity, image{}).first;  // cleared meanwhile
+    if (it->second.state == image_state::unusable) {
       p.status = auto_pch_status::unusable;
       return p;
     }
@@ -393,6 +424,7 @@ class registry {
 
   // With the heap held, after NVRTC made an image in the claimed directory.
   bool created(const std::string& identity, std::string& why) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     auto it = images_.find(identity);
@@ -427,6 +459,7 @@ class registry {
   // The claimed directory's image is not kept: removed, and the prefix back to seen (or made
   // unusable: no image again in this process).
   void drop(const std::string& identity, bool unusable) {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     auto it = images_.find(identity);
@@ -437,6 +470,7 @@ class registry {
 
   // With the heap held: every image is unusable after a heap resize; their files go.
   void heap_resized() {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     ++generation_;
@@ -447,6 +481,7 @@ class registry {
 
   // With the heap held: forget everything (cucore::clear_auto_pch).
   void clear() {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     for (auto& [identity, e] : images_) drop_image(e);
@@ -455,6 +490,7 @@ class registry {
   }
 
   auto_pch_totals totals() {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     return {ready_, bytes_, root_.string()};
@@ -462,6 +498,7 @@ class registry {
 
   // At exit, by the process that made the root.
   void remove_root() {
+    const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
     if (root_.empty() || owner_ != ::getpid()) return;
@@ -487,7 +524,8 @@ class registry {
     images_.clear();
     sightings_.clear();
     root_.clear();
-    lock_fd_ = -1;  // the parent's descriptor: its lock stays the parent's
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // a copy: the parent's lock stays the parent's
+    lock_fd_ = -1;
     bytes_ = 0;
     ready_ = 0;
   }
@@ -755,6 +793,7 @@ auto_pch_totals auto_pch_state() {
 auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
                                    const program_options& options, code_type target)
     : api_(api), target_(target) {
+  const log_scope said;
   // The caller's own PCH options keep their rules (and instantiate_templates_in_pch=true would
   // reorder the output's symbols: a different cubin).
   if (!options.auto_pch.value_or(true) || options.pch.value_or(false) || options.create_pch ||
@@ -834,6 +873,7 @@ bool auto_pch_compile::retry_for_pch_diagnostics(const std::string& log) {
 }
 
 bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
+  const log_scope said;
   if (!active()) return false;
   if (retry_for_pch_diagnostics(log)) return true;
   registry& reg = registry::get();
@@ -929,6 +969,7 @@ bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
 }
 
 bool auto_pch_compile::failed(const std::string& log) {
+  const log_scope said;
   if (!active()) return false;
   const bool was_creating = creating_;
   if (was_creating) registry::get().drop(identity_, false);

@@ -101,6 +101,62 @@ TEST(PchPrefix, UnclearTextGivesNoPrefix) {
   EXPECT_EQ(prefix_of("?\?=include <a.h>\nint z;"), "?\?=include <a.h>\n");
 }
 
+// NVRTC as the judge: it makes an image of program P's prefix (its header stop being its own),
+// then compiles Q = P's prefix as scanned + a token. NVRTC uses an image only for a program whose
+// leading directives begin with the image's; so it uses P's for Q exactly when the scan did not
+// end before NVRTC's header stop (an image made from more headers than the scan saw would be
+// keyed without them).
+TEST(PchPrefix, NeverEndsBeforeNvrtcsHeaderStop) {
+  temp_dir dir;
+  const fs::path inc = dir / "inc";
+  fs::create_directories(inc);
+  for (const char* h : {"a.h", "b.h", "c.h"}) {
+    write_text(inc / h,
+               std::string("#pragma once\n#include <cuda/std/cstdint>\n__device__ inline int ") +
+                   h[0] + "_value() { return 1; }\n");
+  }
+  const std::vector<std::string> cases = {
+      "#include <a.h>\n#include \"b.h\"\n\n// c\n__device__ int x;\n#include <c.h>\n",
+      "#if 0\nint x;\n#endif\n#include <b.h>\n__device__ int y;\n",
+      "#include <a.h>\n/* x\n#include <b.h>\n*/ __device__ int y;\n",
+      "#include <a.h> /* x\nint y; */\n#include <b.h>\n__device__ int z;\n",
+      "#define A \\\n  1\n/* c */ #include <b.h>\n__device__ int z;\n",
+      "#include <a.h>\n// c \\\nint y;\n#include <b.h>\n__device__ int z;\n",
+      "#define S \"/*\"\n#include <b.h>\n__device__ int y; /* */\n",
+      "#ifdef A\n#ifndef B\nint x;\n#endif\n#endif\n#include <b.h>\n__device__ int y;\n",
+      "%:include <a.h>\n#include <b.h>\n__device__ int x;\n",
+      "#include <a.h>\n#ifndef NOTHING\n#include <b.h>\n#endif\n#include <c.h>\n__device__ int "
+      "q;\n",
+  };
+  int judged = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i]);
+    const fs::path pch = dir / ("pch" + std::to_string(i));
+    fs::create_directories(pch);
+    program_options o;
+    o.arch = testing::kArch;
+    o.std = "c++17";
+    o.name = "p.cu";
+    o.include_path = {inc.string()};
+    o.pch = true;
+    o.pch_dir = pch.string();
+    o.pch_messages = true;
+    program p(cases[i], source_type::cxx, o);
+    p.compile(code_type::ptx);
+    if (p.last_pch_status() != pch_status::created) continue;  // no image: nothing to go stale
+    ++judged;
+    const auto s = scan_pch_prefix(cases[i]);
+    ASSERT_TRUE(s.balanced);
+    const std::string q = cases[i].substr(0, s.end) + "\n__device__ int cucore_header_stop;\n";
+    program later(q, source_type::cxx, o);
+    later.compile(code_type::ptx);
+    EXPECT_TRUE(contains(later.log(), "using precompiled header file"))
+        << "NVRTC did not take the image for the scanned prefix: its header stop is later\n"
+        << later.log();
+  }
+  EXPECT_GE(judged, 8);
+}
+
 // ---- compiles -------------------------------------------------------------------------------
 
 // Byte strings compared without printing them (cubins are binary).
