@@ -77,6 +77,11 @@ class program {
   // the key with make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
   object_code compile(code_type target, std::span<const std::string> name_expressions = {},
                       program_cache* cache = nullptr);
+  // As above, for a language binding that tells text name expressions from byte strings
+  // (Python's str and bytes): both are resolved, and the cache key tells them apart
+  // (program_cache_key_inputs::byte_name_expressions).
+  object_code compile(code_type target, std::span<const std::string> name_expressions,
+                      std::span<const std::string> byte_name_expressions, program_cache* cache);
   object_code compile(code_type target, program_cache& cache) {
     return compile(target, {}, &cache);
   }

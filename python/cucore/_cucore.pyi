@@ -36,12 +36,18 @@ class ObjectCode:
     def name(self) -> str: ...
 
     @property
-    def symbol_mapping(self) -> dict[str, str]: ...
+    def symbol_mapping(self) -> dict[str | bytes, str]:
+        """
+        Name expression -> mangled name. A name expression the compile was given as bytes is a bytes key, as in cuda.core.
+        """
 
-    def symbol(self, name_or_expression: str) -> str:
+    def symbol(self, name_or_expression: str | bytes) -> str:
         """
         The mangled name of a name expression this code was compiled with, else the name.
         """
+
+    def __setattr__(self, name: str, value: object, /) -> None:
+        """Raises AttributeError: an ObjectCode is immutable."""
 
     def __len__(self) -> int: ...
 
@@ -114,7 +120,9 @@ class ProgramCache:
         """
 
     def verify(self, remove_bad: bool = False) -> dict:
-        """Checks every entry (format, checksum, key)."""
+        """
+        Checks every entry (format, checksum, key); with remove_bad, removes the damaged ones and what is not an entry (a directory, ...) where one belongs, or moves it aside. 'notes': a line for each such thing and what was done.
+        """
 
     @property
     def description(self) -> str: ...
@@ -215,7 +223,7 @@ class Program:
 
     def __init__(self, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None = None) -> None: ...
 
-    def compile(self, target_type: str, name_expressions: Iterable[str] = (), *, cache: ProgramCache | Any | None = None) -> ObjectCode:
+    def compile(self, target_type: str, name_expressions: Iterable[str | bytes] = (), *, cache: ProgramCache | Any | None = None) -> ObjectCode:
         """
         Compiles to "ptx", "cubin" or "ltoir". With a cache: a hit returns the stored code (symbol mapping included), a miss compiles and stores. Raises CompileError with the log when the compiler rejects the code.
         """
@@ -250,12 +258,12 @@ class Program:
         What header tracking put into the last cache key: tracked, files, absent, in_memory, hashed, reused_walk, stat_fast_path, vouched; None without a cache.
         """
 
-def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str] = (), extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes:
+def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str | bytes] = (), extra_digest: bytes | bytearray | memoryview | str | None = None, cache: ProgramCache | None = None) -> bytes:
     """
     The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or cuda.core's ProgramOptions). With `cache`, compiler versions come from its memo.
     """
 
-def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str] = (), extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> list[tuple[str, str]]:
+def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str | bytes] = (), extra_digest: bytes | bytearray | memoryview | str | None = None, cache: ProgramCache | None = None) -> list[tuple[str, str]]:
     """
     The labelled fields that make_program_cache_key hashes, in order: (label, payload).
     """

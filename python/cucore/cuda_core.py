@@ -11,8 +11,10 @@ subclasses, each wrapping one of cucore's native caches (``.native``)::
         obj = Program(src, "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=cache)
 
 Values stored through ``cuda.core`` keep their code type, name and symbol mapping on cucore's side
-(``cache.native[key]``); reads return the code bytes as ``cuda.core`` expects. Importing this
-module needs ``cuda.core`` (``pip install cuda-core``); ``import cucore`` does not.
+(``cache.native[key]``); reads return the code bytes as ``cuda.core`` expects. The module exports
+what ``cuda.core.utils`` does for program caches (``ProgramCacheResource`` is cuda.core's own
+class), so ``from cuda.core.utils import ...`` becomes ``from cucore.cuda_core import ...``.
+Importing this module needs ``cuda.core`` (``pip install cuda-core``); ``import cucore`` does not.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from cucore._cucore import make_program_cache_key
 __all__ = [
     "FileStreamProgramCache",
     "InMemoryProgramCache",
+    "ProgramCacheResource",
     "RedisProgramCache",
     "SQLiteProgramCache",
     "TieredProgramCache",

@@ -62,10 +62,24 @@ void read_int(nb::handle options, const char* name, std::optional<int>& out) {
   out = nb::cast<int>(v);
 }
 
-// A string option. False means unset, as cuda.core treats it (time=False, use_pch=False).
+// A string option. False means unset (NVRTC has no use for --std=False).
 void read_string(nb::handle options, const char* name, std::optional<std::string>& out) {
   nb::object v = field(options, name);
   if (v.is_none() || (nb::isinstance<nb::bool_>(v) && !nb::cast<bool>(v))) return;
+  out = text_of(fspath(v), (std::string("ProgramOptions.") + name).c_str());
+}
+
+// A file an option names (time, create_pch, use_pch, pch_dir, fdevice_time_trace). As in
+// cuda.core, any value but None sets it and a bool is its text: time=True and time=False are
+// --time=True and --time=False for NVRTC (a file of that name: a side effect the key refuses), and
+// -time for the PTX linker, which only asks whether the option is set.
+void read_path(nb::handle options, const char* name, std::optional<std::string>& out) {
+  nb::object v = field(options, name);
+  if (v.is_none()) return;
+  if (nb::isinstance<nb::bool_>(v)) {
+    out = nb::cast<bool>(v) ? "True" : "False";
+    return;
+  }
   out = text_of(fspath(v), (std::string("ProgramOptions.") + name).c_str());
 }
 
@@ -125,20 +139,6 @@ void read_macros(nb::handle options, std::vector<macro>& out) {
   for (nb::handle item : nb::iter(v)) one(item);
 }
 
-// Bytes of a str (UTF-8), bytes or bytearray.
-std::optional<std::string> bytes_of(nb::handle value) {
-  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
-  if (PyBytes_Check(value.ptr())) {
-    return std::string(PyBytes_AS_STRING(value.ptr()),
-                       static_cast<std::size_t>(PyBytes_GET_SIZE(value.ptr())));
-  }
-  if (PyByteArray_Check(value.ptr())) {
-    return std::string(PyByteArray_AS_STRING(value.ptr()),
-                       static_cast<std::size_t>(PyByteArray_GET_SIZE(value.ptr())));
-  }
-  return std::nullopt;
-}
-
 // cucore's in-memory headers: a mapping name -> contents, or pairs.
 void read_headers(nb::handle options, std::vector<include_header>& out) {
   nb::object v = field(options, "headers");
@@ -164,6 +164,19 @@ void read_extra_sources(nb::handle options, std::vector<nvvm_module>& out) {
 }
 
 }  // namespace
+
+std::optional<std::string> bytes_of(nb::handle value) {
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  if (PyBytes_Check(value.ptr())) {
+    return std::string(PyBytes_AS_STRING(value.ptr()),
+                       static_cast<std::size_t>(PyBytes_GET_SIZE(value.ptr())));
+  }
+  if (PyByteArray_Check(value.ptr())) {
+    return std::string(PyByteArray_AS_STRING(value.ptr()),
+                       static_cast<std::size_t>(PyByteArray_GET_SIZE(value.ptr())));
+  }
+  return std::nullopt;
+}
 
 std::string key_bytes(nb::handle key) {
   if (nb::isinstance<nb::str>(key) || PyBytes_Check(key.ptr()) || PyByteArray_Check(key.ptr())) {
@@ -223,18 +236,18 @@ program_options options_from(nb::handle o) {
   read_ints(o, "diag_suppress", p.diag_suppress);
   read_ints(o, "diag_warn", p.diag_warn);
   read_bool(o, "brief_diagnostics", p.brief_diagnostics);
-  read_string(o, "time", p.time);
+  read_path(o, "time", p.time);
   read_int(o, "split_compile", p.split_compile);
   read_bool(o, "fdevice_syntax_only", p.fdevice_syntax_only);
   read_bool(o, "minimal", p.minimal);
   read_bool(o, "no_cache", p.no_cache);
-  read_string(o, "fdevice_time_trace", p.fdevice_time_trace);
+  read_path(o, "fdevice_time_trace", p.fdevice_time_trace);
   read_string(o, "frandom_seed", p.frandom_seed);
   read_string(o, "ofast_compile", p.ofast_compile);
   read_bool(o, "pch", p.pch);
-  read_string(o, "create_pch", p.create_pch);
-  read_string(o, "use_pch", p.use_pch);
-  read_string(o, "pch_dir", p.pch_dir);
+  read_path(o, "create_pch", p.create_pch);
+  read_path(o, "use_pch", p.use_pch);
+  read_path(o, "pch_dir", p.pch_dir);
   read_bool(o, "pch_verbose", p.pch_verbose);
   read_bool(o, "pch_messages", p.pch_messages);
   read_bool(o, "instantiate_templates_in_pch", p.instantiate_templates_in_pch);
@@ -253,16 +266,56 @@ program_options options_from(nb::handle o) {
   return p;
 }
 
-std::vector<std::string> name_expressions_from(nb::handle names) {
-  std::vector<std::string> out;
-  if (names.is_none()) return out;
-  for (nb::handle item : nb::iter(names)) {
-    if (!nb::isinstance<nb::str>(item)) {
-      type_error("name expressions must be str, got " + py_type_name(item));
-    }
-    out.push_back(nb::cast<std::string>(item));
+parsed_names name_expressions_from(nb::handle names) {
+  parsed_names out;
+  if (names.is_none()) {
+    out.given = nb::tuple();
+    return out;
   }
+  nb::list given;
+  for (nb::handle item : nb::iter(names)) {
+    if (nb::isinstance<nb::str>(item)) {
+      out.text.push_back(nb::cast<std::string>(item));
+    } else if (PyBytes_Check(item.ptr())) {
+      out.bytes.push_back(*bytes_of(item));
+    } else if (PyByteArray_Check(item.ptr())) {
+      type_error(
+          "name_expressions elements must be str or bytes; bytearray is not accepted (it is "
+          "unhashable, so it cannot key the symbol mapping): pass bytes(...) or str");
+    } else {
+      type_error("name_expressions elements must be str or bytes, got " + py_type_name(item));
+    }
+    given.append(item);
+  }
+  out.given = nb::tuple(given);
   return out;
+}
+
+program_options for_code_type(const program_options& o, source_type type) {
+  if (type == source_type::cxx) {
+    program_options out = o;
+    out.use_libdevice.reset();
+    return out;
+  }
+  if (type != source_type::ptx) return o;
+  program_options l;
+  l.name = o.name;
+  l.arch = o.arch;
+  l.debug = o.debug;
+  l.lineinfo = o.lineinfo;
+  l.ptxas_options = o.ptxas_options;
+  l.max_register_count = o.max_register_count;
+  l.ftz = o.ftz;
+  l.prec_sqrt = o.prec_sqrt;
+  l.prec_div = o.prec_div;
+  l.fma = o.fma;
+  l.link_time_optimization = o.link_time_optimization;
+  l.time = o.time;
+  l.split_compile = o.split_compile;
+  l.no_cache = o.no_cache;
+  l.numba_debug = o.numba_debug;
+  l.extra_sources = o.extra_sources;  // refused for ptx, as in cuda.core
+  return l;
 }
 
 namespace {
@@ -276,6 +329,21 @@ code_type sniff(std::string_view bytes) {
   if (bytes.starts_with("\x50\xed\x55\xba")) return code_type::fatbin;  // fatbin magic 0xba55ed50
   if (bytes.find('\0') == std::string_view::npos) return code_type::ptx;
   return code_type::ltoir;
+}
+
+// The bytes of a path-backed cuda.core ObjectCode's file, read as cuda.core reads it: a missing
+// file is a FileNotFoundError naming it (cuda.core's words); other OSErrors pass as they are.
+nb::object read_path_backed(nb::handle path) {
+  try {
+    return nb::module_::import_("pathlib").attr("Path")(path).attr("read_bytes")();
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_FileNotFoundError)) throw;
+  }
+  const std::string message =
+      "cannot store path-backed ObjectCode in cache: " + nb::cast<std::string>(path) +
+      " no longer exists";
+  PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+  throw nb::python_error();
 }
 
 }  // namespace
@@ -299,7 +367,7 @@ object_code object_code_from(nb::handle value) {
     }
     nb::object code = value.attr("code");
     if (nb::isinstance<nb::str>(code)) {  // path-backed: store the file's bytes, not the path
-      return object_code::from_file(nb::cast<std::string>(code), type, std::move(name));
+      code = read_path_backed(code);
     }
     nb::bytes data(nb::steal(PyBytes_FromObject(code.ptr())));
     if (!data.is_valid()) throw nb::python_error();

@@ -3,6 +3,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,12 +26,31 @@ std::string source_code(nb::handle code, source_type type);
 // is unset. None gives the defaults.
 program_options options_from(nb::handle options);
 
-// Name expressions: any iterable of str (TypeError for anything else, bytes and bytearray
-// included: cucore's symbol mapping is keyed by text).
-std::vector<std::string> name_expressions_from(nb::handle names);
+// Name expressions as cuda.core takes them: any iterable of str or bytes. A str is its UTF-8 text,
+// a bytes its bytes; the two are kept apart (cuda.core keys its symbol mapping by the object given,
+// so "f" and b"f" are different compiles to it, and different cache keys). bytearray (unhashable:
+// cannot key a symbol mapping) and anything else are a TypeError naming the element's type.
+struct parsed_names {
+  std::vector<std::string> text;   // from str
+  std::vector<std::string> bytes;  // from bytes
+  nb::tuple given;                 // the elements as given, in order
+};
+parsed_names name_expressions_from(nb::handle names);
+
+// The options a backend takes, as cuda.core's Program uses them: for ptx only the linker's fields
+// (name, arch, debug, lineinfo, ptxas_options, max_register_count, ftz, prec_sqrt, prec_div, fma,
+// link_time_optimization, time, split_compile, no_cache, numba_debug; extra_sources stays, to be
+// refused); for c++ all but use_libdevice (NVVM's). The rest are ignored, so neither the compile
+// nor the key sees them. nvvm options are kept: NVVM refuses what it does not take, as in
+// cuda.core.
+program_options for_code_type(const program_options& options, source_type type);
+
+// Bytes of a str (UTF-8), bytes or bytearray, or nullopt for anything else.
+std::optional<std::string> bytes_of(nb::handle value);
 
 // A cache value: a cucore.ObjectCode; a cuda.core ObjectCode (anything with `code` and
-// `code_type`; a path-backed one is read from its file now); or bytes, bytearray or memoryview,
+// `code_type`, its name and symbol mapping kept; a path-backed one is read from its file now, and
+// a missing file is a FileNotFoundError, as in cuda.core); or bytes, bytearray or memoryview,
 // stored with a code type inferred from the bytes (see the .cpp).
 object_code object_code_from(nb::handle value);
 

@@ -12,11 +12,13 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -613,10 +615,44 @@ void bind_caches(nb::module_& m) {
 
 // --- object code -----------------------------------------------------------------------------
 
+// The name expressions a compile was given (a tuple of str and bytes), kept on the ObjectCode it
+// returned so its symbol mapping is keyed by the type given (cuda.core's rule): b"f<int>" maps as
+// b"f<int>". The C++ object keeps text; an ObjectCode read from a cache keys by str.
+constexpr const char* kGivenNames = "_cucore_name_expressions";
+
+nb::object symbol_mapping_of(nb::handle self) {
+  const auto& code = nb::cast<const object_code&>(self);
+  std::set<std::string, std::less<>> as_bytes;
+  std::set<std::string, std::less<>> as_text;
+  nb::dict attributes = nb::borrow<nb::dict>(nb::getattr(self, "__dict__"));
+  if (attributes.contains(kGivenNames)) {
+    for (nb::handle name : attributes[kGivenNames]) {
+      (PyBytes_Check(name.ptr()) ? as_bytes : as_text).insert(*bytes_of(name));
+    }
+  }
+  nb::dict out;
+  for (const auto& [name, mangled] : code.symbol_mapping()) {
+    const bool bytes = as_bytes.contains(name);
+    if (bytes) out[nb::bytes(name.data(), name.size())] = nb::str(mangled.c_str(), mangled.size());
+    if (!bytes || as_text.contains(name)) {
+      out[nb::str(name.c_str(), name.size())] = nb::str(mangled.c_str(), mangled.size());
+    }
+  }
+  return out;
+}
+
+// `code` as returned to Python, remembering the name expressions when any was given as bytes.
+nb::object returned(object_code code, const parsed_names& names) {
+  nb::object out = nb::cast(std::move(code));
+  if (!names.bytes.empty()) nb::getattr(out, "__dict__")[kGivenNames] = names.given;
+  return out;
+}
+
 void bind_object_code(nb::module_& m) {
   nb::class_<object_code>(m, "ObjectCode",
                           "Compiled code: bytes, their type, a name and the symbol mapping "
-                          "(name expression -> mangled name). Immutable.")
+                          "(name expression -> mangled name). Immutable.",
+                          nb::dynamic_attr())
       .def(
           "__init__",
           [](object_code* self, nb::bytes code, std::string_view code_type, std::string name,
@@ -632,12 +668,33 @@ void bind_object_code(nb::module_& m) {
       .def_prop_ro("code_type",
                    [](const object_code& c) { return std::string(to_string(c.type())); })
       .def_prop_ro("name", &object_code::name)
-      .def_prop_ro("symbol_mapping", &object_code::symbol_mapping)
+      .def_prop_ro("symbol_mapping", &symbol_mapping_of,
+                   nb::sig("def symbol_mapping(self) -> dict[str | bytes, str]"),
+                   "Name expression -> mangled name. A name expression the compile was given as "
+                   "bytes is a bytes key, as in cuda.core.")
       .def(
           "symbol",
-          [](const object_code& c, std::string_view name) { return std::string(c.symbol(name)); },
+          [](const object_code& c, nb::handle name) {
+            auto text = bytes_of(name);
+            if (!text || PyByteArray_Check(name.ptr())) {
+              throw nb::type_error(
+                  ("symbol() takes str or bytes, got " + std::string(nb::inst_name(name).c_str()))
+                      .c_str());
+            }
+            return std::string(c.symbol(*text));
+          },
+          nb::sig("def symbol(self, name_or_expression: str | bytes) -> str"),
           "name_or_expression"_a,
           "The mangled name of a name expression this code was compiled with, else the name.")
+      .def(
+          "__setattr__",
+          [](nb::handle, nb::handle name, nb::handle) {
+            throw nb::attribute_error(
+                ("ObjectCode is immutable: cannot set " + nb::cast<std::string>(nb::str(name)))
+                    .c_str());
+          },
+          nb::sig("def __setattr__(self, name: str, value: object, /) -> None"),
+          "Raises AttributeError: an ObjectCode is immutable.")
       .def("__len__", &object_code::size)
       .def("__bytes__", [](const object_code& c) { return to_bytes(c.code()); })
       .def("__eq__",
@@ -687,23 +744,66 @@ program_cache* cache_from(nb::handle cache) {
       "FileStreamProgramCache, or a cucore.cuda_core wrapper of one)");
 }
 
+// code_type as cuda.core takes it (case-insensitive), refused naming the parameter.
+source_type code_type_arg(std::string_view text) {
+  try {
+    return parse_source_type(text);
+  } catch (const invalid_argument&) {
+    throw invalid_argument("code_type=\"" + std::string(text) +
+                           "\" is not supported: use \"c++\", \"ptx\" or \"nvvm\"");
+  }
+}
+
+// target_type as cuda.core takes it (case-insensitive), for `source`: one it compiles to, or an
+// InvalidArgument (a ValueError) naming both parameters and the supported targets.
+code_type target_type_arg(source_type source, std::string_view text) {
+  const std::vector<code_type> targets = supported_targets(source);
+  std::string list;
+  for (code_type t : targets) list += (list.empty() ? "" : ", ") + std::string(to_string(t));
+  std::optional<code_type> target;
+  try {
+    target = parse_code_type(text);
+  } catch (const invalid_argument&) {
+  }
+  if (!target || std::find(targets.begin(), targets.end(), *target) == targets.end()) {
+    throw invalid_argument("target_type=\"" + std::string(text) +
+                           "\" is not valid for code_type=\"" + std::string(to_string(source)) +
+                           "\" (supported: " + list + ")");
+  }
+  return *target;
+}
+
+// extra_digest as cuda.core takes it (any bytes-like: bytes, bytearray, memoryview), or a str
+// (its UTF-8).
+std::string extra_digest_from(nb::handle digest) {
+  if (nb::isinstance<nb::str>(digest)) return nb::cast<std::string>(digest);
+  if (PyObject_CheckBuffer(digest.ptr())) {
+    nb::bytes data(nb::steal(PyBytes_FromObject(digest.ptr())));
+    if (!data.is_valid()) throw nb::python_error();
+    return std::string(data.c_str(), data.size());
+  }
+  throw nb::type_error(("extra_digest must be bytes-like, str or None, got " +
+                        std::string(nb::inst_name(digest).c_str()))
+                           .c_str());
+}
+
 program_cache_key key_from(nb::handle code, std::string_view code_type, nb::handle options,
                            std::string_view target_type, nb::handle name_expressions,
                            nb::handle extra_digest, nb::handle cache) {
-  const source_type type = parse_source_type(code_type);
+  const source_type type = code_type_arg(code_type);
   program_cache_key_inputs in;
+  in.target = target_type_arg(type, target_type);
   const std::string source = source_code(code, type);
   in.code = source;
   in.code_type = type;
-  in.options = options_from(options);
-  in.target = parse_code_type(target_type);
-  if (type == source_type::cxx) in.name_expressions = name_expressions_from(name_expressions);
-  if (!extra_digest.is_none()) {
-    if (!nb::isinstance<nb::bytes>(extra_digest) && !nb::isinstance<nb::str>(extra_digest)) {
-      throw nb::type_error("extra_digest must be bytes, str or None");
-    }
-    in.extra_digest = key_bytes(extra_digest);
+  in.options = for_code_type(options_from(options), type);
+  // Only NVRTC resolves name expressions: ptx and nvvm ignore them, unchecked (as cuda.core).
+  if (type == source_type::cxx) {
+    parsed_names names = name_expressions_from(name_expressions);
+    in.name_expressions = std::move(names.text);
+    in.byte_name_expressions = std::move(names.bytes);
   }
+  if (!extra_digest.is_none()) in.extra_digest = extra_digest_from(extra_digest);
   program_cache* c = cache_from(cache);
   nb::gil_scoped_release release;  // the key may read and hash headers
   return make_program_cache_key(in, c ? compiler_probes_for(*c) : installed_compiler_probes());
@@ -728,9 +828,10 @@ void bind_program(nb::module_& m) {
       .def(
           "__init__",
           [](py_program* self, nb::handle code, std::string_view code_type, nb::handle options) {
-            const source_type type = parse_source_type(code_type);
-            new (self)
-                py_program{program(source_code(code, type), type, options_from(options)), {}};
+            const source_type type = code_type_arg(code_type);
+            new (self) py_program{
+                program(source_code(code, type), type, for_code_type(options_from(options), type)),
+                {}};
           },
           nb::sig("def __init__(self, code: str | bytes | bytearray, code_type: str, options: "
                   "cucore._options.ProgramOptions | typing.Any | None = None) -> None"),
@@ -739,16 +840,23 @@ void bind_program(nb::module_& m) {
           "compile",
           [](py_program& p, std::string_view target_type, nb::handle name_expressions,
              nb::handle cache) {
-            const code_type target = parse_code_type(target_type);
-            const std::vector<std::string> names = name_expressions_from(name_expressions);
+            const code_type target = target_type_arg(p.prog.type(), target_type);
+            // Only NVRTC resolves name expressions: ptx and nvvm ignore them (as cuda.core).
+            const parsed_names names = p.prog.type() == source_type::cxx
+                                           ? name_expressions_from(name_expressions)
+                                           : parsed_names{{}, {}, nb::tuple()};
             program_cache* c = cache_from(cache);
-            nb::gil_scoped_release release;
-            std::lock_guard lock(p.mutex);
-            return p.prog.compile(target, names, c);
+            std::optional<object_code> out;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard lock(p.mutex);
+              out = p.prog.compile(target, names.text, names.bytes, c);
+            }
+            return returned(std::move(*out), names);
           },
           nb::sig("def compile(self, target_type: str, name_expressions: "
-                  "collections.abc.Iterable[str] = (), *, cache: ProgramCache | typing.Any | "
-                  "None = None) -> ObjectCode"),
+                  "collections.abc.Iterable[str | bytes] = (), *, cache: ProgramCache | "
+                  "typing.Any | None = None) -> ObjectCode"),
           "target_type"_a, "name_expressions"_a = nb::tuple(), nb::kw_only(),
           "cache"_a = nb::none(),
           "Compiles to \"ptx\", \"cubin\" or \"ltoir\". With a cache: a hit returns the stored "
@@ -807,8 +915,9 @@ void bind_program(nb::module_& m) {
       nb::sig(
           "def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: "
           "cucore._options.ProgramOptions | typing.Any | "
-          "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
-          "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> bytes"),
+          "None, target_type: str, name_expressions: collections.abc.Iterable[str | bytes] = (), "
+          "extra_digest: bytes | bytearray | memoryview | str | None = None, cache: ProgramCache "
+          "| None = None) -> bytes"),
       nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
       "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
       "The 32-byte key of a compilation (cuda.core's signature; options may be cucore's or "
@@ -826,9 +935,9 @@ void bind_program(nb::module_& m) {
       },
       nb::sig("def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, "
               "options: cucore._options.ProgramOptions | typing.Any | "
-              "None, target_type: str, name_expressions: collections.abc.Iterable[str] = (), "
-              "extra_digest: bytes | str | None = None, cache: ProgramCache | None = None) -> "
-              "list[tuple[str, str]]"),
+              "None, target_type: str, name_expressions: collections.abc.Iterable[str | bytes] = "
+              "(), extra_digest: bytes | bytearray | memoryview | str | None = None, cache: "
+              "ProgramCache | None = None) -> list[tuple[str, str]]"),
       nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
       "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
       "The labelled fields that make_program_cache_key hashes, in order: (label, payload).");

@@ -1,5 +1,6 @@
 #include "cucore/program.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -100,11 +101,6 @@ program::program(std::string code, source_type type, program_options options)
     throw invalid_argument("program code is empty: pass the " + std::string(to_string(type_)) +
                            " source text");
   }
-  if (options_.name.empty()) {
-    throw invalid_argument(
-        "program_options::name is empty: give the program a name (the "
-        "default is \"default_program\")");
-  }
   if (type_ != source_type::nvvm && code_.find('\0') != std::string::npos) {
     throw invalid_argument(std::string(to_string(type_)) +
                            " source contains a NUL byte: pass text (only nvvm accepts bitcode)");
@@ -138,7 +134,21 @@ std::string_view to_string(cache_outcome outcome) noexcept {
 
 object_code program::compile(code_type target, std::span<const std::string> name_expressions,
                              program_cache* cache) {
+  return compile(target, name_expressions, {}, cache);
+}
+
+object_code program::compile(code_type target, std::span<const std::string> text_names,
+                             std::span<const std::string> byte_names, program_cache* cache) {
   check_target(type_, target);
+  // NVRTC resolves both kinds alike (each distinct expression once); only the key tells them
+  // apart.
+  std::vector<std::string> all_names(text_names.begin(), text_names.end());
+  for (const auto& name : byte_names) {
+    if (std::find(all_names.begin(), all_names.end(), name) == all_names.end()) {
+      all_names.push_back(name);
+    }
+  }
+  const std::span<const std::string> name_expressions(all_names);
   if (!name_expressions.empty() && type_ != source_type::cxx) {
     throw invalid_argument("name_expressions are only supported for c++ programs (NVRTC); " +
                            std::string(to_string(type_)) + " code uses its symbols' own names");
@@ -156,7 +166,8 @@ object_code program::compile(code_type target, std::span<const std::string> name
   inputs.code_type = type_;
   inputs.options = options_;
   inputs.target = target;
-  inputs.name_expressions.assign(name_expressions.begin(), name_expressions.end());
+  inputs.name_expressions.assign(text_names.begin(), text_names.end());
+  inputs.byte_name_expressions.assign(byte_names.begin(), byte_names.end());
   try {
     cache_key_ = make_program_cache_key(inputs, compiler_probes_for(*cache));
   } catch (const extra_digest_required& e) {

@@ -157,8 +157,8 @@ def test_invalid_arguments_are_value_errors(options):
 def test_type_errors(options):
     with pytest.raises(TypeError, match="code must be str"):
         cucore.Program(b"bytes", "c++", options)
-    with pytest.raises(TypeError, match="name expressions must be str"):
-        cucore.Program(KERNEL, "c++", options).compile("cubin", [b"scale<float>"])
+    with pytest.raises(TypeError, match="name_expressions elements must be str or bytes"):
+        cucore.Program(KERNEL, "c++", options).compile("cubin", [1.5])
     with pytest.raises(TypeError, match="debug"):
         cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, debug="yes"))
     with pytest.raises(TypeError, match="cache must be a cucore cache"):

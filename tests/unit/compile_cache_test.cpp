@@ -58,6 +58,34 @@ TEST(CompileWithCache, TheKeyIsMakeProgramCacheKeys) {
   EXPECT_TRUE(cache.get(*p.last_cache_key()));
 }
 
+// A binding's byte-string name expressions (Python's b"scale<int>") are resolved like text ones,
+// and their compile is keyed as make_program_cache_key keys them: apart from the same text.
+TEST(CompileWithCache, ByteNameExpressionsResolveAndKeyApart) {
+  in_memory_program_cache cache;
+  const std::vector<std::string> text = {"scale<int>"};
+  const std::vector<std::string> none;
+  program as_text(kSource, source_type::cxx, options());
+  auto from_text = as_text.compile(code_type::cubin, text, &cache);
+  program as_bytes(kSource, source_type::cxx, options());
+  auto from_bytes = as_bytes.compile(code_type::cubin, none, text, &cache);
+  EXPECT_EQ(as_bytes.last_cache_outcome(), cache_outcome::miss);
+  EXPECT_NE(*as_bytes.last_cache_key(), *as_text.last_cache_key());
+  EXPECT_EQ(from_bytes.symbol("scale<int>"), "_Z5scaleIiEvPT_S0_");
+  EXPECT_EQ(from_bytes, from_text) << "the same compile underneath";
+  program_cache_key_inputs in;
+  in.code = kSource;
+  in.options = options();
+  in.byte_name_expressions = text;
+  EXPECT_EQ(*as_bytes.last_cache_key(), make_program_cache_key(in));
+  // Both kinds at once: one NVRTC expression, both tags in the key.
+  program both(kSource, source_type::cxx, options());
+  auto from_both = both.compile(code_type::cubin, text, text, &cache);
+  EXPECT_EQ(from_both.symbol_mapping().size(), 1u);
+  EXPECT_NE(*both.last_cache_key(), *as_text.last_cache_key());
+  EXPECT_NE(*both.last_cache_key(), *as_bytes.last_cache_key());
+  EXPECT_EQ(cache.size(), 3u);
+}
+
 TEST(CompileWithCache, EveryInputThatChangesTheOutputMisses) {
   in_memory_program_cache cache;
   program(kSource, source_type::cxx, options()).compile(code_type::cubin, {}, &cache);

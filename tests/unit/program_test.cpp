@@ -2,6 +2,7 @@
 // shown reaching the compiler through its effect on the output or the log.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "cucore/error.hpp"
@@ -142,11 +143,19 @@ TEST(CxxProgram, NameExpressionsOnlyForCxx) {
   EXPECT_THROW(p.compile(code_type::ptx, names), invalid_argument);
 }
 
-TEST(CxxProgram, EmptyCodeAndEmptyNameAreRefused) {
+TEST(CxxProgram, EmptyCodeIsRefused) {
   EXPECT_THROW(program("", source_type::cxx), invalid_argument);
+}
+
+// NVRTC compiles a program named "" as "default_program"; the result carries the name given.
+TEST(CxxProgram, EmptyNameCompilesLikeTheDefaultName) {
   program_options o = arch_only();
   o.name = "";
-  EXPECT_THROW(program(kSaxpy, source_type::cxx, o), invalid_argument);
+  const object_code unnamed = program(kSaxpy, source_type::cxx, o).compile(code_type::cubin);
+  const object_code named =
+      program(kSaxpy, source_type::cxx, arch_only()).compile(code_type::cubin);
+  EXPECT_EQ(unnamed.name(), "");
+  EXPECT_TRUE(std::ranges::equal(unnamed.code(), named.code()));
 }
 
 TEST(CxxProgram, MissingArchWithoutGpuIsAClearError) {
