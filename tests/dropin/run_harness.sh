@@ -57,7 +57,9 @@ expect "$(count 'info: miss ')" 1 "edited header: misses"
 if command -v strace >/dev/null 2>&1; then
   syncs() {
     rm -rf "$work/synced"
-    env "CUCORE_RUN_CACHE=dir:$work/synced" "$@" strace -f -qq -e trace=fsync,fdatasync \
+    # LeakSanitizer cannot run under ptrace: off for this run of a sanitizer build.
+    env "CUCORE_RUN_CACHE=dir:$work/synced" "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+      "$@" strace -f -qq -e trace=fsync,fdatasync \
       -o "$work/strace" "$harness" "$real" "$dropin" "$work/src" edit >/dev/null 2>&1
     grep -c -E 'fsync|fdatasync' "$work/strace"
   }
@@ -92,6 +94,10 @@ expect "$(wc -c <"$work/err")" 0 "redis down: bytes on stderr"
 # 8. No real library: every call fails, and one message says why.
 harness_run "no real library" missing "CUCORE_RUN_NVRTC=$work/no-such-libnvrtc.so.13"
 expect "$(count 'no real libnvrtc.so.13')" 1 "no real library: messages"
+
+# 8b. Told to forward to the drop-in itself: refused (it would call itself without end).
+harness_run "the drop-in as its own real library" missing "CUCORE_RUN_NVRTC=$dropin"
+expect "$(count 'the drop-in itself')" 1 "the drop-in as its own real library: messages"
 
 # 9. A shim without its engine beside it: every call fails, and one message says why.
 mkdir -p "$work/lonely"
