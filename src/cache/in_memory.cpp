@@ -18,6 +18,12 @@ class in_memory_claim final : public cache_claim {
     if (!held_) return;
     std::lock_guard lock(cache_.mutex_);
     cache_.claimed_.erase(key_);
+    ++cache_.changes_;
+    cache_.changed_.notify_all();
+  }
+  void abandon() noexcept override {
+    std::lock_guard lock(cache_.mutex_);
+    ++cache_.abandoned_;
   }
   // Takes the key if free (called with the cache's mutex held).
   bool take_locked() {
@@ -41,6 +47,33 @@ claim_result in_memory_program_cache::try_claim(cache_key_ref key, std::chrono::
     return {claim_status::owned, std::move(claim)};
   } catch (const std::bad_alloc&) {
     return {};
+  }
+}
+
+// Waits for the next claim release or put of the cache (any key: the caller looks).
+class in_memory_watch final : public claim_watch {
+ public:
+  explicit in_memory_watch(in_memory_program_cache& cache) noexcept : cache_(cache) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(cache_.mutex_);
+    const std::uint64_t seen = cache_.changes_;
+    return cache_.changed_.wait_for(lock, timeout, [&] { return cache_.changes_ != seen; });
+  }
+
+ private:
+  in_memory_program_cache& cache_;
+};
+
+std::uint64_t in_memory_program_cache::claim_abandonments(cache_key_ref) {
+  std::lock_guard lock(mutex_);
+  return abandoned_;
+}
+
+std::unique_ptr<claim_watch> in_memory_program_cache::watch_claim(cache_key_ref) {
+  try {
+    return std::make_unique<in_memory_watch>(*this);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
   }
 }
 
@@ -89,6 +122,10 @@ void in_memory_program_cache::put(cache_key_ref key, const object_code& code) {
     return (options_.max_entries && lru_.size() > *options_.max_entries) ||
            (options_.max_size_bytes && total_bytes_ > *options_.max_size_bytes);
   });
+  // An entry larger than the cap evicted itself: nothing stored, as if the store had failed.
+  if (index_.find(key.as_string_view()) == index_.end()) ++abandoned_;
+  ++changes_;
+  changed_.notify_all();
 }
 
 template <class Over>

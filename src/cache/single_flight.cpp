@@ -94,43 +94,79 @@ flight_result get_or_compile(program_cache& cache, cache_key_ref key,
   };
   if (auto hit = cache.get(key)) return answered(std::move(*hit), flight_outcome::hit);
   const single_flight_options& options = cache.single_flight();
-  auto compile_and_store = [&](flight_outcome outcome) {
-    const auto started = std::chrono::steady_clock::now();
-    flight_result result{compile(), outcome};
-    if (stats) stats->record_compile(std::chrono::steady_clock::now() - started);
-    store(result.code);
-    return result;
+  // Compiles and stores, holding `held` (or no claim). A compile or store that throws abandons
+  // the claim first, so that its waiters compile side by side rather than one after another.
+  auto compile_and_store = [&](flight_outcome outcome, cache_claim* held) {
+    try {
+      const auto started = std::chrono::steady_clock::now();
+      flight_result result{compile(), outcome};
+      if (stats) stats->record_compile(std::chrono::steady_clock::now() - started);
+      store(result.code);
+      return result;
+    } catch (...) {
+      if (held != nullptr) held->abandon();
+      throw;
+    }
   };
-  if (!options.enabled) return compile_and_store(flight_outcome::unclaimed);
+  if (!options.enabled) return compile_and_store(flight_outcome::unclaimed, nullptr);
 
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + options.max_wait;
+  const auto poll_max = std::max(options.poll_max, std::chrono::milliseconds(1));
   auto pause = std::max(options.poll_initial, std::chrono::milliseconds(1));
   bool waited = false;
+  // The claim's abandonments (program_cache::claim_abandonments) when it was last seen held.
+  std::uint64_t held_mark = 0;
+  std::unique_ptr<claim_watch> watch;
   for (;;) {
+    const std::uint64_t mark = waited ? cache.claim_abandonments(key) : 0;
     claim_result claim = cache.try_claim(key, options.lease);
     if (claim.status == claim_status::unsupported) {
-      return compile_and_store(flight_outcome::unclaimed);
+      return compile_and_store(flight_outcome::unclaimed, nullptr);
     }
     if (claim.status == claim_status::owned) {
       // The holder before us may have stored the entry between our miss and our claim.
       if (auto hit = look_again()) return answered(std::move(*hit), flight_outcome::waited);
-      if (waited) {
-        // The holder ended without an entry: its compile failed (errors are not cached), its
-        // store failed, or it died. Release at once so that every waiter compiles now, side by
-        // side, rather than one after another behind each failure.
-        claim.claim.reset();
-        return compile_and_store(flight_outcome::took_over);
-      }
       // `claim` lives to the end of this scope: released after the store, or when compile or
       // store throws.
-      return compile_and_store(flight_outcome::compiled);
+      if (!waited) return compile_and_store(flight_outcome::compiled, claim.claim.get());
+      if (mark != held_mark) {
+        // The holder gave up without an entry (its compile failed: errors are not cached; or its
+        // store failed). Release at once so that every waiter compiles now, side by side, rather
+        // than one after another behind each failure.
+        claim.claim.reset();
+        return compile_and_store(flight_outcome::took_over, nullptr);
+      }
+      // The holder died (killed, crashed) without an entry: this waiter compiles in its place,
+      // holding the claim, and the other waiters keep waiting for it (and, should it die too,
+      // for the one after it).
+      return compile_and_store(flight_outcome::took_over, claim.claim.get());
     }
-    waited = true;
+    if (!waited) {
+      waited = true;
+      held_mark = cache.claim_abandonments(key);
+      if (options.notify) watch = cache.watch_claim(key);
+      // Watching from now on: look again at once, in case the claim came free or the entry
+      // landed before the watch began.
+      if (watch) {
+        if (auto hit = look_again()) return answered(std::move(*hit), flight_outcome::waited);
+        continue;
+      }
+    } else {
+      held_mark = mark;
+    }
     const auto now = clock::now();
-    if (now >= deadline) return compile_and_store(flight_outcome::gave_up);
-    std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
-    pause = std::min(pause * 2, std::max(options.poll_max, std::chrono::milliseconds(1)));
+    if (now >= deadline) return compile_and_store(flight_outcome::gave_up, nullptr);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                      std::chrono::milliseconds(1);
+    if (watch) {
+      // Woken by the entry landing or the claim coming free; polls every poll_max besides (a
+      // holder's death, or a notification that cannot reach us: another host's, a full queue).
+      (void)watch->wait(std::min(poll_max, left));
+    } else {
+      std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, poll_max);
+    }
     if (auto hit = look_again()) return answered(std::move(*hit), flight_outcome::waited);
   }
 }

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include "cache/claim_watch.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 
@@ -229,6 +230,10 @@ struct tiered_claim final : cache_claim {
                std::unique_ptr<cache_claim> remote) noexcept
       : cache(cache), local(std::move(local)), remote(std::move(remote)) {}
   ~tiered_claim() override { cache.release_remote_claim(std::move(remote)); }
+  void abandon() noexcept override {
+    if (local) local->abandon();
+    if (remote) remote->abandon();
+  }
   tiered_program_cache& cache;
   std::unique_ptr<cache_claim> local;
   std::unique_ptr<cache_claim> remote;
@@ -271,6 +276,31 @@ claim_result tiered_program_cache::try_claim(cache_key_ref key, std::chrono::mil
             std::make_unique<tiered_claim>(*this, std::move(local.claim), std::move(remote.claim))};
   } catch (const std::bad_alloc&) {
     return {};  // both released: compile without a claim
+  }
+}
+
+std::uint64_t tiered_program_cache::claim_abandonments(cache_key_ref key) {
+  const std::uint64_t local = local_->claim_abandonments(key);
+  std::uint64_t remote = 0;
+  try {
+    remote = remote_->claim_abandonments(key);
+  } catch (const std::exception& e) {
+    remote_failed("claim_abandonments", e);
+  }
+  return local ^ (remote * 0x9e3779b97f4a7c15ull);
+}
+
+std::unique_ptr<claim_watch> tiered_program_cache::watch_claim(cache_key_ref key) {
+  std::unique_ptr<claim_watch> remote;
+  try {
+    remote = remote_->watch_claim(key);
+  } catch (const std::exception& e) {
+    remote_failed("watch_claim", e);
+  }
+  try {
+    return detail::combine_watches(local_->watch_claim(key), std::move(remote));
+  } catch (...) {
+    return nullptr;
   }
 }
 

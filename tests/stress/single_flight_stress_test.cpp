@@ -2,9 +2,10 @@
 // kernel at once through one directory cache, one SQLite file, and separate directories sharing
 // one Redis server (started here on a free loopback port): exactly one compiles (counted from
 // each process's --json "single_flight"), and every output equals an uncached compile. Then the
-// failures: the claim holder SIGKILLed mid-compile (the waiters take over once the lock or the
-// lease dies), a compile error under contention (the claim is released, every process reports
-// the error, nothing hangs), and a waiter that gives up after --single-flight-wait.
+// failures: the claim holder SIGKILLed mid-compile (exactly one waiter takes over once the lock or
+// the lease dies, the others wait for it), a compile error under contention (the claim is
+// released, every process reports the error, nothing hangs), and a waiter that gives up after
+// --single-flight-wait.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -259,79 +260,98 @@ bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds 
   return false;
 }
 
-// The holder is SIGKILLed mid-compile: its lock dies with it, and the waiters compile (each gets
-// the right bytes; none waits out --single-flight-wait).
-TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
-  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};  // time to kill it mid-compile
-  const std::string expected = reference(slower);
-  const std::string dir = (work_ / "cache").string();
-  auto with_cache = [&](std::vector<std::string> a) {
-    a.insert(a.begin(), slower.begin(), slower.end());
-    a.insert(a.end(), {"--cache", dir, "--single-flight-wait", "60"});
+// The holder is SIGKILLed mid-compile: its claim dies with it (a lock at once, a Redis claim when
+// its lease ends), and exactly one waiter compiles in its place while the others wait for that
+// one (each gets the right bytes; none waits out --single-flight-wait). Before, every waiter took
+// over and compiled at once. `cache(who)`: the cache arguments of the holder (-1) and waiter i.
+void holder_killed_mid_compile(
+    const std::function<std::vector<std::string>(int)>& cache,
+    const std::function<bool()>& claim_held, const fs::path& work,
+    const std::function<std::vector<std::string>(const std::string&, std::vector<std::string>)>&
+        args,
+    const std::string& expected) {
+  auto with_cache = [&](int who) {
+    std::vector<std::string> a = {"-DSLOW_CHAINS=3", "--single-flight-wait", "60"};
+    const std::vector<std::string> c = cache(who);
+    a.insert(a.end(), c.begin(), c.end());
     return a;
   };
-  cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache({})));
-  ASSERT_TRUE(wait_for([&] { return any_claim_held(fs::path(dir) / "claims"); }, 30s));
+  cli_process holder(work, "holder", args("holder.cubin", with_cache(-1)));
+  ASSERT_TRUE(wait_for(claim_held, 30s));
   std::vector<std::unique_ptr<cli_process>> waiters;
-  for (int i = 0; i < 3; ++i) {
+  constexpr int kWaiters = 4;
+  for (int i = 0; i < kWaiters; ++i) {
     const std::string name = "w" + std::to_string(i);
     waiters.push_back(
-        std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache({}))));
+        std::make_unique<cli_process>(work, name, args(name + ".cubin", with_cache(i))));
   }
   std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
   holder.kill();
   ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
   const auto killed = std::chrono::steady_clock::now();
-  int took_over = 0;
+  std::map<std::string, int> outcomes;
   for (std::size_t i = 0; i < waiters.size(); ++i) {
     ASSERT_EQ(waiters[i]->wait(), 0) << waiters[i]->err();
-    const std::string flight = waiters[i]->flight();
-    EXPECT_TRUE(flight == "took_over" || flight == "waited" || flight == "compiled") << flight;
-    took_over += flight == "took_over";
-    EXPECT_EQ(testing::read_text(work_ / ("w" + std::to_string(i) + ".cubin")), expected);
+    ++outcomes[waiters[i]->flight()];
+    EXPECT_EQ(testing::read_text(work / ("w" + std::to_string(i) + ".cubin")), expected);
   }
-  EXPECT_GE(took_over, 1);
+  EXPECT_EQ(outcomes["took_over"], 1) << describe(outcomes);
+  EXPECT_EQ(outcomes["waited"], kWaiters - 1) << describe(outcomes);
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 40s);  // far from the 60 s wait
-  EXPECT_FALSE(any_claim_held(fs::path(dir) / "claims"));
 }
 
-// The same across machines: the holder's Redis claim outlives it until its lease (1 s) ends.
+TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughADirectory) {
+  const std::string expected = reference({"-DSLOW_CHAINS=3"});
+  const fs::path dir = work_ / "cache";
+  holder_killed_mid_compile(
+      [&](int) {
+        return std::vector<std::string>{"--cache", dir.string()};
+      },
+      [&] { return any_claim_held(dir / "claims"); }, work_.path(),
+      [&](const std::string& out, std::vector<std::string> extra) { return args(out, extra); },
+      expected);
+  EXPECT_FALSE(any_claim_held(dir / "claims"));
+}
+
+TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughASqliteFile) {
+  const std::string expected = reference({"-DSLOW_CHAINS=3"});
+  const fs::path file = work_ / "cache.db";
+  holder_killed_mid_compile(
+      [&](int) {
+        return std::vector<std::string>{"--cache", "sqlite:" + file.string()};
+      },
+      [&] { return any_claim_held(file.string() + ".claims"); }, work_.path(),
+      [&](const std::string& out, std::vector<std::string> extra) { return args(out, extra); },
+      expected);
+  EXPECT_FALSE(any_claim_held(file.string() + ".claims"));
+}
+
+// The same across machines (a local directory each, one Redis server): the holder's Redis claim
+// outlives it until its lease (1 s) ends; then exactly one machine's waiter takes over.
 TEST_F(SingleFlightProcesses, HolderKilledMidCompileThroughRedis) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  const std::vector<std::string> slower = {"-DSLOW_CHAINS=3"};
-  const std::string expected = reference(slower);
-  auto with_cache = [&](const std::string& local) {
-    std::vector<std::string> a = slower;
-    a.insert(a.end(), {"--cache", (work_ / local).string() + "+" + server.url("/0"),
-                       "--single-flight-wait", "60", "--single-flight-lease", "1"});
-    return a;
-  };
+  const std::string expected = reference({"-DSLOW_CHAINS=3"});
   auto claims = [&] {
     testing::raw_redis raw = server.client();
     testing::reply_ptr r = raw.command({"KEYS", "cucore:v1:claim:*"});
-    return r && r->type == REDIS_REPLY_ARRAY ? r->elements : std::size_t{0};
+    std::size_t n = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t i = 0; i < r->elements; ++i) {
+        n += !std::string_view(r->element[i]->str, r->element[i]->len).ends_with(":abandoned");
+      }
+    }
+    return n;
   };
-  cli_process holder(work_.path(), "holder", args("holder.cubin", with_cache("h")));
-  ASSERT_TRUE(wait_for([&] { return claims() == 1; }, 30s));
-  std::vector<std::unique_ptr<cli_process>> waiters;
-  for (int i = 0; i < 3; ++i) {
-    const std::string name = "w" + std::to_string(i);
-    waiters.push_back(
-        std::make_unique<cli_process>(work_.path(), name, args(name + ".cubin", with_cache(name))));
-  }
-  std::this_thread::sleep_for(500ms);  // the waiters are waiting; the holder compiles ~1.3 s
-  holder.kill();
-  ASSERT_EQ(holder.wait(), 128 + SIGKILL) << "the holder finished before it was killed";
-  int took_over = 0;
-  for (std::size_t i = 0; i < waiters.size(); ++i) {
-    ASSERT_EQ(waiters[i]->wait(), 0) << waiters[i]->err();
-    const std::string flight = waiters[i]->flight();
-    EXPECT_TRUE(flight == "took_over" || flight == "waited" || flight == "compiled") << flight;
-    took_over += flight == "took_over";
-    EXPECT_EQ(testing::read_text(work_ / ("w" + std::to_string(i) + ".cubin")), expected);
-  }
-  EXPECT_GE(took_over, 1);
+  holder_killed_mid_compile(
+      [&](int who) {
+        return std::vector<std::string>{
+            "--cache", (work_ / ("local" + std::to_string(who))).string() + "+" + server.url("/0"),
+            "--single-flight-lease", "1"};
+      },
+      [&] { return claims() == 1; }, work_.path(),
+      [&](const std::string& out, std::vector<std::string> extra) { return args(out, extra); },
+      expected);
   EXPECT_EQ(claims(), 0u);
 }
 

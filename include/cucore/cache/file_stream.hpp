@@ -180,6 +180,11 @@ class file_stream_program_cache final : public program_cache {
   // Single-flight: a lock on one byte of root/claims per key (src/cache/claim_file.hpp), held
   // by an open file, so a killed holder's claim dies with it. `lease` is not needed.
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // The claims file's times, which an abandoned claim or a failed put sets (one mark for all keys).
+  std::uint64_t claim_abandonments(cache_key_ref key) override;
+  // inotify: wakes when the entry is renamed into its shard directory or the key's lock comes free
+  // (released, or its holder died); nullptr without inotify (the waiter polls).
+  std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) override;
   // Marks the cache closed (it holds no descriptors between calls); later calls throw
   // cucore::error, except stats(), description() and root().
   void close() noexcept override;

@@ -1,6 +1,7 @@
 // An in-process LRU program cache.
 #pragma once
 
+#include <condition_variable>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,10 @@ class in_memory_program_cache final : public program_cache {
   std::string description() const override { return "in-memory"; }
   // Single-flight between the threads of this process (the cache is not shared beyond it).
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // Abandoned claims of this object (any key).
+  std::uint64_t claim_abandonments(cache_key_ref key) override;
+  // Wakes a waiting thread when a claim of this object is released or an entry is put.
+  std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) override;
 
  private:
   struct entry {
@@ -62,7 +67,11 @@ class in_memory_program_cache final : public program_cache {
   std::uint64_t total_bytes_ = 0;
   // Keys claimed for a compile (single-flight), guarded by mutex_.
   std::unordered_set<std::string, key_hash, std::equal_to<>> claimed_;
+  std::uint64_t abandoned_ = 0;      // claims abandoned (guarded by mutex_)
+  std::uint64_t changes_ = 0;        // claims released and entries put (guarded by mutex_)
+  std::condition_variable changed_;  // notified with each change
   friend class in_memory_claim;
+  friend class in_memory_watch;
   cache_stats stats_;
 };
 

@@ -122,6 +122,28 @@ class cache_claim {
   cache_claim() = default;
   cache_claim(const cache_claim&) = delete;
   cache_claim& operator=(const cache_claim&) = delete;
+  // The holder lets go without having stored an entry (its compile or its store threw): says so
+  // where other processes can see it (program_cache::claim_abandonments), so that the waiters
+  // compile side by side, each getting the error itself, instead of taking the claim over one
+  // after another. Called before the claim is destroyed, which releases it as always. The default
+  // does nothing (the waiters then take over one at a time, as after a holder's death).
+  virtual void abandon() noexcept {}
+};
+
+// A waiter's view of a claim held elsewhere (single_flight.hpp): what wakes it before its next
+// poll. Made by program_cache::watch_claim.
+class claim_watch {
+ public:
+  virtual ~claim_watch() = default;
+  claim_watch() = default;
+  claim_watch(const claim_watch&) = delete;
+  claim_watch& operator=(const claim_watch&) = delete;
+  // Waits at most `timeout` for a sign that the key's entry was stored or its claim came free:
+  // true on one (which may be spurious: the caller looks), false when the time ran out.
+  virtual bool wait(std::chrono::milliseconds timeout) = 0;
+  // A descriptor that becomes readable when there may be a sign, -1 when there is none (cucore's
+  // tiered cache waits on both tiers' watches at once with poll(2)).
+  virtual int native_handle() const noexcept { return -1; }
 };
 
 // What program_cache::try_claim found.
@@ -141,17 +163,24 @@ struct claim_result {
 struct single_flight_options {
   // Off: every miss compiles, as before single-flight existed.
   bool enabled = true;
-  // How long a claim lives where the holder's death cannot release it (Redis): a claim older than
-  // this expires, and a waiter takes over. Longer than the slowest compile you expect, or a
-  // second process starts compiling while the first is still at it (harmless, only slower).
+  // How long a claim outlives its holder where the holder's death cannot release it (Redis): a
+  // live holder renews its claim every third of this, so that however long it compiles it keeps
+  // it; a dead holder's claim expires within this, and one waiter takes over. Shorter: waiters
+  // replace a dead holder sooner; but a holder that cannot reach the server for a whole lease (a
+  // network stall) loses its claim, and a second machine starts compiling too (harmless, only
+  // slower).
   std::chrono::milliseconds lease{30000};
-  // How long a process waits for another one's entry before it compiles itself. Longer than the
-  // lease, so that when a remote holder died the waiters take over as its lease ends rather than
-  // waiting this out.
+  // How long a process waits for another one's entry before it compiles itself. Longer than your
+  // slowest compile, and longer than the lease, so that when a remote holder died the waiters take
+  // over as its lease ends rather than waiting this out.
   std::chrono::milliseconds max_wait{45000};
   // Waiters look for the entry after poll_initial, then at doubling intervals up to poll_max.
   std::chrono::milliseconds poll_initial{2};
   std::chrono::milliseconds poll_max{20};
+  // Wake waiters by the cache's notifications where it has them (program_cache::watch_claim:
+  // inotify on a directory or SQLite cache, Redis pub/sub), polling every poll_max besides. Off:
+  // they poll only.
+  bool notify = true;
 };
 
 // What every cache object starts with: the defaults above, with the environment's overrides read
@@ -214,6 +243,22 @@ class program_cache {
     (void)key;
     (void)lease;
     return {};
+  }
+  // A value that changes whenever a holder of `key`'s claim abandons it (cache_claim::abandon) or
+  // a store into this cache fails, so that a waiter that gets the claim without finding an entry
+  // can tell a holder that gave up (the waiters then compile side by side) from one that died (one
+  // waiter takes over, the others keep waiting). It may change for other keys' abandonments too
+  // (the directory and SQLite caches keep one for all keys). 0 where the cache does not tell (the
+  // default). Never throws.
+  virtual std::uint64_t claim_abandonments(cache_key_ref key) {
+    (void)key;
+    return 0;
+  }
+  // What wakes a waiter on `key`'s claim before its next poll (see claim_watch); nullptr where the
+  // cache has nothing (the default: the waiter polls). Never throws.
+  virtual std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) {
+    (void)key;
+    return nullptr;
   }
   // How compiles through this cache coalesce: program::compile and get_or_compile read it.
   const single_flight_options& single_flight() const noexcept { return single_flight_; }

@@ -116,11 +116,22 @@ class redis_program_cache final : public program_cache {
   std::string description() const override;
   // Drops the connection; later calls throw cucore::error, except stats() and description().
   void close() noexcept override;
-  // Single-flight across machines: SET <prefix>claim:<hex> <random token> NX PX <lease>; released
-  // by a script that deletes it only while it still holds this claim's token (an expired claim
-  // taken over by another process is not released by the first holder). Unsupported while the
-  // server cannot be reached (compile without a claim) and in read_only mode.
+  // Single-flight across machines: SET <prefix>claim:<hex> <random token> NX PX <lease>; renewed
+  // every third of the lease while the claim lives (a thread of the claim's), so that a live
+  // holder keeps it however long it compiles and a dead one's expires within a lease; released by
+  // a script that deletes it only while it still holds this claim's token (a claim that expired
+  // and was taken over is not released by the first holder). Unsupported while the server cannot
+  // be reached (compile without a claim) and in read_only mode. A claim is released by the
+  // process that took it (not in a child forked while it was held: the renewing thread is not
+  // there).
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // <prefix>claim:<hex>:abandoned, a counter an abandoned claim's release (or a refused put)
+  // increments, living 10 minutes; 0 while it is absent or the server cannot be reached.
+  std::uint64_t claim_abandonments(cache_key_ref key) override;
+  // A connection of its own, subscribed to the channel <prefix>claim:<hex>, on which a claim's
+  // release publishes; nullptr where it cannot subscribe (the waiter polls). A holder that dies
+  // publishes nothing: its waiters take over when the lease ends, found by polling.
+  std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) override;
 
   const redis_cache_options& options() const noexcept { return options_; }
   // The URL with the password redacted.
@@ -151,8 +162,15 @@ class redis_program_cache final : public program_cache {
   // Deletes `rkey` if its value is still `value` (or, with no value, if it is not a string).
   void delete_guarded(const std::string& rkey, const std::string* value);
   void note_error(std::string_view what) noexcept;
-  // Deletes a claim key if it still holds `token` (the release of a redis claim).
-  void release_claim(const std::string& claim_key, const std::string& token) noexcept;
+  // Deletes a claim key if it still holds `token` (the release of a redis claim), publishing the
+  // release; `abandoned` counts an abandonment first.
+  void release_claim(const std::string& claim_key, const std::string& token,
+                     bool abandoned) noexcept;
+  // Sets a claim's expiry to `lease` from now if it still holds `token` (a live holder's renewal).
+  void renew_claim(const std::string& claim_key, const std::string& token,
+                   std::chrono::milliseconds lease) noexcept;
+  // <prefix>claim:<64 hex>: the claim's key, and its channel.
+  std::string claim_key(cache_key_ref key) const;
   friend class redis_claim;
 
   redis_cache_options options_;

@@ -4,14 +4,19 @@
 // get_or_compile(cache, key, compile, store):
 //   1. get: a hit is returned at once (outcome `hit`; nothing is claimed).
 //   2. On a miss, try_claim. Owned: get again (the entry may have landed between the miss and
-//      the claim), else compile, store, release. Held elsewhere: wait, looking for the entry at
-//      growing intervals (single_flight_options::poll_initial up to poll_max), and try the
-//      claim again each time; when the holder finishes, the entry is there (`waited`); when it
-//      ends without storing one (its compile failed, its store failed, it was killed, its lease
-//      expired), the claim comes free and the waiters compile, side by side (`took_over`: each
-//      releases the claim at once, so no waiter queues behind another's failure and a compile
-//      error costs the waiters one compile, not one each in turn). After max_wait a waiter
-//      compiles without the claim (`gave_up`).
+//      the claim), else compile, store, release. Held elsewhere: wait, and look for the entry and
+//      try the claim again whenever the cache's watch (program_cache::watch_claim: inotify,
+//      Redis pub/sub) says the entry landed or the claim came free, and at growing intervals
+//      (single_flight_options::poll_initial up to poll_max) besides. When the holder finishes,
+//      the entry is there (`waited`). When the claim comes free without an entry (`took_over`):
+//        - the holder gave up (its compile or its store failed: it abandoned the claim, which
+//          program_cache::claim_abandonments tells): every waiter compiles now, side by side,
+//          releasing the claim at once, so no waiter queues behind another's failure and a
+//          compile error costs the waiters one compile, not one each in turn;
+//        - the holder died (killed, crashed; a Redis lease expired): exactly one waiter takes
+//          the claim over and compiles, holding it; the others keep waiting for that one (and
+//          should it die too, one more takes over).
+//      After max_wait a waiter compiles without the claim (`gave_up`).
 //   3. A cache that cannot claim, or single-flight turned off: compile and store (`unclaimed`).
 //
 // Nothing deadlocks: the claim is an RAII object, so a compile that throws releases it (the
@@ -37,8 +42,9 @@ enum class flight_outcome {
   hit,        // the first get hit: nothing compiled, nothing claimed
   compiled,   // claimed the key and compiled it (the others wait for this one)
   waited,     // another process or thread compiled it; this one waited and read its entry
-  took_over,  // waited, then the claim came free without an entry (the holder failed or died):
-              // compiled
+  took_over,  // waited, then the claim came free without an entry: compiled (holding the claim
+              // where the holder died, so that the others keep waiting; side by side where it
+              // failed)
   gave_up,    // waited max_wait, then compiled without the claim
   unclaimed,  // single-flight off, or the cache cannot claim: compiled without a claim
 };

@@ -153,6 +153,11 @@ class sqlite_program_cache final : public program_cache {
   // Single-flight: a lock on one byte of FILE.claims per key (src/cache/claim_file.hpp), held by
   // an open file, so a killed holder's claim dies with it. `lease` is not needed.
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // FILE.claims's times, which an abandoned claim or a failed put sets (one mark for all keys).
+  std::uint64_t claim_abandonments(cache_key_ref key) override;
+  // inotify on FILE.claims: wakes when the key's lock comes free (released after the put, or its
+  // holder died); nullptr without inotify (the waiter polls).
+  std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) override;
   // Writes back pending access times (best effort), finalizes the statements, closes the
   // connection and releases the lock file. Idempotent. Any later call but stats(), description()
   // and file() throws cucore::error.

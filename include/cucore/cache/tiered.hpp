@@ -96,6 +96,10 @@ class tiered_program_cache final : public program_cache {
   // is released: local waiters then wait on the remote claim too). A remote tier that cannot
   // claim (down, read-only) leaves the local claim alone in force.
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
+  // Both tiers' (a change in either changes it).
+  std::uint64_t claim_abandonments(cache_key_ref key) override;
+  // Both tiers' watches, waited on together.
+  std::unique_ptr<claim_watch> watch_claim(cache_key_ref key) override;
   // The local tier's statistics, into which the remote tier's events are counted too (as
   // cache_tier::remote), remote exceptions caught here included.
   std::shared_ptr<cache_statistics> statistics() const override { return statistics_; }

@@ -158,6 +158,23 @@ claim_result file_stream_program_cache::try_claim(cache_key_ref key, std::chrono
   return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).try_claim(key);
 }
 
+std::uint64_t file_stream_program_cache::claim_abandonments(cache_key_ref) {
+  if (closed_.load(std::memory_order_acquire)) return 0;
+  return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).abandonments();
+}
+
+std::unique_ptr<claim_watch> file_stream_program_cache::watch_claim(cache_key_ref key) {
+  if (closed_.load(std::memory_order_acquire)) return nullptr;
+  try {
+    std::string shard_dir;
+    const std::string path = entry_path(key, &shard_dir);
+    return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_)
+        .watch(key, shard_dir, path.substr(shard_dir.size() + 1));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 void file_stream_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
                                                      cache_tier tier) {
   statistics_ = std::move(store);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/claim_file.hpp"
 #include "cache/directory/internal.hpp"
 #include "cache/entry_format.hpp"
 #include "cache/trust.hpp"
@@ -151,9 +152,21 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
   std::string shard_dir;
   const std::string path = entry_path(key, &shard_dir);
   const std::vector<std::byte> bytes = detail::encode_entry(key.bytes(), code);
+  // A put that stores nothing marks the claims file: a waiter that takes this key's claim over
+  // finds no entry, and should compile beside the others rather than after them (see
+  // claim_abandonments).
+  auto mark_claims = [&] {
+    detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).mark_abandoned();
+  };
+  auto put_failed = [&](const std::string& what, const std::string& where, std::error_code e,
+                        const std::string& hint = {}) {
+    mark_claims();
+    write_failed(what, where, e, hint);
+  };
   if (options_.max_size_bytes && bytes.size() > *options_.max_size_bytes) {
     log(log_level::debug, "program cache: not storing " + path + ": its " +
                               std::to_string(bytes.size()) + " bytes exceed max_size_bytes");
+    mark_claims();
     return;
   }
 
@@ -175,7 +188,7 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
       if (ensure_directories(mk)) continue;
       ec = mk;
     }
-    write_failed("create a temporary file in", tmp_dir_, ec);
+    put_failed("create a temporary file in", tmp_dir_, ec);
     return;
   }
   struct tmp_guard {  // removes the temp file on every path that does not rename it into place
@@ -188,13 +201,13 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
   // 2. Write, sync, close (close reports deferred write errors on some filesystems). The access
   // time, which orders eviction, is set to the precise time of the write: the kernel's own
   // creation time comes from a coarse clock that ties entries written within a few ms.
-  if ((ec = posix::write_fully(fd.get(), bytes))) return write_failed("write", tmp_path, ec);
+  if ((ec = posix::write_fully(fd.get(), bytes))) return put_failed("write", tmp_path, ec);
   const timespec times[2] = {posix::now_realtime(), {0, UTIME_OMIT}};
   (void)::futimens(fd.get(), times);
   if (options_.fsync && (ec = posix::sync_file(fd.get(), /*data_only=*/true))) {
-    return write_failed("fsync", tmp_path, ec);
+    return put_failed("fsync", tmp_path, ec);
   }
-  if ((ec = fd.close())) return write_failed("close", tmp_path, ec);
+  if ((ec = fd.close())) return put_failed("close", tmp_path, ec);
 
   if (const auto* h = hooks(); h != nullptr && h->before_commit) h->before_commit(tmp_path);
 
@@ -238,10 +251,10 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
           log(log_level::warning, "program cache: " + o.note + "; storing the entry in its place");
         }
         if (o.result != obstacle_outcome::failed) continue;
-        return write_failed("move the new entry into", path, ec, o.note);
+        return put_failed("move the new entry into", path, ec, o.note);
       }
     }
-    return write_failed("move the new entry into", path, ec);
+    return put_failed("move the new entry into", path, ec);
   }
   tmp_path.clear();  // committed: nothing for the guard to remove
 

@@ -80,6 +80,17 @@ claim_result sqlite_program_cache::try_claim(cache_key_ref key, std::chrono::mil
       .try_claim(key);
 }
 
+std::uint64_t sqlite_program_cache::claim_abandonments(cache_key_ref) {
+  return detail::claim_file(file_.string() + ".claims", impl_->modes.file, impl_->modes.exact)
+      .abandonments();
+}
+
+std::unique_ptr<claim_watch> sqlite_program_cache::watch_claim(cache_key_ref key) {
+  // The entry lands inside the database: the claim's release, which follows the put, is the sign.
+  return detail::claim_file(file_.string() + ".claims", impl_->modes.file, impl_->modes.exact)
+      .watch(key, {}, {});
+}
+
 std::shared_ptr<cache_statistics> sqlite_program_cache::statistics() const {
   return impl_->statistics;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cache/claim_file.hpp"
 #include "cache/entry_format.hpp"
 #include "cache/sqlite/internal.hpp"
 
@@ -110,12 +111,20 @@ void sqlite_program_cache::put(cache_key_ref key, const object_code& code) {
   const auto& cap = c.options.max_size_bytes;
   const bool oversized = cap && size > *cap;
 
+  // A put that stores nothing marks the claims file: a waiter that takes this key's claim over
+  // finds no entry, and should compile beside the others rather than after them (see
+  // program_cache::claim_abandonments).
+  auto mark_claims = [&] {
+    detail::claim_file(c.path + ".claims", c.modes.file, c.modes.exact).mark_abandoned();
+  };
   std::lock_guard lock(c.mutex);
   c.check_not_closed();
   if (!c.ensure_open_locked(true)) {
+    mark_claims();
     c.write_unavailable_locked("put");
     return;
   }
+  if (oversized) mark_claims();
   try {
     write_transaction txn(c.db.get(), *c.st);
     c.flush_touches_locked();
@@ -185,6 +194,7 @@ void sqlite_program_cache::put(cache_key_ref key, const object_code& code) {
     }
   } catch (const failure& f) {
     c.after_failure_locked(f);
+    mark_claims();
     c.write_failed_locked("put", f.what());
   }
 }
