@@ -107,7 +107,7 @@ workload cute_set(const fs::path& corpus) {
   w.options.name = "cute_kernel.cu";
   for (int i = 0; i < 10; ++i) {
     const int m = 32 << (i % 3);
-    const int n = 64 << (i % 2);
+    const int n = 32 << (i % 2);  // at most 128 x 64 floats: 32 KiB of shared memory
     std::string k = "#include <cute/tensor.hpp>\n";
     k += "using namespace cute;\nconstexpr int TM = " + std::to_string(m) +
          ", TN = " + std::to_string(n) + ";\n";
@@ -203,6 +203,7 @@ void timing(const workload& w, int rounds) {
   const auto state = detail::auto_pch_state();
   std::printf("PCH files kept: %zu, %.0f MiB\n", state.images,
               static_cast<double>(state.bytes) / (1 << 20));
+  std::fflush(stdout);
 }
 
 // Peak memory of a fresh process (this program again, --memory) compiling the set's kernels
@@ -223,12 +224,67 @@ long child_maxrss_kib(const std::string& set, const fs::path& corpus, bool autom
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? u.ru_maxrss : -1;
 }
 
+// NVRTC's own files across processes: a child makes an image of kernel 1 (--create-pch), a fresh
+// child compiles kernel 2 with it (--use-pch). Prints that compile's seconds against a plain one
+// in the same fresh child, and what NVRTC logged.
+void across_processes(const std::string& set, const fs::path& corpus) {
+  const fs::path file = fs::temp_directory_path() / ("pch_bench_" + std::to_string(::getpid()));
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  auto run = [&](const std::string& mode) {
+    const std::string command = "'" + self + "' --explicit " + mode + " --set " + set +
+                                " --corpus '" + corpus.string() + "' --file '" + file.string() +
+                                "'";
+    std::string out;
+    if (FILE* f = ::popen(command.c_str(), "r")) {
+      char buf[4096];
+      while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
+      ::pclose(f);
+    }
+    return out;
+  };
+  run("create");
+  std::printf("another process's image (--use-pch, a fresh process): %s", run("use").c_str());
+  std::error_code ec;
+  fs::remove(file, ec);
+}
+
+// The child side of across_processes.
+int explicit_pch(const workload& w, const std::string& mode, const std::string& file) {
+  if (mode == "create") {
+    program_options o = w.options;
+    o.create_pch = file;
+    program(w.kernels[0], source_type::cxx, o).compile(code_type::cubin);
+    return 0;
+  }
+  program_options o = w.options;
+  o.use_pch = file;
+  o.pch_verbose = true;
+  program_options plain_options = w.options;
+  plain_options.auto_pch = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  program(w.kernels[1], source_type::cxx, plain_options).compile(code_type::cubin);
+  const auto t1 = std::chrono::steady_clock::now();
+  program used(w.kernels[1], source_type::cxx, o);
+  used.compile(code_type::cubin);
+  const auto t2 = std::chrono::steady_clock::now();
+  std::string said = used.log();
+  for (auto& c : said) c = c == '\n' ? ' ' : c;
+  std::printf("%.3f s against %.3f s plain (%.2fx); NVRTC: %.160s\n",
+              std::chrono::duration<double>(t2 - t1).count(),
+              std::chrono::duration<double>(t1 - t0).count(),
+              std::chrono::duration<double>(t2 - t1).count() /
+                  std::chrono::duration<double>(t1 - t0).count(),
+              said.empty() ? "(nothing)" : said.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 3;
   std::string set = "all";
-  std::string memory;  // "plain" or "auto": a child measured for its peak memory
+  std::string memory;               // "plain" or "auto": a child measured for its peak memory
+  std::string explicit_mode, file;  // a child of across_processes
   fs::path corpus = fs::path(CUCORE_SOURCE_DIR) / ".cache" / "corpus";
   if (const char* d = std::getenv("CUCORE_CORPUS_DIR"); d != nullptr && *d != '\0') corpus = d;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -237,6 +293,11 @@ int main(int argc, char** argv) {
     if (a == "--set") set = argv[i + 1];
     if (a == "--corpus") corpus = argv[i + 1];
     if (a == "--memory") memory = argv[i + 1];
+    if (a == "--explicit") explicit_mode = argv[i + 1];
+    if (a == "--file") file = argv[i + 1];
+  }
+  if (!explicit_mode.empty()) {
+    return explicit_pch(set == "cute" ? cute_set(corpus) : cub_set(), explicit_mode, file);
   }
   if (!memory.empty()) {
     const workload w = set == "cute" ? cute_set(corpus) : cub_set();
@@ -265,6 +326,7 @@ int main(int argc, char** argv) {
         "peak memory (maxrss of a process compiling the 10 kernels): plain %.0f MiB, "
         "automatic PCH %.0f MiB\n",
         static_cast<double>(plain) / 1024, static_cast<double>(pch) / 1024);
+    across_processes(w.name, corpus);
   }
   std::printf("load at the end %s\n", load().c_str());
 }

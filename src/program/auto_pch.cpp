@@ -749,18 +749,33 @@ std::string mib(std::uint64_t bytes) {
   return std::to_string((bytes + (1u << 19)) >> 20) + " MiB";
 }
 
-// The prefix's key: make_program_cache_key over the prefix alone (NVRTC's identity, the flags,
-// the program name, in-memory headers, and the include closure of the prefix), in hex.
+// Probes for prefix keys. An image lives in this process, with its one NVRTC: the key needs no
+// NVRTC identity (asking the installed probe costs a compile, ~150 ms), only the header closure,
+// with the digests of the cache's memo when the compile goes through a cache.
+class prefix_probes final : public compiler_probes {
+ public:
+  explicit prefix_probes(std::optional<fs::path> memo) : memo_(std::move(memo)) {}
+  version_probe nvrtc() const override { return {true, "the NVRTC of this process"}; }
+  version_probe nvvm() const override { return {false, "unused"}; }
+  linker_probe linker() const override { return {}; }
+  std::optional<fs::path> header_digest_memo() const override { return memo_; }
+
+ private:
+  std::optional<fs::path> memo_;
+};
+
+// The prefix's key: make_program_cache_key over the prefix alone (the flags, the program name,
+// in-memory headers, and the include closure of the prefix), in hex.
 std::optional<std::string> prefix_identity(const std::string& prefix,
                                            const program_options& options, code_type target,
-                                           std::string& why) {
+                                           const std::optional<fs::path>& memo, std::string& why) {
   program_cache_key_inputs in;
   in.code = prefix;
   in.code_type = source_type::cxx;
   in.options = options;
   in.target = target;
   try {
-    const program_cache_key key = make_program_cache_key(in, installed_compiler_probes());
+    const program_cache_key key = make_program_cache_key(in, prefix_probes(memo));
     if (!key.includes().tracked) {
       why = "the prefix reads no header";
       return std::nullopt;
@@ -791,8 +806,9 @@ auto_pch_totals auto_pch_state() {
 }
 
 auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
-                                   const program_options& options, code_type target)
-    : api_(api), target_(target) {
+                                   const program_options& options, code_type target,
+                                   std::optional<std::filesystem::path> header_memo)
+    : api_(api), target_(target), header_memo_(std::move(header_memo)) {
   const log_scope said;
   // The caller's own PCH options keep their rules (and instantiate_templates_in_pch=true would
   // reorder the output's symbols: a different cubin).
@@ -825,7 +841,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     return;
   }
   std::string why;
-  const auto identity = prefix_identity(prefix_, options, target, why);
+  const auto identity = prefix_identity(prefix_, options, target, header_memo_, why);
   if (!identity) {
     debug("not used for \"" + options.name + "\": " + why);
     return;
@@ -904,7 +920,7 @@ bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
       }
       // The headers were read after the prefix's key was made: kept only if they still match.
       std::string why;
-      const auto now = prefix_identity(prefix_, options_, target_, why);
+      const auto now = prefix_identity(prefix_, options_, target_, header_memo_, why);
       if (!now || *now != identity_) {
         debug("the precompiled header of " + which +
               " is not kept: a header of the prefix changed during the compile");

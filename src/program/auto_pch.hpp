@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,8 +66,10 @@ void resize_pch_heap(const nvrtc_api& api, std::size_t bytes);
 // std::bad_alloc.
 class auto_pch_compile {
  public:
+  // `header_memo`: the header digest memo of the cache the compile goes through (its digests and
+  // scans serve the prefix key), or nullopt (this process's memo).
   auto_pch_compile(const nvrtc_api& api, std::string_view code, const program_options& options,
-                   code_type target);
+                   code_type target, std::optional<std::filesystem::path> header_memo);
   ~auto_pch_compile();
   auto_pch_compile(const auto_pch_compile&) = delete;
   auto_pch_compile& operator=(const auto_pch_compile&) = delete;
@@ -103,6 +106,7 @@ class auto_pch_compile {
   std::string prefix_;
   program_options options_;
   code_type target_ = code_type::cubin;
+  std::optional<std::filesystem::path> header_memo_;
 };
 
 // Test and benchmark hooks (also behind cucore::clear_auto_pch).

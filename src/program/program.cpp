@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/single_flight.hpp"
@@ -21,6 +23,20 @@ namespace {
 
 using detail::c_strings;
 using detail::trim_nul;
+
+// The header digest memo of the cache a compile() goes through, for the prefix keys of automatic
+// PCH (program/auto_pch.hpp: they then read the digests and scans the program's key left there);
+// set on the compiling thread for the duration of that compile.
+thread_local const std::optional<std::filesystem::path>* t_cache_header_memo = nullptr;
+
+struct cache_header_memo_scope {
+  explicit cache_header_memo_scope(const std::optional<std::filesystem::path>* memo) {
+    t_cache_header_memo = memo;
+  }
+  ~cache_header_memo_scope() { t_cache_header_memo = nullptr; }
+  cache_header_memo_scope(const cache_header_memo_scope&) = delete;
+  cache_header_memo_scope& operator=(const cache_header_memo_scope&) = delete;
+};
 
 std::string nvrtc_log(const detail::nvrtc_api& api, nvrtcProgram prog) {
   std::size_t size = 0;
@@ -205,6 +221,8 @@ object_code program::compile(code_type target, std::span<const std::string> text
     }
   };
   cache_outcome_ = cache_outcome::miss;  // unless a get below finds it
+  const auto header_memo = compiler_probes_for(*cache).header_digest_memo();
+  const cache_header_memo_scope memo_scope(&header_memo);
   flight_result result = get_or_compile(*cache, *cache_key_, compile, store);
   flight_outcome_ = result.outcome;
   cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
@@ -235,7 +253,9 @@ object_code program::compile_nvrtc(code_type target,
   std::unique_lock<std::mutex> pch_heap;
   if (wants_pch || options.use_pch || options.pch_dir) pch_heap = detail::lock_pch_heap();
   // cucore's automatic PCH (program/auto_pch.hpp): flags for NVRTC only, never for the key.
-  detail::auto_pch_compile automatic(api, code_, options, target);
+  detail::auto_pch_compile automatic(
+      api, code_, options, target,
+      t_cache_header_memo != nullptr ? *t_cache_header_memo : std::nullopt);
   bool plain_retry = false;
 
   // In-memory headers: NVRTC may keep the pointers, which point into options_ (owned here).

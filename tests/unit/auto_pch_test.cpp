@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
@@ -290,16 +291,27 @@ TEST_F(AutoPch, TheKeyAndTheCachedBytesAreThoseOfAPlainCompile) {
   EXPECT_EQ(make_program_cache_key(in), unset);
 
   const compiled reference = plain(kernel("ka"), o);
-  in_memory_program_cache cache;
-  for (int i = 0; i < 3; ++i) {  // first sighting, the image made, the image used
-    cache.clear();
-    program p(kernel("ka"), source_type::cxx, o);
-    const object_code miss = p.compile(code_type::cubin, cache);
-    EXPECT_EQ(p.last_cache_outcome(), cache_outcome::miss);
-    const auto b = miss.code();
-    EXPECT_TRUE(
-        same_bytes(std::string(reinterpret_cast<const char*>(b.data()), b.size()), reference.bytes))
-        << to_string(p.last_auto_pch());
+  in_memory_program_cache memory;
+  // A directory cache's prefix keys read its persistent header digest memo.
+  file_stream_program_cache directory(f.dir / "cache");
+  for (program_cache* cache :
+       {static_cast<program_cache*>(&memory), static_cast<program_cache*>(&directory)}) {
+    clear_auto_pch();
+    std::vector<auto_pch_status> seen;
+    for (int i = 0; i < 3; ++i) {  // first sighting, the image made, the image used
+      cache->clear();
+      program p(kernel("ka"), source_type::cxx, o);
+      const object_code miss = p.compile(code_type::cubin, *cache);
+      EXPECT_EQ(p.last_cache_outcome(), cache_outcome::miss);
+      const auto b = miss.code();
+      EXPECT_TRUE(same_bytes(std::string(reinterpret_cast<const char*>(b.data()), b.size()),
+                             reference.bytes))
+          << to_string(p.last_auto_pch());
+      seen.push_back(p.last_auto_pch());
+    }
+    EXPECT_EQ(seen,
+              (std::vector<auto_pch_status>{auto_pch_status::first_seen, auto_pch_status::created,
+                                            auto_pch_status::used}));
   }
 }
 
