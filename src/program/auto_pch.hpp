@@ -10,12 +10,13 @@
 // only where the heap sits at the address it was made at: in the process that made it.
 //
 // So cucore decides which image NVRTC may see. Each prefix gets its own --pch-dir, named by the
-// program cache key of the prefix alone (make_program_cache_key over the prefix text, the options,
-// the program name and NVRTC's identity: every header the prefix can read enters it through the
-// key's include tracking). An edited, added or deleted header changes that key, so NVRTC never sees
-// an image built from other contents. An image is used only while its file is the one NVRTC wrote
-// (device, inode, size, times), and only if making it logged nothing (a compile from an image does
-// not repeat the headers' diagnostics). Flags that would change the output or the log are fixed:
+// program cache key of the prefix alone (make_program_cache_key over the prefix text, the options
+// and the program name: every header the prefix can read enters it through the key's include
+// tracking; NVRTC is the process's own, which images never leave). An edited, added or deleted
+// header changes that key, so NVRTC never sees an image built from other contents. An image is used
+// only while its file is the one NVRTC wrote (device, inode, size, times), and only if making it
+// logged nothing (a compile from an image does not repeat the headers' diagnostics). Flags that
+// would change the output or the log are fixed:
 // --instantiate-templates-in-pch=false (true reorders symbols), --pch-messages=false,
 // --pch-verbose=false. None of this enters a cache key: the output is the plain compile's.
 #pragma once
