@@ -577,6 +577,8 @@ std::vector<field_case> field_cases() {
        set_bool(&po::instantiate_templates_in_pch),
        {{S::cxx, E::changes}},
        {}},
+      // Automatic PCH (c++ only) changes no output (docs/compilation.md), so it is in no key.
+      {"auto_pch", set_bool(&po::auto_pch), {{S::cxx, E::ignored}}, {}},
       {"extra_sources",
        set_to(&po::extra_sources, std::vector<nvvm_module>{{"a", "define void @a() { ret void }"}},
               std::vector<nvvm_module>{{"b", "define void @b() { ret void }"}}),
