@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 // where each remaining character came from.
 struct spliced_text {
   std::string text;
-  std::vector<std::size_t> at;  // at[i]: offset in code of text[i]
+  // Where splices were removed: (index in text, characters removed before it, cumulative), in
+  // order. Only as many as the code has splices: a long generated source costs one copy.
+  std::vector<std::pair<std::size_t, std::size_t>> removed;
   bool unclear = false;  // a splice only some compilers take (backslash or ??/, blanks, newline),
                          // or a carriage return not before a newline
 };
@@ -45,7 +47,6 @@ bool blank(char c) {
 spliced_text splice(std::string_view code) {
   spliced_text out;
   out.text.reserve(code.size());
-  out.at.reserve(code.size());
   const std::size_t n = code.size();
   for (std::size_t i = 0; i < n;) {
     const char c = code[i];
@@ -59,16 +60,25 @@ spliced_text splice(std::string_view code) {
         // Only a backslash right before the newline (or CRLF) splices for certain.
         const bool strict = c == '\\' && (j == after || (j == after + 1 && code[after] == '\r'));
         if (!strict) out.unclear = true;
+        out.removed.emplace_back(out.text.size(), j + 1 - out.text.size());
         i = j + 1;
         continue;
       }
     }
     if (c == '\r' && (i + 1 >= n || code[i + 1] != '\n')) out.unclear = true;
     out.text.push_back(c);
-    out.at.push_back(i);
     ++i;
   }
   return out;
+}
+
+// The offset in the code of text[i].
+std::size_t code_offset(const spliced_text& s, std::size_t i) {
+  // The last splice removed at or before i: its cumulative count of characters removed.
+  auto after = std::upper_bound(s.removed.begin(), s.removed.end(), i,
+                                [](std::size_t v, const auto& r) { return v < r.first; });
+  if (after == s.removed.begin()) return i;
+  return i + std::prev(after)->second;
 }
 
 bool identifier_char(char c) {
@@ -223,7 +233,7 @@ pch_prefix scan_pch_prefix(std::string_view code) {
     if (i < n) ++i;  // the newline ending the directive
     cut = i;
   }
-  out.end = cut == 0 ? 0 : (cut >= n ? code.size() : s.at[cut - 1] + 1);
+  out.end = cut == 0 ? 0 : (cut >= n ? code.size() : code_offset(s, cut - 1) + 1);
   return out;
 }
 

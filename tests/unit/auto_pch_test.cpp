@@ -68,6 +68,9 @@ TEST(PchPrefix, CommentsAndSplicesBelongToTheLinesTheyJoin) {
   EXPECT_EQ(prefix_of("#define A \\\n  1\n/* c */ #include <b.h>\nint z;\n"),
             "#define A \\\n  1\n/* c */ #include <b.h>\n");
   EXPECT_EQ(prefix_of("#define A \\\r\n  1\r\nint z;\r\n"), "#define A \\\r\n  1\r\n");
+  // Several splices: the prefix ends where the code has it, splices counted.
+  EXPECT_EQ(prefix_of("#define A \\\n\\\n 1\n#define B \\\r\n 2\nint z;"),
+            "#define A \\\n\\\n 1\n#define B \\\r\n 2\n");
   // A line comment spliced onto the next line hides it.
   EXPECT_EQ(prefix_of("#include <a.h>\n// c \\\nint y;\n#include <b.h>\nint z;"),
             "#include <a.h>\n// c \\\nint y;\n#include <b.h>\n");
