@@ -363,6 +363,14 @@ class registry {
     return ++sightings_[seen];
   }
 
+  // The compiles counted for `seen` start again from none.
+  void forget_sightings(const std::string& seen) {
+    const log_scope said;
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    sightings_.erase(seen);
+  }
+
   enum class step : std::uint8_t { plain, needs_heap };
   // Without the heap: plain for an unusable prefix.
   step peek(const std::string& identity, auto_pch_status& status) {
@@ -842,7 +850,8 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   if (prefix_.empty()) prefix_ = "\n";  // pre_include alone
   options_ = options;
   try {
-    if (reg.sighting(sighting_key(prefix_, options, target)) < kCreateAtSighting) {
+    sighting_ = sighting_key(prefix_, options, target);
+    if (reg.sighting(sighting_) < kCreateAtSighting) {
       status_ = auto_pch_status::first_seen;
       return;
     }
@@ -998,12 +1007,18 @@ bool auto_pch_compile::failed(const std::string& log) {
   const log_scope said;
   if (!active()) return false;
   const bool was_creating = creating_;
-  if (was_creating) registry::get().drop(identity_, false);
+  if (was_creating) {
+    // The code does not compile: its next compiles are plain again until it comes back twice (a
+    // failing edit-compile loop does not pay for making an image each time).
+    registry::get().drop(identity_, false);
+    registry::get().forget_sightings(sighting_);
+  }
   failure_ = catastrophic_line(log);
   if (failure_.empty()) {
     if (retry_for_pch_diagnostics(log)) return true;
-    // An error in the code: the plain compile would report the same (the prefix is quiet).
-    finish_plain(status_);
+    // An error in the code: the plain compile would report the same (the prefix is quiet, or this
+    // compile read the headers itself).
+    finish_plain(was_creating ? auto_pch_status::discarded : status_);
     return false;
   }
   debug("compiling \"" + options_.name + "\" with precompiled headers failed (" + failure_ +

@@ -100,6 +100,7 @@ class auto_pch_compile {
   std::vector<std::string> flags_;
   auto_pch_status status_ = auto_pch_status::off;
   std::string identity_;  // the prefix key's hex
+  std::string sighting_;  // what counts the prefix's compiles (text, flags, name)
   std::string failure_;   // the catastrophic error that made failed() ask for a retry
   bool creating_ = false;
   std::unique_lock<std::mutex> heap_;

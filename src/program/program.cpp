@@ -288,12 +288,12 @@ object_code program::compile_nvrtc(code_type target,
     nvrtcResult result =
         api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
     log_ = nvrtc_log(api, prog.get());
-    auto_pch_ = automatic.status();
     if (result != NVRTC_SUCCESS && automatic.failed(log_)) {
       auto_pch_ = automatic.status();
       plain_retry = true;
       continue;
     }
+    auto_pch_ = automatic.status();
     if (result != NVRTC_SUCCESS) {
       if (result == NVRTC_ERROR_INVALID_OPTION) {
         detail::check_nvrtc_supports_arch(api, *options.arch);  // names the arch if that was it

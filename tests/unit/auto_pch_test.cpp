@@ -453,6 +453,37 @@ TEST_F(AutoPch, NoImageForCodeWithoutLeadingIncludesOrWithTheCallersPchOptions) 
   EXPECT_EQ(detail::auto_pch_state().images, 0u);
 }
 
+TEST_F(AutoPch, CodeThatDoesNotCompileKeepsNoImageAndIsCountedAgain) {
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const auto o = f.options();
+  const std::string bad =
+      "#include \"value.cuh\"\nextern \"C\" __global__ void k(int* p) { *p = "
+      "undefined_thing; }\n";
+  auto failing = [&](program_options options) {
+    program p(bad, source_type::cxx, options);
+    try {
+      p.compile(code_type::cubin);
+    } catch (const compile_error& e) {
+      return std::make_pair(p.last_auto_pch(), std::string(e.log()));
+    }
+    ADD_FAILURE() << "compiled";
+    return std::make_pair(p.last_auto_pch(), std::string());
+  };
+  auto off = o;
+  off.auto_pch = false;
+  const auto reference = failing(off);
+  const auto first = failing(o);
+  EXPECT_EQ(first.first, auto_pch_status::first_seen);
+  const auto second = failing(o);  // would make the image: the error, and no image
+  EXPECT_EQ(second.first, auto_pch_status::discarded);
+  EXPECT_EQ(second.second, reference.second) << "the same error log";
+  EXPECT_EQ(detail::auto_pch_state().images, 0u);
+  // Counted again from none: a failing edit-compile loop makes no image each time.
+  EXPECT_EQ(failing(o).first, auto_pch_status::first_seen);
+  EXPECT_EQ(compile(kernel("ka"), o).status, auto_pch_status::created);
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 fs::path the_image() {
