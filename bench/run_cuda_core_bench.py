@@ -1,4 +1,4 @@
-"""`cucore run` on an unmodified cuda.core program: 20 kernels, no cache= argument (docs/run.md).
+"""`cucore run` on an unmodified cuda.core program: 20 kernels, no cache= argument (docs/transparent-cache.md).
 
 Usage: python bench/run_cuda_core_bench.py CUCORE [--rounds N]
 

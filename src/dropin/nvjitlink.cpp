@@ -1,4 +1,4 @@
-// The drop-in libnvJitLink.so.13 of `cucore run` (docs/run.md): nvJitLink 13's exported API (the
+// The drop-in libnvJitLink.so.13 of `cucore run` (docs/transparent-cache.md): nvJitLink 13's exported API (the
 // versioned __nvJitLink*_13_0 entry points its header's inline functions call, the plain names,
 // __nvJitLinkAPI), every call forwarded to the real library, and nvJitLinkComplete answered from
 // cucore's program cache.

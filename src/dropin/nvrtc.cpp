@@ -1,4 +1,4 @@
-// The drop-in libnvrtc.so.13 of `cucore run` (docs/run.md): NVRTC 13's exported API, every call
+// The drop-in libnvrtc.so.13 of `cucore run` (docs/transparent-cache.md): NVRTC 13's exported API, every call
 // forwarded to the real library, and nvrtcCompileProgram answered from cucore's program cache.
 //
 // A program's handle is the real library's own: the drop-in keeps, beside it, what the program gave

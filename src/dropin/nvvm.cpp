@@ -1,4 +1,4 @@
-// The drop-in libnvvm.so.4 of `cucore run` (docs/run.md): libNVVM's exported API (unversioned, as
+// The drop-in libnvvm.so.4 of `cucore run` (docs/transparent-cache.md): libNVVM's exported API (unversioned, as
 // the real library's), every call forwarded to the real library, and nvvmCompileProgram answered
 // from cucore's program cache.
 //

@@ -1,4 +1,4 @@
-/* The thin front of a drop-in library (docs/run.md, "The drop-in files"): the file named and
+/* The thin front of a drop-in library (docs/transparent-cache.md, "The drop-in files"): the file named and
  * versioned as the real library, exporting its API, with no dependency but the C library. Each
  * function loads the drop-in's engine (the forwarding and caching code, with cucore and its
  * dependencies) from the same directory on its first call, and calls the engine's function of the

@@ -1,17 +1,12 @@
 #include "dropin/support.hpp"
 
 #include <dlfcn.h>
-#include <glob.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <set>
 
@@ -43,57 +38,6 @@ void print(log_level level, std::string_view message) noexcept {
                                                      : "debug";
   std::fprintf(stderr, "cucore[%d]: %s: %.*s\n", static_cast<int>(::getpid()), prefix,
                static_cast<int>(message.size()), message.data());
-}
-
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    std::size_t end = text.find(separator, begin);
-    if (end == std::string_view::npos) end = text.size();
-    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
-}
-
-struct file_id {
-  dev_t device = 0;
-  ino_t inode = 0;
-  bool operator==(const file_id&) const = default;
-};
-
-std::optional<file_id> id_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return file_id{st.st_dev, st.st_ino};
-}
-
-// The directories of /etc/ld.so.conf and the files it includes (one level of globs), in order:
-// where the loader cache finds libraries that no LD_LIBRARY_PATH names.
-void add_ld_so_conf(const std::string& file, std::vector<std::string>& dirs, int depth) {
-  std::ifstream in(file);
-  std::string line;
-  while (depth < 4 && std::getline(in, line)) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    const auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos) continue;
-    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
-    if (line.starts_with("include ") || line.starts_with("include\t")) {
-      std::string pattern = line.substr(8);
-      pattern.erase(0, pattern.find_first_not_of(" \t"));
-      if (!pattern.starts_with('/')) pattern = "/etc/" + pattern;
-      glob_t found{};
-      if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
-        for (std::size_t i = 0; i < found.gl_pathc; ++i) {
-          add_ld_so_conf(found.gl_pathv[i], dirs, depth + 1);
-        }
-      }
-      ::globfree(&found);
-    } else if (line.starts_with('/')) {
-      dirs.push_back(line);
-    }
-  }
 }
 
 }  // namespace
@@ -166,64 +110,6 @@ void record_skip(cache_skip_reason reason) noexcept {
     }
   } catch (...) {
   }
-}
-
-std::optional<std::string> find_real_library(const detail::library_spec& spec,
-                                             const char* override_variable, const void* self,
-                                             std::vector<std::string>& searched) {
-  // Never the drop-in: the engine itself, nor the shim beside it named as the real library.
-  std::vector<file_id> excluded;
-  std::string self_dir;
-  if (Dl_info info{}; ::dladdr(self, &info) != 0 && info.dli_fname != nullptr) {
-    std::error_code ec;
-    const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
-    const std::string self_path = ec ? std::string(info.dli_fname) : canonical.string();
-    self_dir = self_path.substr(0, self_path.rfind('/'));
-    if (auto id = id_of(self_path)) excluded.push_back(*id);
-    for (auto soname : spec.sonames) {
-      if (auto id = id_of(self_dir + "/" + std::string(soname))) excluded.push_back(*id);
-    }
-  }
-  const auto acceptable = [&](const std::string& path) {
-    searched.push_back(path);
-    const auto id = id_of(path);
-    return id && std::find(excluded.begin(), excluded.end(), *id) == excluded.end();
-  };
-  const auto choose = [&](const std::string& path) {
-    detail::pin_library(spec, path);
-    return std::optional<std::string>(path);
-  };
-
-  if (const char* chosen = override_variable ? std::getenv(override_variable) : nullptr;
-      chosen != nullptr && *chosen != '\0') {
-    if (acceptable(chosen)) return choose(chosen);
-    searched.back() += " (" + std::string(override_variable) +
-                       (id_of(chosen) ? ": the drop-in itself)" : ": no such file)");
-    return std::nullopt;
-  }
-  for (const auto& file : detail::files_in_roots(spec)) {
-    if (acceptable(file)) return choose(file);
-  }
-  if (!detail::search_loader_path()) return std::nullopt;
-
-  std::vector<std::string> dirs;
-  const char* original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH");
-  if (original == nullptr) original = std::getenv("LD_LIBRARY_PATH");
-  if (original != nullptr) dirs = split(original, ':');
-  add_ld_so_conf("/etc/ld.so.conf", dirs, 0);
-  for (const char* dir :
-       {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}) {
-    dirs.emplace_back(dir);
-  }
-  for (const auto& dir : dirs) {
-    if (dir == self_dir) continue;
-    for (auto soname : spec.sonames) {
-      const std::string candidate = dir + "/" + std::string(soname);
-      if (acceptable(candidate)) return choose(candidate);
-    }
-  }
-  return std::nullopt;
 }
 
 void record_writer::number(std::int64_t value) {

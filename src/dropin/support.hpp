@@ -1,6 +1,6 @@
-// What every drop-in library of `cucore run` shares (docs/run.md): logging that stays silent unless
-// CUCORE_LOG asks, the process's program cache, finding the real library it forwards to, and the
-// length-prefixed record format of its cache entries.
+// What every drop-in library of `cucore run` shares (docs/transparent-cache.md): logging that stays
+// silent unless CUCORE_LOG asks, the process's program cache, finding the real library it forwards
+// to, and the length-prefixed record format of its cache entries.
 #pragma once
 
 #include <cstddef>
@@ -39,14 +39,15 @@ program_cache* process_cache() noexcept;
 // Records a compile that went without the cache into the cache's persistent statistics.
 void record_skip(cache_skip_reason reason) noexcept;
 
-// The real library a drop-in forwards to, as cucore's loader finds it (src/loader) but never the
-// drop-in itself: `override_variable` when set (a path), else the first file under the CUDA roots
-// (CUCORE_CUDA_HOME, CUDA_HOME, CUDA_PATH, /usr/local/cuda, the pip wheels), else the dynamic
-// loader's search as it would go without the drop-in (CUCORE_RUN_LD_LIBRARY_PATH — the program's
-// LD_LIBRARY_PATH before `cucore run` — or LD_LIBRARY_PATH, then the directories of
-// /etc/ld.so.conf, then the system's). The file found is pinned in cucore's loader
-// (pin_library), so cucore's key probes and compiles with exactly it. `self` is any address inside
-// the drop-in. Returns the path, or nullopt with `searched` listing every place looked at.
+// The real library a drop-in forwards to: the one the program would have loaded without the
+// drop-in (src/dropin/real_library.cpp), never the drop-in itself. `override_variable` when set (a
+// path); else NVIDIA's wheel in the site-packages of the Python in this process, $CONDA_PREFIX
+// (cuda.pathfinder's order); else the loader's search by soname (DT_RPATH of the objects that need
+// it, CUCORE_RUN_LD_LIBRARY_PATH — the program's LD_LIBRARY_PATH before `cucore run` — or
+// LD_LIBRARY_PATH, DT_RUNPATH, /etc/ld.so.conf's directories, the system's); else $CUDA_PATH,
+// $CUDA_HOME; else cucore's own search. The file found is pinned in cucore's loader (pin_library),
+// so cucore's key probes and compiles with exactly it. `self` is any address inside the drop-in.
+// Returns the path, or nullopt with `searched` listing every place looked at and why.
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
                                              const char* override_variable, const void* self,
                                              std::vector<std::string>& searched);

@@ -1,12 +1,13 @@
 """An unmodified cuda.core program: compiles kernels with Program.compile and no cache= argument.
 
 Prints one line per compile: its label, the SHA-256 of the code and the symbol mapping (name
-expressions), so that two runs' outputs can be compared. tests/dropin/run_cuda_core.sh runs it
+expressions), so that two runs' outputs can be compared; then the NVRTC file that compiled them. tests/dropin/run_cuda_core.sh runs it
 under `cucore run` twice (the second run's compiles are all cache hits) and once without.
 """
 
 import hashlib
 import json
+import os
 import sys
 
 from cuda.core import Program, ProgramOptions
@@ -42,7 +43,22 @@ def main() -> int:
                 "symbols": {k: v.decode() if isinstance(v, bytes) else v for k, v in mapping.items()}}
         print(json.dumps(line, sort_keys=True))
         program.close()
+    # The NVRTC file that did the compiling: under `cucore run`, the one the drop-in forwarded to.
+    print("real nvrtc:", " ".join(real_nvrtc_files()), flush=True)
     return 0
+
+
+def real_nvrtc_files() -> list[str]:
+    """The libnvrtc.so.13 files mapped into this process, but for cucore's drop-in."""
+    files = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            in_dropin_dir = os.path.basename(os.path.dirname(path)) == "cucore-run"
+            if os.path.basename(path).startswith("libnvrtc.so.13") and not in_dropin_dir:
+                files.add(path)
+    return sorted(files)
 
 
 if __name__ == "__main__":

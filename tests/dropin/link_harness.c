@@ -1,4 +1,4 @@
-/* The C harness of the nvJitLink and libNVVM drop-ins (docs/run.md): calls each C API through the
+/* The C harness of the nvJitLink and libNVVM drop-ins (docs/transparent-cache.md): calls each C API through the
  * real library and through cucore's drop-in, both opened by path in this one process, on a matrix
  * (PTX, LTO-IR, a file, logs, failing links; one and two NVVM modules, lazy modules, LTO-IR out,
  * invalid IR), and compares every getter's return code, size and bytes. Each case runs once

@@ -1,4 +1,4 @@
-/* The C harness of the NVRTC drop-in (docs/run.md): calls NVRTC's C API through the real
+/* The C harness of the NVRTC drop-in (docs/transparent-cache.md): calls NVRTC's C API through the real
  * libnvrtc.so.13 and through cucore's drop-in, both opened by path in this one process, on a
  * matrix of programs (headers in memory and on disk, name expressions, every target, failing
  * compiles, warnings, misuse), and compares every output byte for byte: each getter's return

@@ -22,7 +22,7 @@ fi
 # The drop-in forwards to the NVRTC the program loads by itself (a wheel's, or the system's).
 nvrtc=$(sed -n 's/^nvrtc: //p' "$work/plain.out")
 sed -i '/^nvrtc: /d' "$work/plain.out"
-compiles=$(wc -l <"$work/plain.out")
+compiles=$(grep -c "^{" "$work/plain.out")
 for run in 1 2; do
   if CUCORE_LOG=info "$cucore" run --nvrtc "$nvrtc" --cache "dir:$work/cache" -- "$python" \
     "$program" >"$work/run$run.out" 2>"$work/run$run.err"; then

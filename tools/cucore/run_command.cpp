@@ -1,6 +1,7 @@
 // cucore run -- PROGRAM ARGS...: runs an unmodified program with cucore's drop-in libraries first
-// in the library search, so that its NVRTC compiles go through the program cache (docs/run.md).
-// cucore env: the same environment, printed for a shell or a container image.
+// in the library search, so that its NVRTC compiles go through the program cache
+// (docs/transparent-cache.md). cucore env: the same environment, printed for a shell or a container
+// image.
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,7 +27,7 @@ namespace {
 
 constexpr option_spec nvrtc_option{
     "--nvrtc", "", "PATH",
-    "the real libnvrtc.so.13 the drop-in forwards to (default: as cucore finds NVRTC)"};
+    "the real libnvrtc.so.13 the drop-in forwards to (default: the program's own)"};
 constexpr option_spec no_preload_option{
     "--no-preload", "", "",
     "do not LD_PRELOAD the NVRTC drop-in (loaders that open NVRTC by path then bypass it)"};
@@ -194,10 +195,11 @@ constexpr std::string_view run_description =
     "`cucore compile` (source, program name, in-memory headers, every option, the headers it can\n"
     "read from disk, the real library's identity), the whole result stored (PTX, CUBIN, LTO-IR,\n"
     "OptiX IR, the log, lowered names). Options with side effects and inputs the key cannot see\n"
-    "go to the real library, as does any failure of the cache. The real library is the one\n"
-    "cucore's search finds (see `cucore info`), or --nvrtc PATH (CUCORE_RUN_NVJITLINK,\n"
+    "go to the real library, as does any failure of the cache. The real library is the one the\n"
+    "program would have loaded (its venv's NVIDIA wheel, its LD_LIBRARY_PATH and run paths,\n"
+    "$CUDA_PATH/$CUDA_HOME; CUCORE_LOG=debug names it), or --nvrtc PATH (CUCORE_RUN_NVJITLINK,\n"
     "CUCORE_RUN_NVVM). Nothing is printed unless CUCORE_LOG=warning|info|debug. `cucore cache\n"
-    "stats` counts the hits. See docs/run.md.\n"
+    "stats` counts the hits. See docs/transparent-cache.md.\n"
     "\n" CUCORE_CLI_CACHE_SPEC_HELP
     "\n"
     "\n"
