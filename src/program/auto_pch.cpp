@@ -34,6 +34,11 @@ constexpr std::string_view kLog = "automatic PCH: ";
 // a CUB block-sort prefix.
 constexpr std::uint64_t kMaxImageBytes = 2ull << 30;
 constexpr std::size_t kMaxImages = 8;
+// The heap's size before the process's first image, unless NVRTC_PCH_HEAP_SIZE or the caller
+// chose one: NVRTC's default (256 MiB) is too small for a CuTe prefix (273 MB measured), whose
+// second compile would then only grow the heap and its third make the image. The heap is
+// reserved address space; only what images use is touched.
+constexpr std::uint64_t kInitialHeap = 512ull << 20;
 // Heap growth when an image does not fit, and the most the heap is grown to.
 constexpr std::uint64_t kHeapStep = 64ull << 20;
 constexpr std::uint64_t kMaxHeap = 4ull << 30;
@@ -273,8 +278,17 @@ class registry {
     if (unusable) it->second.state = image_state::unusable;
   }
 
+  // With the heap held: true once per process, before its first image, unless the heap was
+  // resized before (by the caller, or by cucore growing it).
+  bool first_heap_use() {
+    const bool first = !heap_sized_;
+    heap_sized_ = true;
+    return first;
+  }
+
   // With the heap held: every image is unusable after a heap resize; their files go.
   void heap_resized() {
+    heap_sized_ = true;
     const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
@@ -471,6 +485,7 @@ class registry {
   std::string disabled_why_;
   bool disabled_said_ = false;
   std::uint64_t generation_ = 0;
+  bool heap_sized_ = false;  // guarded by `heap`, not mutex_
   std::uint64_t clock_ = 0;
   std::uint64_t bytes_ = 0;
   std::size_t ready_ = 0;
@@ -501,6 +516,20 @@ std::string sighting_key(const std::string& prefix, const program_options& optio
 
 std::string mib(std::uint64_t bytes) {
   return std::to_string((bytes + (1u << 19)) >> 20) + " MiB";
+}
+
+// With the heap held, before the process's first image: NVRTC's PCH heap made kInitialHeap
+// unless NVRTC_PCH_HEAP_SIZE set its size (NVRTC reads it at start-up) or it is larger already.
+void size_first_heap(const nvrtc_api& api) {
+  if (const char* env = std::getenv("NVRTC_PCH_HEAP_SIZE"); env != nullptr && *env != '\0') return;
+  std::size_t current = 0;
+  if (api.nvrtcGetPCHHeapSize(&current) != NVRTC_SUCCESS || current >= kInitialHeap) return;
+  try {
+    resize_pch_heap(api, kInitialHeap);
+    debug("the PCH heap is " + mib(kInitialHeap) + " (NVRTC's default: " + mib(current) + ")");
+  } catch (const std::exception& e) {
+    debug(std::string("the PCH heap stays at ") + mib(current) + ": " + e.what());
+  }
 }
 
 // Probes for prefix keys. An image lives in this process, with its one NVRTC: the key needs no
@@ -605,6 +634,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   if (reg.peek(identity_, status_) == registry::step::plain) return;
 
   heap_ = lock_pch_heap();
+  if (reg.first_heap_use()) size_first_heap(api_);
   const registry::plan p = reg.claim(identity_);
   status_ = p.status;
   if (p.status != auto_pch_status::created && p.status != auto_pch_status::used) {

@@ -7,11 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,6 +41,8 @@ using detail::scan_pch_prefix;
 using testing::contains;
 using testing::temp_dir;
 using testing::write_text;
+
+extern "C" char** environ;
 
 // ---- the prefix scan ------------------------------------------------------------------------
 
@@ -652,6 +660,71 @@ TEST_F(AutoPch, PchModeFailingForLackOfRoomCompilesAgainWithoutIt) {
               return "";
             }),
             "");
+}
+
+// ---- the PCH heap in a fresh process --------------------------------------------------------
+
+constexpr const char* kHeapChildEnv = "CUCORE_TEST_PCH_HEAP_CHILD";
+
+// Runs only in the fresh processes TheFirstHeapFitsACutePrefixUnlessTheUserChoseOne starts: the
+// heap's size before and after this process's first image ("set" first sets one through cucore).
+TEST(AutoPchHeapChild, ReportsTheHeapAroundTheFirstImage) {
+  const char* mode = std::getenv(kHeapChildEnv);
+  if (mode == nullptr) GTEST_SKIP() << "helper of AutoPch.TheFirstHeapFitsACutePrefix...";
+  if (std::strcmp(mode, "set") == 0) set_nvrtc_pch_heap_size(std::size_t{320} << 20);
+  fixture f;
+  write_text(f.inc / "value.cuh", header_with(7));
+  const std::size_t before = nvrtc_pch_heap_size();
+  make_image(kernel("ka"), f.options());
+  const compiled used = compile(kernel("kb"), f.options());
+  EXPECT_EQ(used.status, auto_pch_status::used);
+  EXPECT_TRUE(same_bytes(used.bytes, plain(kernel("kb"), f.options()).bytes));
+  std::cout << "heap " << before << " " << nvrtc_pch_heap_size() << "\n";
+  clear_auto_pch();
+}
+
+// This test binary again, in a fresh process, filtered to the child test: its heap sizes.
+std::string heap_sizes_in_a_fresh_process(const std::string& mode, const char* nvrtc_heap_size) {
+  temp_dir dir;
+  const fs::path out = dir / "out.txt";
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=AutoPchHeapChild.*";
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!std::string_view(*e).starts_with("NVRTC_PCH_HEAP_SIZE=") &&
+        !std::string_view(*e).starts_with(kHeapChildEnv))
+      env.emplace_back(*e);
+  }
+  env.push_back(std::string(kHeapChildEnv) + "=" + mode);
+  if (nvrtc_heap_size != nullptr)
+    env.push_back(std::string("NVRTC_PCH_HEAP_SIZE=") + nvrtc_heap_size);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT, 0600);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return "posix_spawn failed";
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return "the child failed:\n" + testing::read_text(out);
+  const std::string said = testing::read_text(out);
+  const auto at = said.find("heap ");
+  if (at == std::string::npos) return "no report:\n" + said;
+  return said.substr(at + 5, said.find('\n', at) - at - 5);
+}
+
+TEST_F(AutoPch, TheFirstHeapFitsACutePrefixUnlessTheUserChoseOne) {
+  // NVRTC's default, 256 MiB, is too small for a CuTe prefix's image (273 MB): cucore makes it
+  // 512 MiB before the process's first image.
+  EXPECT_EQ(heap_sizes_in_a_fresh_process("default", nullptr), "268435456 536870912");
+  // A size the user chose stays: NVRTC_PCH_HEAP_SIZE, or set_nvrtc_pch_heap_size.
+  EXPECT_EQ(heap_sizes_in_a_fresh_process("default", "301989888"), "301989888 301989888");
+  EXPECT_EQ(heap_sizes_in_a_fresh_process("set", nullptr), "335544320 335544320");
 }
 
 // ---- threads --------------------------------------------------------------------------------
