@@ -1,10 +1,16 @@
 // The oracle over real header libraries nobody here wrote: CUTLASS/CuTe 4.2 and CuPy 14.2 from
 // their PyPI wheels (scripts/fetch-corpus.sh), and the toolkit's CCCL, with the kernels of
-// tests/data/corpus (corpus.json says how each is compiled). For each kernel:
-// - NVRTC's accesses (strace) are all tracked, and the key tracks at most 1.5x the files NVRTC
-//   reads;
-// - through a directory cache: the miss returns the bytes of an uncached compile in the same
-//   process, and a fresh process hits and gets exactly the bytes the miss stored.
+// tests/data/corpus (corpus.json says how each is compiled). For each kernel, one test (each step
+// reuses the compiles of the steps before it: these are the suite's longest compiles):
+// 1. NVRTC's accesses (strace of an uncached compile in a separate process) are all tracked, and
+//    the key tracks at most 1.5x the files NVRTC reads;
+// 2. through a directory cache: the miss returns the bytes of an uncached compile in this process,
+//    and a fresh process hits and gets exactly the bytes the miss stored;
+// 3. automatic precompiled headers: the uncached compile was the prefix's first (no PCH flag), the
+//    miss its second, which makes the image of the kernel's leading #include lines; then a sibling
+//    (the kernel's code with one more kernel after it: the same #include lines) compiles from that
+//    image, and the kernel again: every output and log equals the compile without an automatic
+//    PCH, byte for byte, symbol mapping included (docs/compilation.md, "Precompiled headers").
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,17 +34,52 @@ namespace fs = std::filesystem;
 using cucore::testing::read_text;
 using cucore::testing::temp_dir;
 
+std::string bytes_of(const object_code& code) {
+  const auto b = code.code();
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+struct outcome {
+  object_code code;
+  std::string log;
+  auto_pch_status status;
+};
+
+outcome compile(const std::string& source, const oracle_case& c, bool auto_pch) {
+  program_options o = options_of(c);
+  if (!auto_pch) o.auto_pch = false;
+  program p(source, source_type::cxx, o);
+  object_code out = p.compile(target_of(c), c.name_expressions);
+  return {std::move(out), p.log(), p.last_auto_pch()};
+}
+
+::testing::AssertionResult same(const outcome& got, const outcome& plain) {
+  if (!(got.code == plain.code)) {
+    return ::testing::AssertionFailure()
+           << "the output differs from the compile without an automatic PCH (" << got.code.size()
+           << " and " << plain.code.size() << " bytes; " << to_string(got.status) << ")";
+  }
+  if (got.log != plain.log) {
+    return ::testing::AssertionFailure() << "the log differs (" << to_string(got.status) << "):\n"
+                                         << got.log << "\n--- without:\n"
+                                         << plain.log;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 class CorpusOracle : public ::testing::TestWithParam<corpus_kernel> {};
 
-TEST_P(CorpusOracle, NvrtcAccessesAreTrackedAndTheCacheReturnsTheUncachedBytes) {
+TEST_P(CorpusOracle, TrackedCachedAndPrecompiledCompilesEqualTheUncachedBytes) {
   ASSERT_TRUE(fs::exists(corpus_dir() / ".cucore-corpus"))
       << "the header corpus is not at " << corpus_dir()
       << ": run scripts/fetch-corpus.sh (scripts/setup.sh does)";
+  clear_auto_pch();
   temp_dir t;
   fs::create_directories(t / "cwd");
   const oracle_case c = case_of(GetParam().spec, t / "cwd");
   // The program's name names a file on disk: NVRTC's module id in internal symbol names is then
-  // stable, so two compiles of the same inputs give the same bytes (nvrtc-observed.md).
+  // stable, so two compiles of the same inputs give the same bytes, in this process or another
+  // (nvrtc-observed.md).
   cucore::testing::write_text(c.cwd / c.name, c.code);
 
   // 1. What NVRTC reads and probes, against the key.
@@ -55,23 +96,22 @@ TEST_P(CorpusOracle, NvrtcAccessesAreTrackedAndTheCacheReturnsTheUncachedBytes) 
   RecordProperty("read", static_cast<int>(r.read));
   RecordProperty("tracked", static_cast<int>(r.tracked_files));
 
-  // 2. Through a directory cache: the miss equals an uncached compile in this process; a fresh
-  // process hits and returns the stored bytes.
-  file_stream_program_cache cache(t / "cache");
+  // The uncached reference, in this process: NVRTC puts the compiling process's PID into some
+  // internal symbol names (CUB, libcu++'s ranges), so only a compile here has the same bytes. It
+  // is also the prefix's first compile for automatic PCH (no PCH flag: a plain compile).
   const fs::path here = fs::current_path();
   fs::current_path(c.cwd);
-  program cached(c.code, source_type::cxx, options_of(c));
-  const object_code miss = cached.compile(target_of(c), c.name_expressions, &cache);
-  EXPECT_EQ(cached.last_cache_outcome(), cache_outcome::miss);
-  // The reference compiles plain: with automatic PCH, this second compile of the prefix would make
-  // an image (slower, and not the plain compile the oracle means).
-  program_options plain = options_of(c);
-  plain.auto_pch = false;
-  program uncached(c.code, source_type::cxx, plain);
-  const object_code reference = uncached.compile(target_of(c), c.name_expressions);
-  fs::current_path(here);
-  EXPECT_TRUE(miss == reference) << "the cached compile differs from an uncached one";
+  const outcome first = compile(c.code, c, true);
+  EXPECT_EQ(first.status, auto_pch_status::first_seen) << "no PCH flag: the plain reference";
 
+  // 2. Through a directory cache: the miss equals the uncached compile; a fresh process hits and
+  // returns the stored bytes. The miss is the prefix's second compile: it makes the PCH image.
+  file_stream_program_cache cache(t / "cache");
+  program cached(c.code, source_type::cxx, options_of(c));
+  outcome made{cached.compile(target_of(c), c.name_expressions, &cache), cached.log(),
+               cached.last_auto_pch()};
+  EXPECT_EQ(cached.last_cache_outcome(), cache_outcome::miss);
+  EXPECT_TRUE(same(made, first)) << "the cached compile differs from an uncached one";
   {
     std::ofstream out(t / "case.json");
     out << nlohmann::json(c).dump();
@@ -80,12 +120,38 @@ TEST_P(CorpusOracle, NvrtcAccessesAreTrackedAndTheCacheReturnsTheUncachedBytes) 
   const int status = run_process({CUCORE_ORACLE_COMPILE, "--cache", (t / "cache").string(),
                                   (t / "case.json").string(), (t / "hit.bin").string()},
                                  {}, said);
-  ASSERT_EQ(status, 0) << said;
+  EXPECT_EQ(status, 0) << said;
   EXPECT_EQ(said, "hit\n") << "a fresh process must hit what this one stored";
-  const std::string hit = read_text(t / "hit.bin");
-  const auto stored = miss.code();
-  EXPECT_EQ(hit, std::string(reinterpret_cast<const char*>(stored.data()), stored.size()))
+  EXPECT_EQ(read_text(t / "hit.bin"), bytes_of(made.code))
       << "the fresh process's hit differs from the bytes the miss stored";
+
+  // 3. Automatic PCH, from the image the miss made.
+  const std::string sibling =
+      c.code +
+      "\nextern \"C\" __global__ void cucore_pch_sibling(int* p) { p[threadIdx.x] = 7; }\n";
+  if (made.status == auto_pch_status::discarded) {
+    // NVRTC's PCH heap was too small for the image: grown, and the next compile makes it. (With
+    // cucore's first heap, 512 MiB, the corpus's CuTe prefixes fit: 273 MB measured.)
+    made = compile(c.code, c, true);
+  }
+  const outcome sibling_plain = compile(sibling, c, false);
+  const outcome sibling_pch = compile(sibling, c, true);
+  const outcome again = compile(c.code, c, true);
+  fs::current_path(here);
+
+  // A kernel whose compile logs diagnostics gets no image (a compile from one would not repeat
+  // those of the headers).
+  const bool quiet = first.log.find_first_not_of(" \t\r\n") == std::string::npos;
+  EXPECT_EQ(made.status, quiet ? auto_pch_status::created : auto_pch_status::unusable) << made.log;
+  EXPECT_TRUE(same(made, first));
+  EXPECT_EQ(sibling_pch.status, quiet ? auto_pch_status::used : auto_pch_status::unusable);
+  EXPECT_TRUE(same(sibling_pch, sibling_plain));
+  EXPECT_EQ(again.status, quiet ? auto_pch_status::used : auto_pch_status::unusable);
+  EXPECT_TRUE(same(again, first));
+  EXPECT_FALSE(sibling_plain.code == first.code) << "the sibling must be another program";
+  std::cout << "[ pch      ] " << GetParam().name << ": " << to_string(made.status) << ", "
+            << to_string(sibling_pch.status) << ", " << to_string(again.status) << "\n";
+  clear_auto_pch();
 }
 
 #ifdef CUCORE_CLI_PATH

@@ -186,6 +186,7 @@ file_accesses trace_compile(const oracle_case& c, const fs::path& scratch, const
       "ASAN_OPTIONS=" + std::string(asan != nullptr ? asan : "") + ":detect_leaks=0";
   std::vector<std::string> argv = {"strace",
                                    "-f",
+                                   "--seccomp-bpf",
                                    "-qq",
                                    "-e",
                                    "trace=%file",
