@@ -78,8 +78,8 @@ TEST_P(CorpusOracle, TrackedCachedAndPrecompiledCompilesEqualTheUncachedBytes) {
   fs::create_directories(t / "cwd");
   const oracle_case c = case_of(GetParam().spec, t / "cwd");
   // The program's name names a file on disk: NVRTC's module id in internal symbol names is then
-  // stable, so two compiles of the same inputs give the same bytes, in this process or another
-  // (nvrtc-observed.md).
+  // stable, so two compiles of the same inputs in one process give the same bytes (in two, CUB's
+  // and libcu++'s internal names still differ by the PID: nvrtc-observed.md).
   cucore::testing::write_text(c.cwd / c.name, c.code);
 
   // 1. What NVRTC reads and probes, against the key.
