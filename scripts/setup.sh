@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
 # Installs everything cucore needs to build and test, with apt-get and pip only. Idempotent: when
 # everything is present it prints nothing and exits 0.
+# Usage: scripts/setup.sh [all|cli]. cli: only what building the library, the command line and the
+# drop-ins needs (the `cli` preset, the README's first command); all (the default): also the tests,
+# benchmarks, sanitizers, fuzzers, the Python package and the oracle's header libraries.
 set -euo pipefail
+
+profile=${1:-all}
+case $profile in
+  all | cli) ;;
+  *) echo "setup: unknown profile \"$profile\": use all (everything) or cli (the command line only)" >&2
+     exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev libsqlite3-dev libxxhash-dev
-  libhiredis-dev redis-server
+  libhiredis-dev
   libcli11-dev nlohmann-json3-dev
-  clang-format clang libclang-rt-14-dev
-  python3 python3-venv python3-dev
-  strace
   ccache
+  python3 python3-venv
 )
+if [ "$profile" = all ]; then
+  packages+=(
+    libgtest-dev libgmock-dev libbenchmark-dev
+    redis-server
+    clang-format clang libclang-rt-14-dev
+    python3-dev
+    strace
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -38,19 +54,20 @@ if ccache --show-config 2>/dev/null | grep -q '^(default) max_size = '; then
 fi
 
 # The Python package's build and test environment: a virtual environment in .venv (Debian's pip is
-# externally managed). cuda-core is the behavioural reference the Python tests compare against;
+# externally managed; the cli profile creates it too, for fetch-cuda-wheels.sh's pip, but installs
+# nothing into it). cuda-core is the behavioural reference the Python tests compare against;
 # cuda-bindings is what it imports (13.x, matching the toolkit's NVRTC 13).
+cd "$(dirname "$0")/.."
 venv=.venv
 python_packages=("scikit-build-core>=0.10" "nanobind==3.1.*" "pytest>=8" "cuda-core==1.2.*"
                  "cuda-bindings>=13,<14")
-cd "$(dirname "$0")/.."
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating the Python environment $venv"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 fi
 # pip check of each requirement is slow; ask the environment itself whether all are satisfied.
-if ! "$venv/bin/python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
+if [ "$profile" = all ] && ! "$venv/bin/python" - "${python_packages[@]}" <<'PY' 2>/dev/null; then
 import sys
 from importlib.metadata import version, PackageNotFoundError
 from packaging.requirements import Requirement
@@ -93,4 +110,6 @@ fi
 
 # The real header libraries (CUTLASS/CuTe, CuPy) the differential oracle compiles against
 # (tests/oracle): pinned wheels from PyPI, extracted into .cache/corpus.
-bash scripts/fetch-corpus.sh .cache/corpus
+if [ "$profile" = all ]; then
+  bash scripts/fetch-corpus.sh .cache/corpus
+fi
