@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "cucore/error.hpp"
+#include "cucore/log.hpp"
 
 #ifndef CUCORE_BUILD_DROPIN_DIR
 #define CUCORE_BUILD_DROPIN_DIR ""
@@ -92,7 +94,9 @@ std::string prepend(const std::string& first, const std::string& list) {
 }
 
 // The variables `cucore run` sets, in order.
-std::vector<std::pair<std::string, std::string>> run_environment(const arguments& args) {
+// `cache_spec`: the CUCORE_RUN_CACHE to set; nullopt: cache_spec_from(args).
+std::vector<std::pair<std::string, std::string>> run_environment(
+    const arguments& args, const std::optional<std::string>& cache_spec = std::nullopt) {
   const auto dir = dropin_directory().string();
   std::vector<std::pair<std::string, std::string>> vars;
   // The program's own library path, for the drop-ins' search for the real libraries (kept from an
@@ -113,7 +117,7 @@ std::vector<std::pair<std::string, std::string>> run_environment(const arguments
     }
     vars.emplace_back("LD_PRELOAD", preload);
   }
-  const std::string spec = cache_spec_from(args);
+  const std::string spec = cache_spec ? *cache_spec : cache_spec_from(args);
   if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);
   if (args.has(shared_cache_option.name)) vars.emplace_back("CUCORE_CACHE_SHARED", "1");
   if (auto nvrtc = args.last(nvrtc_option.name)) {
@@ -127,8 +131,65 @@ std::vector<std::pair<std::string, std::string>> run_environment(const arguments
   return vars;
 }
 
-// The cache must open here, with a message the user sees, rather than fail silently inside the
-// program (where the drop-in only logs under CUCORE_LOG).
+// CUCORE_LOG as the drop-ins read it (src/dropin/support.cpp): unset, "", "0", "off" or "none":
+// silent; "error"; "warning", "1" or any other value; "info"; "debug".
+int run_log_threshold() {
+  const char* value = std::getenv("CUCORE_LOG");
+  if (value == nullptr) return 99;
+  const std::string_view v(value);
+  if (v.empty() || v == "0" || v == "off" || v == "none") return 99;
+  if (v == "debug") return static_cast<int>(log_level::debug);
+  if (v == "info") return static_cast<int>(log_level::info);
+  if (v == "error") return static_cast<int>(log_level::error);
+  return static_cast<int>(log_level::warning);
+}
+
+void run_note(log_level level, std::string_view message) {
+  static const int threshold = run_log_threshold();
+  if (static_cast<int>(level) < threshold) return;
+  const char* prefix = level == log_level::error     ? "error"
+                       : level == log_level::warning ? "warning"
+                       : level == log_level::info    ? "info"
+                                                     : "debug";
+  std::cerr << "cucore[" << ::getpid() << "]: " << prefix << ": " << message << "\n";
+}
+
+// `cucore run` makes the program's run no worse than without it: a cache that cannot be opened
+// (a file where its directory belongs, a dangling link, no permission, a full disk, a refused
+// owner, a damaged SQLite file, a malformed $CUCORE_REMOTE_CACHE) runs the program uncached, with
+// nothing on stderr unless CUCORE_LOG asks, exactly as the drop-ins do inside it. Only a malformed
+// --cache SPEC typed on this command line stops before the program (a usage error): that is the
+// user's own typo, and running uncached would hide it. Returns the spec to hand the drop-ins:
+// "none" when the cache cannot be opened here (they would fail the same way, once per process).
+std::string usable_cache_spec(const arguments& args) {
+  if (args.has(cache_option.name)) {
+    const std::string spec = cache_spec_from(args);  // a usage error when malformed
+    if (is_no_cache(spec)) return spec;
+  }
+  const std::string spec = args.last(cache_option.name).value_or("");
+  // cucore's own warnings (the cache's, while opening it) follow CUCORE_LOG here, as in the
+  // drop-ins.
+  const log_handler previous =
+      set_log_handler([](log_level level, std::string_view message) { run_note(level, message); });
+  std::string usable = spec;
+  try {
+    auto cache = open_cache(spec, args, /*statistics=*/false);
+    if (cache) run_note(log_level::debug, "cache: " + cache->description());
+  } catch (const std::exception& e) {
+    run_note(log_level::warning,
+             std::string("cannot open the program cache; running the program uncached "
+                         "(`cucore cache check` says why): ") +
+                 e.what());
+    usable = "none";
+  } catch (...) {
+    usable = "none";
+  }
+  set_log_handler(previous);
+  return usable;
+}
+
+// `cucore env`: the cache must open, with a message the user sees (the environment is for later
+// runs, and printing it is no program's run).
 void check_cache(const arguments& args) {
   const std::string spec = cache_spec_from(args);
   if (is_no_cache(spec)) return;
@@ -156,8 +217,8 @@ int run_program(const arguments& args, std::span<const std::string> program) {
     throw usage_error("unexpected \"" + args.positionals().front() +
                       "\" before --: write cucore run [options] -- PROGRAM [ARGS...]");
   }
-  check_cache(args);
-  for (const auto& [name, value] : run_environment(args)) {
+  const std::string spec = usable_cache_spec(args);
+  for (const auto& [name, value] : run_environment(args, spec)) {
     ::setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   }
   std::vector<char*> argv;
@@ -203,8 +264,13 @@ constexpr std::string_view run_description =
     "\n" CUCORE_CLI_CACHE_SPEC_HELP
     "\n"
     "\n"
+    "A cache that cannot be opened or used (a file where its directory belongs, no permission,\n"
+    "a full disk, a damaged SQLite file, a Redis server that is down, a malformed\n"
+    "$CUCORE_REMOTE_CACHE) never stops the program: it runs uncached, silently unless\n"
+    "CUCORE_LOG is set. `cucore cache check` says what is wrong with a cache.\n"
+    "\n"
     "Exit status: PROGRAM's; 127 when it cannot be found, 126 when it cannot be run; 1 when the\n"
-    "cache cannot be opened; 2 bad command line.";
+    "drop-in libraries cannot be found; 2 bad command line (a malformed --cache SPEC included).";
 
 constexpr std::string_view env_description =
     "Prints, as shell `export` lines, the environment `cucore run` gives a program (the same\n"
