@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "cache_check.hpp"
 #include "cache_spec.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
@@ -611,6 +612,10 @@ int config_unreachable(program_cache&, const arguments& args) {
   return config(args);
 }
 
+int check_unreachable(program_cache&, const arguments& args) {
+  return cache_check(args);
+}
+
 const std::vector<subcommand>& subcommands() {
   static const std::vector<subcommand> all = {
       {"stats",
@@ -712,6 +717,27 @@ const std::vector<subcommand>& subcommands() {
        {cache_dir_option, shared_cache_option, json_option},
        0,
        clear},
+      {"check",
+       "check [--cache SPEC] [--json]",
+       "what is wrong with a cache, and what `cucore run` would do with it",
+       "Checks the cache without needing it to work: its location (where it is, from --cache,\n"
+       "$CUCORE_CACHE_DIR, $XDG_CACHE_HOME or ~/.cache; whether it is the directory or file it\n"
+       "should be, or can be created), whether a file can be written there (a real write and\n"
+       "fsync: a read-only or full file system fails it, for root too), the free space, the\n"
+       "files the key keeps beside it (compiler-versions, header-digests and its manifests,\n"
+       "claims, stats: each the kind of file it should be and, unless --shared-cache, yours and\n"
+       "writable by no one else; leftover header-digests.tmp-* are noted), then whether it\n"
+       "opens, reads, and stores an entry (one probe entry, put, read back and removed; a\n"
+       "Redis tier that is down fails here). Prints one line per check (\"ok\" or \"PROBLEM\",\n"
+       "what, and what to do), then what `cucore run` would do with this cache (it always runs\n"
+       "the program). A malformed SPEC is reported, not a usage error. --json: {\"spec\",\n"
+       "\"source\", \"path\", \"remote\" (with a Redis tier), \"description\" (when it\n"
+       "opens), \"backend\", \"ok\", \"free_bytes\", \"checks\": [{\"check\", \"ok\",\n"
+       "\"message\"}], \"cucore_run\"}.",
+       "Exit status: 0 no problem found; 1 a problem found; 2 bad command line.",
+       {cache_dir_option, shared_cache_option, json_option},
+       0,
+       check_unreachable},
       {"config",
        "config [KEY [VALUE] | --unset KEY] [--cache DIR]",
        "show or change the directory cache's persistent settings",
@@ -815,6 +841,20 @@ int run(const arguments& args) {
     }
     return config(args);
   }
+  if (sub->name == "check") {
+    // Before the cache is opened or its spec parsed: reporting those failures is its job.
+    if (positionals.size() > 1) {
+      throw usage_error("cache check takes no arguments, but got \"" + positionals[1] + "\"");
+    }
+    for (const auto& option : options) {
+      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
+                                     [&](const option_spec& o) { return o.name == option.name; });
+      if (!takes && args.has(option.name)) {
+        throw usage_error(who + " takes no " + std::string(option.name));
+      }
+    }
+    return cache_check(args);
+  }
   if (positionals.size() < 1 + sub->operands) throw usage_error(who + " needs a KEYHEX");
   if (positionals.size() > 1 + sub->operands) {
     throw usage_error(
@@ -852,7 +892,7 @@ const command cache_command{
     "cache",
     "cache SUBCOMMAND [options]",
     "look into and maintain the program cache: stats, ls, show, export, verify, trim, clear, "
-    "config",
+    "check, config",
     "",  // help() writes the usage, from the subcommand table
     options,
     run,
