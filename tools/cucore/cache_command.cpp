@@ -731,9 +731,9 @@ const std::vector<subcommand>& subcommands() {
        "Redis tier that is down fails here). Prints one line per check (\"ok\" or \"PROBLEM\",\n"
        "what, and what to do), then what `cucore run` would do with this cache (it always runs\n"
        "the program). A malformed SPEC is reported, not a usage error. --json: {\"spec\",\n"
-       "\"source\", \"path\", \"remote\" (with a Redis tier), \"description\" (when it\n"
-       "opens), \"backend\", \"ok\", \"free_bytes\", \"checks\": [{\"check\", \"ok\",\n"
-       "\"message\"}], \"cucore_run\"}.",
+       "\"source\", \"path\", \"remote\" (with a Redis tier), \"description\" (when it opens),\n"
+       "\"backend\", \"ok\", \"free_bytes\", \"checks\": [{\"check\", \"ok\", \"message\"}],\n"
+       "\"cucore_run\"}.",
        "Exit status: 0 no problem found; 1 a problem found; 2 bad command line.",
        {cache_dir_option, shared_cache_option, json_option},
        0,
@@ -805,7 +805,8 @@ constexpr std::string_view exit_status_default =
 std::string subcommand_usage(const subcommand& s) {
   const std::string_view exit_status = s.exit_status.empty() ? exit_status_default : s.exit_status;
   return "Usage: cucore cache " + std::string(s.synopsis) + "\n\n" + std::string(s.description) +
-         "\n\n" CUCORE_CLI_CACHE_SPEC_HELP " Not memory or none here.\n\n" +
+         "\n\n" CUCORE_CLI_CACHE_SPEC_HELP +
+         std::string(s.name == "check" ? "" : " Not memory or none here.") + "\n\n" +
          std::string(exit_status) + "\n\nOptions:\n" + options_help(s.options);
 }
 
