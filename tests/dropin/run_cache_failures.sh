@@ -100,6 +100,11 @@ before='rm -rf "$work"/bad.db*; head -c 8192 /dev/urandom >"$work/bad.db"'
 run_case "a damaged sqlite file" "sqlite\|SQLite\|database" env -- --cache "sqlite:$work/bad.db"
 check_case "a damaged sqlite file" "open" env -- --cache "sqlite:$work/bad.db"
 before=:
+# 5b. A cache the trust rules refuse (world-writable: anyone could plant code in it).
+mkdir -p "$work/world"
+chmod 777 "$work/world"
+run_case "a world-writable cache" "world-writable" env -- --cache "$work/world"
+check_case "a world-writable cache" "world-writable" env -- --cache "$work/world"
 # 6. A malformed $CUCORE_REMOTE_CACHE (the environment's, not this command line's).
 run_case "a malformed \$CUCORE_REMOTE_CACHE" "CUCORE_REMOTE_CACHE" env "HOME=$work/home2" \
   "CUCORE_REMOTE_CACHE=redis:/nohost" --
@@ -132,6 +137,36 @@ if [ ${#as_user[@]} -gt 0 ]; then
   check_case "an unwritable cache" "writable" "${as_user[@]}" -- --cache "$work/ro"
 else
   echo "skipped: an unwritable cache (running as root without setpriv or a user nobody)"
+fi
+# 8b. A full file system and a read-only one (honest for root too): each run in a mount namespace
+# of its own, over a small tmpfs made full (or read-only) before the command starts.
+mkdir -p "$work/mnt"
+cat >"$work/fs.sh" <<'SCRIPT'
+#!/bin/bash
+# fs.sh MOUNTPOINT full|ro COMMAND...: MOUNTPOINT/cache on a 256 KiB tmpfs, full or read-only.
+mnt=$1 how=$2
+shift 2
+mount -t tmpfs -o size=256k tmpfs "$mnt" || exit 99
+mkdir "$mnt/cache"
+if [ "$how" = full ]; then
+  dd if=/dev/zero of="$mnt/fill" bs=4k 2>/dev/null
+else
+  mount -o remount,ro "$mnt" || exit 99
+fi
+exec "$@"
+SCRIPT
+chmod +x "$work/fs.sh"
+if [ "$(id -u)" -eq 0 ] && unshare -m "$work/fs.sh" "$work/mnt" full true 2>/dev/null; then
+  run_case "a full file system" "No space left" unshare -m "$work/fs.sh" "$work/mnt" full -- \
+    --cache "$work/mnt/cache"
+  check_case "a full file system" "No space left" unshare -m "$work/fs.sh" "$work/mnt" full -- \
+    --cache "$work/mnt/cache"
+  run_case "a read-only file system" "Read-only file system" unshare -m "$work/fs.sh" "$work/mnt" ro \
+    -- --cache "$work/mnt/cache"
+  check_case "a read-only file system" "Read-only file system" unshare -m "$work/fs.sh" "$work/mnt" \
+    ro -- --cache "$work/mnt/cache"
+else
+  echo "skipped: a full and a read-only file system (need root and unshare -m to mount a tmpfs)"
 fi
 # 9. A typo on cucore run's own command line is the one usage error: the program does not start.
 "$cucore" run --cache "bogus://x" -- touch "$work/started" 2>"$work/err"
