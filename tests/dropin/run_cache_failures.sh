@@ -171,6 +171,11 @@ fi
 # 9. A typo on cucore run's own command line is the one usage error: the program does not start.
 "$cucore" run --cache "bogus://x" -- touch "$work/started" 2>"$work/err"
 expect "$?|$([ -e "$work/started" ] && echo started)" "2|" "a malformed --cache: usage error, program not started"
+# 9b. A key-side file of the wrong kind (a FIFO for the digest memo): cache check names it, and
+# looks at it without opening it (a FIFO would block an open).
+mkdir -p "$work/fifo"
+mkfifo "$work/fifo/header-digests"
+check_case "a FIFO for header-digests" "header-digests is a FIFO" timeout 60 -- --cache "$work/fifo"
 # 10. A good cache: cache check finds nothing, and its JSON says so.
 "$cucore" cache check --cache "$work/good" >"$work/check"
 expect "$?" 0 "cache check, a good cache: exit status"
