@@ -481,11 +481,27 @@ TEST(OptionEffects, EveryRemainingFlagIsAcceptedByNvrtc) {
   };
   for (auto& [name, mutate] : cases) {
     SCOPED_TRACE(name);
-    code_type target = std::string(name) == "gen_opt_lto" ? code_type::ltoir : code_type::ptx;
+    // Both make LTO-IR and no PTX (an empty PTX is an error: TargetNvrtcDidNotProduce...).
+    const bool lto =
+        std::string(name) == "gen_opt_lto" || std::string(name) == "link_time_optimization";
+    code_type target = lto ? code_type::ltoir : code_type::ptx;
     EXPECT_NO_THROW(build(kSaxpy, target, mutate));
   }
   // ... and a flag with an invalid value is refused by NVRTC, proving values get through.
   EXPECT_THROW(build(kSaxpy, code_type::ptx, [](auto& o) { o.std = "c++03x"; }), compile_error);
+}
+
+// A target NVRTC did not produce (it reports success with a 0-byte PTX) is an error naming the
+// option that caused it, never an empty object (which a cache would keep).
+TEST(OptionEffects, TargetNvrtcDidNotProduceIsAnErrorNamingTheOption) {
+  try {
+    (void)build(kSaxpy, code_type::ptx, [](auto& o) { o.link_time_optimization = true; });
+    ADD_FAILURE() << "an empty PTX was returned";
+  } catch (const compile_error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(contains(what, "\"--dlink-time-opt\" compiled to LTO-IR only")) << what;
+    EXPECT_TRUE(contains(what, "request the ltoir target")) << what;
+  }
 }
 
 TEST(OptionEffects, FdeviceSyntaxOnlyEmitsNoCode) {
