@@ -329,10 +329,18 @@ object_code program::compile_nvrtc(code_type target,
                   "nvrtcGetLoweredName");
       symbols.emplace(expr, lowered);
     }
-    auto bytes = nvrtc_output(api, prog.get(), target);
-    // A success with no bytes of the target is no result (-tile-only with a PTX target): an
-    // error naming the cause, never an empty object for the cache to keep. Asked for no code
-    // (--fdevice-syntax-only), it is what was asked.
+    // A success with no bytes of the target is no result (-tile-only: an empty PTX, and the
+    // cubin and LTO-IR getters fail): an error naming the option that caused it, never an empty
+    // object for the cache to keep. Asked for no code (--fdevice-syntax-only), it is what was
+    // asked.
+    std::vector<std::byte> bytes;
+    try {
+      bytes = nvrtc_output(api, prog.get(), target);
+    } catch (const error&) {
+      const std::string cause = detail::empty_output_cause(flags, to_string(target));
+      if (cause.empty()) throw;
+      throw compile_error("NVRTC", cause, log_);
+    }
     if (bytes.empty() && !options.fdevice_syntax_only.value_or(false)) {
       std::string cause = detail::empty_output_cause(flags, to_string(target));
       if (cause.empty()) {

@@ -504,6 +504,26 @@ TEST(OptionEffects, TargetNvrtcDidNotProduceIsAnErrorNamingTheOption) {
   }
 }
 
+// NVRTC 13.1+ (13.0 refuses the option): -tile-only compiles Tile code only and reports success
+// with an empty PTX (its cubin and LTO-IR getters fail). Run it with CUDA_HOME naming a newer NVRTC
+// (the nvidia-cuda-nvrtc 13.5 wheel's nvidia/cu13).
+TEST(OptionEffects, TileOnlyIsAnErrorNamingIt) {
+  if (toolkit::nvrtc_version() < version{13, 1})
+    GTEST_SKIP() << "NVRTC before 13.1 has no Tile code";
+  for (const auto target : {code_type::ptx, code_type::cubin}) {
+    SCOPED_TRACE(std::string(to_string(target)));
+    try {
+      (void)build(kSaxpy, target, [](auto& o) {
+        o.arch = "sm_100";
+        o.extra_nvrtc_options = {"-tile-only"};
+      });
+      ADD_FAILURE() << "an empty output was returned";
+    } catch (const compile_error& e) {
+      EXPECT_TRUE(contains(e.what(), "\"-tile-only\" compiled only Tile code")) << e.what();
+    }
+  }
+}
+
 TEST(OptionEffects, FdeviceSyntaxOnlyEmitsNoCode) {
   auto out = build(kSaxpy, code_type::ptx, [](auto& o) { o.fdevice_syntax_only = true; });
   EXPECT_FALSE(contains(out.text(), ".entry saxpy"));
