@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace cucore::detail {
 namespace {
@@ -121,11 +122,31 @@ bool spells(const nvrtc_option& o, std::string_view name) {
   return false;
 }
 
+// Every spelling, sorted, for a binary search (the drop-in parses options on every compile).
+const std::vector<std::pair<std::string_view, const nvrtc_option*>>& spellings() {
+  static const auto sorted = [] {
+    std::vector<std::pair<std::string_view, const nvrtc_option*>> out;
+    for (const auto& o : kTable) {
+      std::string_view names = o.names;
+      while (!names.empty()) {
+        const auto space = names.find(' ');
+        out.emplace_back(names.substr(0, space), &o);
+        if (space == std::string_view::npos) break;
+        names.remove_prefix(space + 1);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }();
+  return sorted;
+}
+
 const nvrtc_option* by_name(std::string_view name) {
-  for (const auto& o : kTable) {
-    if (spells(o, name)) return &o;
-  }
-  return nullptr;
+  const auto& all = spellings();
+  const auto it =
+      std::lower_bound(all.begin(), all.end(), name,
+                       [](const auto& entry, std::string_view n) { return entry.first < n; });
+  return it != all.end() && it->first == name ? it->second : nullptr;
 }
 
 // An element as a message quotes it: printable ASCII as is, at most 80 characters.
