@@ -3,7 +3,6 @@
 #include "program/nvrtc_option_table.hpp"
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <string_view>
 
