@@ -7,6 +7,7 @@
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
 #include "program/extra_nvrtc_options.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -295,6 +296,13 @@ void check_nvrtc_gates(const program_cache_key_inputs& in) {
         ": they pass options to a tool inside NVRTC (its front end or optimizer), which can make "
         "it read and write files a cache key cannot see (an extra_digest does not change that). "
         "Compile without the cache, or leave them out.");
+  }
+  // Every other option must be one the table knows, with no effect a hit would skip.
+  if (const std::string why = detail::nvrtc_options_uncacheable(o.extra_nvrtc_options);
+      !why.empty()) {
+    throw invalid_argument("no program cache key for c++ with extra_nvrtc_options " + why +
+                           " (an extra_digest does not change that). Compile without the cache, "
+                           "or leave it out.");
   }
 
   // Headers, -I, -include and the program name's directory are tracked (include_tracking.hpp);

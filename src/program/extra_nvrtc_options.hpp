@@ -1,5 +1,6 @@
 // program_options::extra_nvrtc_options: the raw NVRTC options cucore passes, and the ones among
-// them that no cache key can cover. compiler_flags() refuses the rest (options.cpp).
+// them that no cache key can cover. compiler_flags() refuses the rest (options.cpp); the table of
+// NVRTC's options (nvrtc_option_table.hpp) says what the cache does with each of the others.
 #pragma once
 
 #include <string>

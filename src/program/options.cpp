@@ -10,6 +10,7 @@
 #include "cucore/error.hpp"
 #include "cucore/toolkit.hpp"
 #include "program/extra_nvrtc_options.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 namespace cucore {
 namespace {
@@ -228,14 +229,6 @@ void check_headers(const std::vector<include_header>& headers) {
 // ---------------------------------------------------------------------------------------------
 // extra_nvrtc_options
 
-// An NVRTC option a field covers: refused in extra_nvrtc_options, naming the field to set instead.
-struct covered_option {
-  std::string_view name;   // as option_name() spells it: no leading dashes, '_' as '-'
-  std::string_view field;  // the program_options field
-  std::string_view cli;    // the cucore command line's option for that field
-  std::string_view why;    // why the field and not the raw option
-};
-
 constexpr std::string_view kOneSpelling =
     "so that each setting has one spelling in the flags and the cache key";
 constexpr std::string_view kTracksHeaders =
@@ -244,109 +237,14 @@ constexpr std::string_view kFilesGated =
     "so that the cache key sees the files it makes NVRTC read or write (and refuses a key, or "
     "compiles without the cache, where it cannot cover them)";
 
-// Every spelling NVRTC 13.0 accepts for an option a field covers (the documented long and short
-// names, and the undocumented aliases its option parser knows), found by passing each name in
-// libnvrtc's option table to nvrtcCompileProgram. -D, -U and -I also take any text attached.
-constexpr std::array kCoveredOptions = std::to_array<covered_option>({
-    {"gpu-architecture", "arch", "--arch", kOneSpelling},
-    {"arch", "arch", "--arch", kOneSpelling},
-    {"relocatable-device-code", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"rdc", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"device-c", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"dc", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"device-w", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"dw", "relocatable_device_code", "--rdc", kOneSpelling},
-    {"extensible-whole-program", "extensible_whole_program", "--extensible-whole-program",
-     kOneSpelling},
-    {"ewp", "extensible_whole_program", "--extensible-whole-program", kOneSpelling},
-    {"device-debug", "debug", "-G", kOneSpelling},
-    {"G", "debug", "-G", kOneSpelling},
-    {"generate-line-info", "lineinfo", "--lineinfo", kOneSpelling},
-    {"lineinfo", "lineinfo", "--lineinfo", kOneSpelling},
-    {"dopt", "device_code_optimize", "--dopt", kOneSpelling},
-    {"Ofast-compile", "ofast_compile", "--Ofast-compile", kOneSpelling},
-    {"Ofc", "ofast_compile", "--Ofast-compile", kOneSpelling},
-    {"ptxas-options", "ptxas_options", "--ptxas-options", kOneSpelling},
-    {"Xptxas", "ptxas_options", "--ptxas-options", kOneSpelling},
-    {"maxrregcount", "max_register_count", "--maxrregcount", kOneSpelling},
-    {"ftz", "ftz", "--ftz", kOneSpelling},
-    {"prec-sqrt", "prec_sqrt", "--prec-sqrt", kOneSpelling},
-    {"prec-div", "prec_div", "--prec-div", kOneSpelling},
-    {"fmad", "fma", "--fmad", kOneSpelling},
-    {"use-fast-math", "use_fast_math", "--use-fast-math", kOneSpelling},
-    {"extra-device-vectorization", "extra_device_vectorization", "--extra-device-vectorization",
-     kOneSpelling},
-    {"dlink-time-opt", "link_time_optimization", "--dlink-time-opt (or the ltoir target)",
-     kOneSpelling},
-    {"dlto", "link_time_optimization", "--dlink-time-opt (or the ltoir target)", kOneSpelling},
-    {"gen-opt-lto", "gen_opt_lto", "--gen-opt-lto", kOneSpelling},
-    {"no-cache", "no_cache", "--no-compiler-cache", kOneSpelling},
-    {"frandom-seed", "frandom_seed", "--frandom-seed", kOneSpelling},
-    {"define-macro", "define_macro", "-D", kOneSpelling},
-    {"undefine-macro", "undefine_macro", "-U", kOneSpelling},
-    {"include-path", "include_path", "-I", kTracksHeaders},
-    {"pre-include", "pre_include", "--pre-include", kTracksHeaders},
-    {"preinclude", "pre_include", "--pre-include", kTracksHeaders},
-    {"include", "pre_include", "--pre-include", kTracksHeaders},
-    {"no-source-include", "no_source_include", "--no-source-include", kTracksHeaders},
-    {"std", "std", "--std", kOneSpelling},
-    {"builtin-move-forward", "builtin_move_forward", "--builtin-move-forward", kOneSpelling},
-    {"builtin-initializer-list", "builtin_initializer_list", "--builtin-initializer-list",
-     kOneSpelling},
-    {"pch", "pch", "--pch", kFilesGated},
-    {"create-pch", "create_pch", "--create-pch", kFilesGated},
-    {"use-pch", "use_pch", "--use-pch", kFilesGated},
-    {"pch-dir", "pch_dir", "--pch-dir", kFilesGated},
-    {"pch-verbose", "pch_verbose", "--pch-verbose", kOneSpelling},
-    {"no-pch-verbose", "pch_verbose", "--pch-verbose", kOneSpelling},
-    {"pch-messages", "pch_messages", "--pch-messages", kOneSpelling},
-    {"no-pch-messages", "pch_messages", "--pch-messages", kOneSpelling},
-    {"instantiate-templates-in-pch", "instantiate_templates_in_pch",
-     "--instantiate-templates-in-pch", kOneSpelling},
-    {"no-instantiate-templates-in-pch", "instantiate_templates_in_pch",
-     "--instantiate-templates-in-pch", kOneSpelling},
-    {"disable-warnings", "disable_warnings", "--disable-warnings", kOneSpelling},
-    {"w", "disable_warnings", "--disable-warnings", kOneSpelling},
-    {"restrict", "restrict", "--restrict", kOneSpelling},
-    {"device-as-default-execution-space", "device_as_default_execution_space", "--default-device",
-     kOneSpelling},
-    {"default-device", "device_as_default_execution_space", "--default-device", kOneSpelling},
-    {"device-int128", "device_int128", "--device-int128", kOneSpelling},
-    {"no-device-int128", "device_int128", "--device-int128", kOneSpelling},
-    {"device-float128", "device_float128", "--device-float128", kOneSpelling},
-    {"no-device-float128", "device_float128", "--device-float128", kOneSpelling},
-    {"optimization-info", "optimization_info", "--optimization-info", kOneSpelling},
-    {"opt-info", "optimization_info", "--optimization-info", kOneSpelling},
-    {"no-display-error-number", "no_display_error_number", "--no-display-error-number",
-     kOneSpelling},
-    {"no-err-no", "no_display_error_number", "--no-display-error-number", kOneSpelling},
-    {"diag-error", "diag_error", "--diag-error", kOneSpelling},
-    {"diag-suppress", "diag_suppress", "--diag-suppress", kOneSpelling},
-    {"diag-warn", "diag_warn", "--diag-warn", kOneSpelling},
-    {"brief-diagnostics", "brief_diagnostics", "--brief-diagnostics", kOneSpelling},
-    {"brief-diag", "brief_diagnostics", "--brief-diagnostics", kOneSpelling},
-    {"time", "time", "--time", kFilesGated},
-    {"split-compile", "split_compile", "--split-compile", kOneSpelling},
-    {"fdevice-syntax-only", "fdevice_syntax_only", "--fdevice-syntax-only", kOneSpelling},
-    {"device-syntax-only", "fdevice_syntax_only", "--fdevice-syntax-only", kOneSpelling},
-    {"minimal", "minimal", "--minimal", kOneSpelling},
-    {"fdevice-time-trace", "fdevice_time_trace", "--fdevice-time-trace", kFilesGated},
-    {"device-time-trace", "fdevice_time_trace", "--fdevice-time-trace", kFilesGated},
-    {"numba-debug", "numba_debug", "--numba-debug", kOneSpelling},
-});
-
-// Options that make NVRTC emit something other than the target asked for.
-constexpr std::array<std::string_view, 2> kOtherOutputs = {"optix-ir", "emit-optix-ir"};
-
-// The name of the option an element spells: without its leading dashes (one or two: NVRTC takes
-// both for most options), cut at '=', with '_' as '-' (NVRTC spells some names both ways). "" for
-// an element that is not an option (the value of the element before it).
-std::string option_name(std::string_view element) {
-  if (!element.starts_with('-')) return {};
-  element.remove_prefix(element.starts_with("--") ? 2 : 1);
-  std::string name(element.substr(0, element.find('=')));
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
+// Why an option a field covers is given through the field, for the refusal's message.
+std::string_view why_the_field(const detail::nvrtc_option& o) {
+  if (o.field == "include_path" || o.field == "pre_include" || o.field == "no_source_include") {
+    return kTracksHeaders;
+  }
+  using enum detail::nvrtc_option_use;
+  if (o.use == side_effect || o.use == unseen_input) return kFilesGated;
+  return kOneSpelling;
 }
 
 // -Xcudafe, -Xnvvm and any other -X option but -Xptxas (a field): options for a tool inside NVRTC.
@@ -393,32 +291,23 @@ void check_extra_nvrtc_options(const std::vector<std::string>& options) {
       value_next = false;
       continue;
     }
-    const std::string name = option_name(element);
+    const std::string name = detail::nvrtc_option_name(element);
     if (name.empty()) continue;  // the value of the option before it ("-jtd", "50")
     if (is_tool_passthrough(name)) {
       value_next = element.find('=') == std::string::npos;
       continue;
     }
-    const covered_option* covered = nullptr;
-    for (const auto& c : kCoveredOptions) {
-      if (c.name == name) covered = &c;
-    }
-    // -D, -U and -I take their value attached ("-DX=1", "-I/dir", "-I /dir").
-    static constexpr std::array<covered_option, 3> kAttached = {{
-        {"D", "define_macro", "-D", kOneSpelling},
-        {"U", "undefine_macro", "-U", kOneSpelling},
-        {"I", "include_path", "-I", kTracksHeaders},
-    }};
-    for (const auto& c : kAttached) {
-      if (covered == nullptr && name.starts_with(c.name)) covered = &c;
-    }
-    if (covered != nullptr) {
+    // The table (program/nvrtc_option_table.cpp) names the field that covers an option; an
+    // option it does not know goes to NVRTC as given (and bypasses the cache: key.cpp).
+    const detail::nvrtc_option* known = detail::find_nvrtc_option(element);
+    if (known == nullptr) continue;
+    if (!known->field.empty()) {
       throw invalid_argument(which + quoted(element) + " is NVRTC's option for program_options::" +
-                             std::string(covered->field) + ": set " + std::string(covered->field) +
-                             " instead (on the cucore command line: " + std::string(covered->cli) +
-                             "), " + std::string(covered->why));
+                             std::string(known->field) + ": set " + std::string(known->field) +
+                             " instead (on the cucore command line: " + std::string(known->cli) +
+                             "), " + std::string(why_the_field(*known)));
     }
-    if (std::find(kOtherOutputs.begin(), kOtherOutputs.end(), name) != kOtherOutputs.end()) {
+    if (known->use == detail::nvrtc_option_use::other_output) {
       throw invalid_argument(which + quoted(element) +
                              " makes NVRTC emit OptiX IR, which is not a target cucore compiles "
                              "to (ptx, cubin, ltoir): leave it out");
@@ -692,7 +581,8 @@ std::vector<std::string> tool_passthrough_options(const std::vector<std::string>
       value_next = false;
       continue;
     }
-    if (const std::string name = option_name(element); !name.empty() && is_tool_passthrough(name)) {
+    if (const std::string name = detail::nvrtc_option_name(element);
+        !name.empty() && is_tool_passthrough(name)) {
       out.push_back(element);
       value_next = element.find('=') == std::string::npos;
     }

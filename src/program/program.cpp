@@ -17,6 +17,7 @@
 #include "cucore/toolkit.hpp"
 #include "program/auto_pch.hpp"
 #include "program/compiler_handles.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 namespace cucore {
 namespace {
@@ -328,8 +329,27 @@ object_code program::compile_nvrtc(code_type target,
                   "nvrtcGetLoweredName");
       symbols.emplace(expr, lowered);
     }
-    return object_code(target, nvrtc_output(api, prog.get(), target), options.name,
-                       std::move(symbols));
+    // A success with no bytes of the target is no result (-tile-only: an empty PTX, and the
+    // cubin and LTO-IR getters fail): an error naming the option that caused it, never an empty
+    // object for the cache to keep. Asked for no code (--fdevice-syntax-only), it is what was
+    // asked.
+    std::vector<std::byte> bytes;
+    try {
+      bytes = nvrtc_output(api, prog.get(), target);
+    } catch (const error&) {
+      const std::string cause = detail::empty_output_cause(flags, to_string(target));
+      if (cause.empty()) throw;
+      throw compile_error("NVRTC", cause, log_);
+    }
+    if (bytes.empty() && !options.fdevice_syntax_only.value_or(false)) {
+      std::string cause = detail::empty_output_cause(flags, to_string(target));
+      if (cause.empty()) {
+        cause = "NVRTC reported success but produced no " + std::string(to_string(target)) +
+                " for these options";
+      }
+      throw compile_error("NVRTC", cause, log_);
+    }
+    return object_code(target, std::move(bytes), options.name, std::move(symbols));
   }
 }
 

@@ -38,6 +38,10 @@ harness_run "first process" cases "$cache" CUCORE_LOG=info
 cacheable=$(sed -n 's/^cacheable cases: //p' "$work/out")
 expect "$(count 'info: miss ')" $((cacheable - 1)) "first process: misses"
 expect "$(count 'info: hit ')" $((cacheable + 1)) "first process: hits"
+# An option not in the table of NVRTC's options bypasses, with the reason, on every compile.
+# (the harness compiles each case twice: through the drop-in and again for its hit).
+expect "$(count 'bypass harness.cu: option "--no-such-option" is not an NVRTC option cucore knows')" \
+  2 "first process: the unknown option's bypasses"
 # 2. A second process over the same cache: every cacheable compile hits.
 harness_run "second process" cases "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 0 "second process: misses"

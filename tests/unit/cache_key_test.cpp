@@ -1088,6 +1088,40 @@ TEST(MakeProgramCacheKey, ExtraNvrtcOptionsForToolsInsideNvrtcAreRefusedEvenWith
   }
 }
 
+// The table of NVRTC's options decides, not an option's name: one it does not know, one with a side
+// effect, and --use-bundled-headers (NVRTC installs headers into DIR and reads them there; the key
+// does not walk DIR) refuse the key, whatever the extra_digest; a known one is keyed.
+TEST(MakeProgramCacheKey, ExtraNvrtcOptionsOutsideTheTableAreRefused) {
+  for (const auto& [extra, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--no-lineinfo-inlined-at"}, "is not an NVRTC option cucore knows"},
+           {{"-jtd=50", "--frobnicate=a/b"}, "is not an NVRTC option cucore knows"},
+           {{"--use-bundled-headers=bh"}, "install its bundled headers"},
+           {{"--use_bundled_headers", "bh"}, "install its bundled headers"},
+           {{"-isystem=/usr/include"}, "is not an NVRTC option cucore knows"}}) {
+    for (bool digest : {false, true}) {
+      SCOPED_TRACE(extra.front() + (digest ? " with a digest" : ""));
+      auto in = base();
+      in.options.extra_nvrtc_options = extra;
+      if (digest) in.extra_digest = "fingerprint";
+      try {
+        (void)key(in);
+        ADD_FAILURE() << "keyed";
+      } catch (const extra_digest_required& e) {
+        ADD_FAILURE() << "an extra_digest does not say what the option does: " << e.what();
+      } catch (const invalid_argument& e) {
+        const std::string msg = e.what();
+        EXPECT_TRUE(contains(msg, "extra_nvrtc_options \"")) << msg;
+        EXPECT_TRUE(contains(msg, why)) << msg;
+        EXPECT_TRUE(contains(msg, "without the cache")) << msg;
+      }
+    }
+  }
+  auto in = base();
+  in.options.extra_nvrtc_options = {"--jump-table-density", "50", "--device-stack-protector=true",
+                                    "-err-no", "-tile-only"};
+  EXPECT_NO_THROW((void)key(in));
+}
+
 TEST(MakeProgramCacheKey, PrecompiledHeadersNeedExtraDigest) {
   for (auto [name, set] :
        std::vector<std::pair<std::string, std::function<void(program_options&)>>>{

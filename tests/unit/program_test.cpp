@@ -481,11 +481,47 @@ TEST(OptionEffects, EveryRemainingFlagIsAcceptedByNvrtc) {
   };
   for (auto& [name, mutate] : cases) {
     SCOPED_TRACE(name);
-    code_type target = std::string(name) == "gen_opt_lto" ? code_type::ltoir : code_type::ptx;
+    // Both make LTO-IR and no PTX (an empty PTX is an error: TargetNvrtcDidNotProduce...).
+    const bool lto =
+        std::string(name) == "gen_opt_lto" || std::string(name) == "link_time_optimization";
+    code_type target = lto ? code_type::ltoir : code_type::ptx;
     EXPECT_NO_THROW(build(kSaxpy, target, mutate));
   }
   // ... and a flag with an invalid value is refused by NVRTC, proving values get through.
   EXPECT_THROW(build(kSaxpy, code_type::ptx, [](auto& o) { o.std = "c++03x"; }), compile_error);
+}
+
+// A target NVRTC did not produce (it reports success with a 0-byte PTX) is an error naming the
+// option that caused it, never an empty object (which a cache would keep).
+TEST(OptionEffects, TargetNvrtcDidNotProduceIsAnErrorNamingTheOption) {
+  try {
+    (void)build(kSaxpy, code_type::ptx, [](auto& o) { o.link_time_optimization = true; });
+    ADD_FAILURE() << "an empty PTX was returned";
+  } catch (const compile_error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(contains(what, "\"--dlink-time-opt\" compiled to LTO-IR only")) << what;
+    EXPECT_TRUE(contains(what, "request the ltoir target")) << what;
+  }
+}
+
+// NVRTC 13.1+ (13.0 refuses the option): -tile-only compiles Tile code only and reports success
+// with an empty PTX (its cubin and LTO-IR getters fail). Run it with CUDA_HOME naming a newer NVRTC
+// (the nvidia-cuda-nvrtc 13.5 wheel's nvidia/cu13).
+TEST(OptionEffects, TileOnlyIsAnErrorNamingIt) {
+  if (toolkit::nvrtc_version() < version{13, 1})
+    GTEST_SKIP() << "NVRTC before 13.1 has no Tile code";
+  for (const auto target : {code_type::ptx, code_type::cubin}) {
+    SCOPED_TRACE(std::string(to_string(target)));
+    try {
+      (void)build(kSaxpy, target, [](auto& o) {
+        o.arch = "sm_100";
+        o.extra_nvrtc_options = {"-tile-only"};
+      });
+      ADD_FAILURE() << "an empty output was returned";
+    } catch (const compile_error& e) {
+      EXPECT_TRUE(contains(e.what(), "\"-tile-only\" compiled only Tile code")) << e.what();
+    }
+  }
 }
 
 TEST(OptionEffects, FdeviceSyntaxOnlyEmitsNoCode) {

@@ -208,7 +208,9 @@ struct program_cache_key_inputs {
 //   an empty options.name, a NUL byte in c++ or ptx code;
 // - c++: options with compile-time side effects (create_pch, time, fdevice_time_trace), even with
 //   an extra_digest: a cache hit would skip the side effect; likewise extra_nvrtc_options that
-//   pass options to a tool inside NVRTC (-Xcudafe, -Xnvvm), which may read or write any file;
+//   pass options to a tool inside NVRTC (-Xcudafe, -Xnvvm), which may read or write any file,
+//   that NVRTC's option table (docs/compilation.md) does not list, or --use-bundled-headers=DIR
+//   (NVRTC installs headers into DIR and reads them there);
 // - c++ without extra_digest: pch, use_pch, pch_dir (precompiled headers), and an #include whose
 //   macro-named header cannot be worked out (with an extra_digest it is accepted and listed as
 //   untracked_include);

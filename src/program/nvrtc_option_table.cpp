@@ -1,0 +1,274 @@
+#include "program/nvrtc_option_table.hpp"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace cucore::detail {
+namespace {
+
+using enum nvrtc_option_use;
+constexpr bool V = true;   // takes a value
+constexpr bool N = false;  // takes none
+
+// NVRTC 12.x / 13.x "Supported Compile Options" (the NVRTC User Guide), plus the undocumented
+// aliases NVRTC 13.0's option parser takes for them (found by passing each name in libnvrtc's
+// option table to nvrtcCompileProgram). Versions where an option is newer are noted.
+constexpr auto kTable = std::to_array<nvrtc_option>({
+    // Targets.
+    {"gpu-architecture arch", "arch", V, keyed, "arch", "--arch"},
+    // Separate compilation and whole-program compilation.
+    {"relocatable-device-code rdc", "rdc", V, keyed, "relocatable_device_code", "--rdc"},
+    {"device-c dc", "dc", N, keyed, "relocatable_device_code", "--rdc"},
+    {"device-w dw", "dw", N, keyed, "relocatable_device_code", "--rdc"},
+    {"extensible-whole-program ewp", "ewp", N, keyed, "extensible_whole_program",
+     "--extensible-whole-program"},
+    // Debugging.
+    {"device-debug G", "G", N, keyed, "debug", "-G"},
+    {"generate-line-info lineinfo", "lineinfo", N, keyed, "lineinfo", "--lineinfo"},
+    // Code generation.
+    {"dopt", "dopt", V, keyed, "device_code_optimize", "--dopt"},
+    {"Ofast-compile Ofc", "Ofast-compile", V, keyed, "ofast_compile", "--Ofast-compile"},
+    {"ptxas-options Xptxas", "Xptxas", V, keyed, "ptxas_options", "--ptxas-options"},
+    {"maxrregcount", "maxrregcount", V, keyed, "max_register_count", "--maxrregcount"},
+    {"ftz", "ftz", V, keyed, "ftz", "--ftz"},
+    {"prec-sqrt", "prec-sqrt", V, keyed, "prec_sqrt", "--prec-sqrt"},
+    {"prec-div", "prec-div", V, keyed, "prec_div", "--prec-div"},
+    {"fmad", "fmad", V, keyed, "fma", "--fmad"},
+    {"use-fast-math", "use-fast-math", N, keyed, "use_fast_math", "--use-fast-math"},
+    {"extra-device-vectorization", "extra-device-vectorization", N, keyed,
+     "extra_device_vectorization", "--extra-device-vectorization"},
+    {"modify-stack-limit", "modify-stack-limit", V, keyed, "", ""},
+    {"dlink-time-opt dlto", "dlto", N, keyed, "link_time_optimization",
+     "--dlink-time-opt (or the ltoir target)"},
+    {"gen-opt-lto", "gen-opt-lto", N, keyed, "gen_opt_lto", "--gen-opt-lto"},
+    {"optix-ir emit-optix-ir", "optix-ir", N, other_output, "", ""},
+    {"jump-table-density jtd", "jtd", V, keyed, "", ""},
+    {"device-stack-protector", "device-stack-protector", V, keyed, "", ""},
+    {"no-cache", "no-cache", N, keyed, "no_cache", "--no-compiler-cache"},
+    {"frandom-seed", "frandom-seed", V, keyed, "frandom_seed", "--frandom-seed"},
+    {"split-compile", "split-compile", V, keyed, "split_compile", "--split-compile"},
+    // Tile code (13.1+): -enable-tile adds it, -tile-only compiles nothing else.
+    {"enable-tile", "enable-tile", N, tile, "", ""},
+    {"tile-only", "tile-only", N, tile, "", ""},
+    // Preprocessing.
+    {"define-macro D", "D", V, include_input, "define_macro", "-D"},
+    {"undefine-macro U", "U", V, include_input, "undefine_macro", "-U"},
+    {"include-path I", "I", V, include_input, "include_path", "-I"},
+    {"pre-include preinclude include", "include", V, include_input, "pre_include", "--pre-include"},
+    {"no-source-include", "no-source-include", N, include_input, "no_source_include",
+     "--no-source-include"},
+    // NVRTC 13.3+: installs its bundled headers into DIR unless DIR/.nvrtc_headers_version
+    // matches, then reads them as -I DIR -I DIR/cccl.
+    {"use-bundled-headers", "use-bundled-headers", V, toolkit_root, "", ""},
+    // Language dialect.
+    {"std", "std", V, keyed, "std", "--std"},
+    {"builtin-move-forward", "builtin-move-forward", V, keyed, "builtin_move_forward",
+     "--builtin-move-forward"},
+    {"builtin-initializer-list", "builtin-initializer-list", V, keyed, "builtin_initializer_list",
+     "--builtin-initializer-list"},
+    // Precompiled headers.
+    {"pch", "pch", N, unseen_input, "pch", "--pch"},
+    {"create-pch", "create-pch", V, side_effect, "create_pch", "--create-pch"},
+    {"use-pch", "use-pch", V, unseen_input, "use_pch", "--use-pch"},
+    {"pch-dir", "pch-dir", V, unseen_input, "pch_dir", "--pch-dir"},
+    {"pch-verbose", "pch-verbose", V, keyed, "pch_verbose", "--pch-verbose"},
+    {"no-pch-verbose", "no-pch-verbose", N, keyed, "pch_verbose", "--pch-verbose"},
+    {"pch-messages", "pch-messages", V, keyed, "pch_messages", "--pch-messages"},
+    {"no-pch-messages", "no-pch-messages", N, keyed, "pch_messages", "--pch-messages"},
+    {"instantiate-templates-in-pch", "instantiate-templates-in-pch", V, keyed,
+     "instantiate_templates_in_pch", "--instantiate-templates-in-pch"},
+    {"no-instantiate-templates-in-pch", "no-instantiate-templates-in-pch", N, keyed,
+     "instantiate_templates_in_pch", "--instantiate-templates-in-pch"},
+    // Miscellaneous.
+    {"disable-warnings w", "w", N, keyed, "disable_warnings", "--disable-warnings"},
+    {"restrict", "restrict", N, keyed, "restrict", "--restrict"},
+    {"device-as-default-execution-space default-device", "default-device", N, keyed,
+     "device_as_default_execution_space", "--default-device"},
+    {"device-int128", "device-int128", N, keyed, "device_int128", "--device-int128"},
+    {"no-device-int128", "no-device-int128", N, keyed, "device_int128", "--device-int128"},
+    {"device-float128", "device-float128", N, keyed, "device_float128", "--device-float128"},
+    {"no-device-float128", "no-device-float128", N, keyed, "device_float128", "--device-float128"},
+    {"optimization-info opt-info", "opt-info", V, keyed, "optimization_info",
+     "--optimization-info"},
+    {"display-error-number err-no", "err-no", N, keyed, "", ""},
+    {"no-display-error-number no-err-no", "no-err-no", N, keyed, "no_display_error_number",
+     "--no-display-error-number"},
+    {"diag-error", "diag-error", V, keyed, "diag_error", "--diag-error"},
+    {"diag-suppress", "diag-suppress", V, keyed, "diag_suppress", "--diag-suppress"},
+    {"diag-warn", "diag-warn", V, keyed, "diag_warn", "--diag-warn"},
+    {"brief-diagnostics brief-diag", "brief-diag", V, keyed, "brief_diagnostics",
+     "--brief-diagnostics"},
+    {"time", "time", V, side_effect, "time", "--time"},
+    {"fdevice-time-trace device-time-trace", "fdevice-time-trace", V, side_effect,
+     "fdevice_time_trace", "--fdevice-time-trace"},
+    {"fdevice-syntax-only device-syntax-only", "fdevice-syntax-only", N, keyed,
+     "fdevice_syntax_only", "--fdevice-syntax-only"},
+    {"minimal", "minimal", N, keyed, "minimal", "--minimal"},
+    {"numba-debug", "numba-debug", N, keyed, "numba_debug", "--numba-debug"},
+    // Options for tools inside NVRTC: its front end and its optimizer.
+    {"Xcudafe", "Xcudafe", V, tool_options, "", ""},
+    {"Xnvvm", "Xnvvm", V, tool_options, "", ""},
+});
+
+bool spells(const nvrtc_option& o, std::string_view name) {
+  std::string_view names = o.names;
+  while (!names.empty()) {
+    const auto space = names.find(' ');
+    if (names.substr(0, space) == name) return true;
+    if (space == std::string_view::npos) break;
+    names.remove_prefix(space + 1);
+  }
+  return false;
+}
+
+// Every spelling, sorted, for a binary search (the drop-in parses options on every compile).
+const std::vector<std::pair<std::string_view, const nvrtc_option*>>& spellings() {
+  static const auto sorted = [] {
+    std::vector<std::pair<std::string_view, const nvrtc_option*>> out;
+    for (const auto& o : kTable) {
+      std::string_view names = o.names;
+      while (!names.empty()) {
+        const auto space = names.find(' ');
+        out.emplace_back(names.substr(0, space), &o);
+        if (space == std::string_view::npos) break;
+        names.remove_prefix(space + 1);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }();
+  return sorted;
+}
+
+const nvrtc_option* by_name(std::string_view name) {
+  const auto& all = spellings();
+  const auto it =
+      std::lower_bound(all.begin(), all.end(), name,
+                       [](const auto& entry, std::string_view n) { return entry.first < n; });
+  return it != all.end() && it->first == name ? it->second : nullptr;
+}
+
+// An element as a message quotes it: printable ASCII as is, at most 80 characters.
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < text.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char digits[] = "0123456789abcdef";
+      out += "\\x";
+      out += digits[c >> 4];
+      out += digits[c & 0xF];
+    }
+  }
+  if (text.size() > 80) out += "...";
+  return out + "\"";
+}
+
+}  // namespace
+
+std::span<const nvrtc_option> nvrtc_options() {
+  return kTable;
+}
+
+std::string nvrtc_option_name(std::string_view element) {
+  if (!element.starts_with('-')) return {};
+  element.remove_prefix(element.starts_with("--") ? 2 : 1);
+  std::string name(element.substr(0, element.find('=')));
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+const nvrtc_option* find_nvrtc_option(std::string_view element) {
+  const std::string name = nvrtc_option_name(element);
+  if (name.empty()) return nullptr;
+  if (const auto* o = by_name(name)) return o;
+  // -DX=1, -UX, -I/dir: the short forms with their value attached (one dash).
+  if (!element.starts_with("--") && element.size() > 2 &&
+      (element[1] == 'D' || element[1] == 'U' || element[1] == 'I')) {
+    return by_name(std::string(1, element[1]));
+  }
+  return nullptr;
+}
+
+std::vector<parsed_nvrtc_option> parse_nvrtc_option_list(std::span<const std::string> options) {
+  std::vector<parsed_nvrtc_option> out;
+  for (std::size_t i = 0; i < options.size(); ++i) {
+    parsed_nvrtc_option p;
+    p.index = i;
+    p.element = options[i];
+    p.option = find_nvrtc_option(p.element);
+    if (p.option != nullptr) {
+      const std::string name = nvrtc_option_name(p.element);
+      const auto eq = p.element.find('=');
+      if (!spells(*p.option, name)) {  // -DX=1: the value is all after "-D"
+        p.has_value = true;
+        p.value = std::string(p.element.substr(2));
+      } else if (eq != std::string_view::npos) {
+        p.has_value = true;
+        p.value = std::string(p.element.substr(eq + 1));
+      } else if (p.option->takes_value && i + 1 < options.size() &&
+                 (p.option->names.starts_with('X') || !options[i + 1].starts_with('-'))) {
+        // -Xptxas, -Xcudafe and -Xnvvm take options as their values: "-Xnvvm -opt=0".
+        p.has_value = true;
+        p.separate_value = true;
+        p.value = options[++i];
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string nvrtc_options_uncacheable(std::span<const std::string> options) {
+  for (const auto& p : parse_nvrtc_option_list(options)) {
+    const std::string which = quoted(p.element);
+    if (p.option == nullptr) {
+      return which +
+             ": it is not an NVRTC option cucore knows (docs/compilation.md lists them): a cache "
+             "key "
+             "cannot tell what it makes NVRTC read, write or emit";
+    }
+    switch (p.option->use) {
+      case side_effect:
+        if (p.option->field.empty()) {
+          return which + ": it has an effect besides the compile's outputs, which a hit would skip";
+        }
+        break;  // its field's check refuses it
+      case toolkit_root:
+        return which +
+               ": it makes NVRTC install its bundled headers into that directory (unless its "
+               ".nvrtc_headers_version matches) and read them from there, which a cache key does "
+               "not walk: give the headers with -I instead";
+      case keyed:
+      case include_input:
+      case unseen_input:
+      case tool_options:  // tool_passthrough_options() names them with their values
+      case other_output:
+      case tile:
+        break;
+    }
+  }
+  return {};
+}
+
+std::string empty_output_cause(std::span<const std::string> flags, std::string_view target) {
+  for (const auto& p : parse_nvrtc_option_list(flags)) {
+    if (p.option != nullptr && nvrtc_option_name(p.element) == "tile-only") {
+      return quoted(p.element) + " compiled only Tile code, so NVRTC produced no " +
+             std::string(target) + ": request the Tile IR or drop " + std::string(p.element);
+    }
+  }
+  for (const auto& p : parse_nvrtc_option_list(flags)) {
+    if (p.option != nullptr && p.option->canonical == "dlto" && target != "ltoir") {
+      return quoted(p.element) + " compiled to LTO-IR only, so NVRTC produced no " +
+             std::string(target) +
+             ": request the ltoir target or drop it (program_options::link_time_optimization)";
+    }
+  }
+  return {};
+}
+
+}  // namespace cucore::detail
