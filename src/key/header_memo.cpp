@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <functional>
 #include <map>
 #include <utility>
 
 #include "cache/checksum.hpp"
+#include "key/key_files.hpp"
 
 namespace cucore::detail {
 
@@ -148,26 +150,18 @@ bool read_all(int fd, std::string& data) {
   }
 }
 
-std::optional<std::string> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string data;
-  const bool ok = read_all(fd, data);
-  ::close(fd);
-  if (!ok) return std::nullopt;
-  return data;
-}
-
 // Writes `bytes` to a temp file beside `file` and renames it over `file` (its directory created
 // first): readers see the old file or the new one, never a torn one. False when that failed (the
-// temp file is removed).
-bool replace_file(const std::filesystem::path& file, std::string_view bytes) {
+// temp file is removed). mkostemp creates it 0600 (O_EXCL: nothing planted is followed or
+// reused); `mode`, when given, is set on it before the rename.
+bool replace_file(const std::filesystem::path& file, std::string_view bytes,
+                  std::optional<mode_t> mode) {
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
   std::string temp = file.string() + ".tmp-XXXXXX";
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) return false;
-  bool ok = true;
+  bool ok = !mode || ::fchmod(fd, *mode) == 0;
   for (std::size_t done = 0; ok && done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -284,63 +278,92 @@ void parse_memo(std::string_view data, memo_map& into) {
   for (auto& [path, rec] : parsed) into.emplace(path, std::move(rec));
 }
 
-std::string serialize_memo(const memo_map& records) {
+void write_record(record_writer& w, const std::string& path, const header_identity& id,
+                  const scanned_file* file) {
+  w.str(path);
+  w.u64(id.dev);
+  w.u64(id.ino);
+  w.u64(id.size);
+  w.u64(static_cast<std::uint64_t>(id.mtime_ns));
+  w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+  w.raw(file->digest.data(), file->digest.size());
+  w.u64(file->size);
+  w.u32(static_cast<std::uint32_t>(file->scan.references.size()));
+  for (const auto& ref : file->scan.references) {
+    w.u8(static_cast<std::uint8_t>(ref.kind));
+    w.u8(static_cast<std::uint8_t>(ref.form));
+    w.u32(ref.line);
+    w.str(ref.name);
+  }
+  w.u32(static_cast<std::uint32_t>(file->scan.definitions.size()));
+  for (const auto& def : file->scan.definitions) {
+    w.str(def.name);
+    w.str(def.body);
+    w.u32(def.line);
+  }
+  w.strs(file->wrappers.wrapper_parameters);
+  w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
+  for (const auto& c : file->wrappers.header_calls) {
+    w.u8(static_cast<std::uint8_t>(c.form));
+    w.u32(c.line);
+    w.str(c.name);
+  }
+  w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
+  for (const auto& f : file->scan.function_definitions) {
+    w.str(f.name);
+    w.strs(f.parameters);
+    w.str(f.body);
+    w.u32(f.line);
+  }
+  w.u8(file->conditionals.known ? 1 : 0);
+  w.u32(static_cast<std::uint32_t>(file->conditionals.groups.size()));
+  for (const auto& g : file->conditionals.groups) {
+    w.u32(g.first_line);
+    w.u32(g.last_line);
+    w.u32(g.chain);
+    w.str(g.condition);
+    w.strs(g.names);
+    w.u8(g.when_undefined);
+  }
+  w.strs(file->defined);
+}
+
+// The memo file holding `records`, at most kMemoMaxBytes long: past that, records that `keep`
+// does not pick (other processes') are left out first, then the others.
+std::string serialize_memo(const memo_map& records,
+                           const std::function<bool(const std::string&)>& keep) {
+  constexpr std::size_t kFraming = kMemoMagic.size() + 4 + 8 + 8;  // magic, version, count, sum
+  std::vector<std::string> kept;
+  std::vector<std::string> others;
+  std::uint64_t total = kFraming;
+  for (const auto& [path, rec] : records) {
+    record_writer one;
+    write_record(one, path, rec.first, rec.second.get());
+    total += one.out.size();
+    (keep(path) ? kept : others).push_back(std::move(one.out));
+  }
+  for (auto* list : {&others, &kept}) {
+    while (total > kMemoMaxBytes && !list->empty()) {
+      total -= list->back().size();
+      list->pop_back();
+    }
+  }
   record_writer w;
+  w.out.reserve(static_cast<std::size_t>(total));
   w.raw(kMemoMagic.data(), kMemoMagic.size());
   w.u32(kMemoVersion);
-  w.u64(records.size());
-  for (const auto& [path, rec] : records) {
-    const auto& [id, file] = rec;
-    w.str(path);
-    w.u64(id.dev);
-    w.u64(id.ino);
-    w.u64(id.size);
-    w.u64(static_cast<std::uint64_t>(id.mtime_ns));
-    w.u64(static_cast<std::uint64_t>(id.ctime_ns));
-    w.raw(file->digest.data(), file->digest.size());
-    w.u64(file->size);
-    w.u32(static_cast<std::uint32_t>(file->scan.references.size()));
-    for (const auto& ref : file->scan.references) {
-      w.u8(static_cast<std::uint8_t>(ref.kind));
-      w.u8(static_cast<std::uint8_t>(ref.form));
-      w.u32(ref.line);
-      w.str(ref.name);
-    }
-    w.u32(static_cast<std::uint32_t>(file->scan.definitions.size()));
-    for (const auto& def : file->scan.definitions) {
-      w.str(def.name);
-      w.str(def.body);
-      w.u32(def.line);
-    }
-    w.strs(file->wrappers.wrapper_parameters);
-    w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
-    for (const auto& c : file->wrappers.header_calls) {
-      w.u8(static_cast<std::uint8_t>(c.form));
-      w.u32(c.line);
-      w.str(c.name);
-    }
-    w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
-    for (const auto& f : file->scan.function_definitions) {
-      w.str(f.name);
-      w.strs(f.parameters);
-      w.str(f.body);
-      w.u32(f.line);
-    }
-    w.u8(file->conditionals.known ? 1 : 0);
-    w.u32(static_cast<std::uint32_t>(file->conditionals.groups.size()));
-    for (const auto& g : file->conditionals.groups) {
-      w.u32(g.first_line);
-      w.u32(g.last_line);
-      w.u32(g.chain);
-      w.str(g.condition);
-      w.strs(g.names);
-      w.u8(g.when_undefined);
-    }
-    w.strs(file->defined);
+  w.u64(kept.size() + others.size());
+  for (const auto* list : {&kept, &others}) {
+    for (const auto& one : *list) w.out.append(one);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);
   return std::move(w.out);
+}
+
+// The memo at `file`, when it is one this user may trust (see header_memo_file_beside).
+std::optional<std::string> read_memo(const std::filesystem::path& file) {
+  return read_key_file(file, kMemoMaxBytes, owned_privately);
 }
 
 }  // namespace
@@ -349,7 +372,7 @@ void header_digest_memo::load_locked() {
   if (loaded_) return;
   loaded_ = true;
   if (!file_) return;
-  auto data = read_whole(file_->string());
+  auto data = read_memo(*file_);
   if (!data) return;
   memo_map parsed;
   parse_memo(*data, parsed);
@@ -365,12 +388,13 @@ void header_digest_memo::save() noexcept {
     dirty_ = false;
     memo_map merged;
     for (const auto& [path, rec] : records_) merged.emplace(path, std::make_pair(rec.id, rec.data));
-    if (auto data = read_whole(file_->string())) parse_memo(*data, merged);  // ours win
-    // Bounded: past the cap, the other processes' records go first (this process's stay).
+    if (auto data = read_memo(*file_)) parse_memo(*data, merged);  // ours win
+    // Bounded: past the caps, the other processes' records go first (this process's stay).
     for (auto it = merged.begin(); merged.size() > kMemoMaxRecords && it != merged.end();) {
       it = records_.count(it->first) ? std::next(it) : merged.erase(it);
     }
-    (void)replace_file(*file_, serialize_memo(merged));
+    const auto ours = [this](const std::string& path) { return records_.count(path) != 0; };
+    if (replace_file(*file_, serialize_memo(merged, ours))) sweep_key_temps(file_->parent_path());
   } catch (...) {
     // Best effort (see above).
   }
@@ -395,6 +419,15 @@ std::filesystem::path header_memo_file_beside(const std::filesystem::path& versi
     name.replace(name.size() - suffix.size(), suffix.size(), "header-digests");
   } else {
     name += ".header-digests";
+  }
+  // Only this user's (or root's) memo is read, writable by nobody else: a record decides which
+  // files a key covers and what their contents are, and nothing checks it against the files
+  // later, so one planted by anyone else would make this user's keys miss edits of its own
+  // headers (and its manifests would carry the record on). Where others can write the directory
+  // (a cache shared by a group), each user keeps a memo of its own, named by uid, so that users
+  // do not replace each other's memos in turn.
+  if (!only_this_user_writes(version_memo.parent_path())) {
+    name += "." + std::to_string(::geteuid());
   }
   return version_memo.parent_path() / name;
 }
