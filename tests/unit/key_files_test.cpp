@@ -432,6 +432,13 @@ TEST(KeyFiles, TempFilesAreSweptByVerifyClearAndWrites) {
     expect_swept(t);
   }
   {
+    SCOPED_TRACE("directory cache: open");
+    const temps t = leave_temps(versions);
+    file_stream_program_cache again(root, o);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_FALSE(fs::exists(t.stale[i])) << t.stale[i];
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(fs::exists(t.kept[i])) << t.kept[i];
+  }
+  {
     SCOPED_TRACE("a digest memo's save");
     const temps t = leave_temps(versions);
     header_digest_memo memo(header_memo_file_beside(versions));
