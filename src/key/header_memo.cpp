@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <functional>
 #include <map>
 #include <utility>
 
@@ -278,83 +277,59 @@ void parse_memo(std::string_view data, memo_map& into) {
   for (auto& [path, rec] : parsed) into.emplace(path, std::move(rec));
 }
 
-void write_record(record_writer& w, const std::string& path, const header_identity& id,
-                  const scanned_file* file) {
-  w.str(path);
-  w.u64(id.dev);
-  w.u64(id.ino);
-  w.u64(id.size);
-  w.u64(static_cast<std::uint64_t>(id.mtime_ns));
-  w.u64(static_cast<std::uint64_t>(id.ctime_ns));
-  w.raw(file->digest.data(), file->digest.size());
-  w.u64(file->size);
-  w.u32(static_cast<std::uint32_t>(file->scan.references.size()));
-  for (const auto& ref : file->scan.references) {
-    w.u8(static_cast<std::uint8_t>(ref.kind));
-    w.u8(static_cast<std::uint8_t>(ref.form));
-    w.u32(ref.line);
-    w.str(ref.name);
-  }
-  w.u32(static_cast<std::uint32_t>(file->scan.definitions.size()));
-  for (const auto& def : file->scan.definitions) {
-    w.str(def.name);
-    w.str(def.body);
-    w.u32(def.line);
-  }
-  w.strs(file->wrappers.wrapper_parameters);
-  w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
-  for (const auto& c : file->wrappers.header_calls) {
-    w.u8(static_cast<std::uint8_t>(c.form));
-    w.u32(c.line);
-    w.str(c.name);
-  }
-  w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
-  for (const auto& f : file->scan.function_definitions) {
-    w.str(f.name);
-    w.strs(f.parameters);
-    w.str(f.body);
-    w.u32(f.line);
-  }
-  w.u8(file->conditionals.known ? 1 : 0);
-  w.u32(static_cast<std::uint32_t>(file->conditionals.groups.size()));
-  for (const auto& g : file->conditionals.groups) {
-    w.u32(g.first_line);
-    w.u32(g.last_line);
-    w.u32(g.chain);
-    w.str(g.condition);
-    w.strs(g.names);
-    w.u8(g.when_undefined);
-  }
-  w.strs(file->defined);
-}
-
-// The memo file holding `records`, at most kMemoMaxBytes long: past that, records that `keep`
-// does not pick (other processes') are left out first, then the others.
-std::string serialize_memo(const memo_map& records,
-                           const std::function<bool(const std::string&)>& keep) {
-  constexpr std::size_t kFraming = kMemoMagic.size() + 4 + 8 + 8;  // magic, version, count, sum
-  std::vector<std::string> kept;
-  std::vector<std::string> others;
-  std::uint64_t total = kFraming;
-  for (const auto& [path, rec] : records) {
-    record_writer one;
-    write_record(one, path, rec.first, rec.second.get());
-    total += one.out.size();
-    (keep(path) ? kept : others).push_back(std::move(one.out));
-  }
-  for (auto* list : {&others, &kept}) {
-    while (total > kMemoMaxBytes && !list->empty()) {
-      total -= list->back().size();
-      list->pop_back();
-    }
-  }
+std::string serialize_memo(const memo_map& records) {
   record_writer w;
-  w.out.reserve(static_cast<std::size_t>(total));
   w.raw(kMemoMagic.data(), kMemoMagic.size());
   w.u32(kMemoVersion);
-  w.u64(kept.size() + others.size());
-  for (const auto* list : {&kept, &others}) {
-    for (const auto& one : *list) w.out.append(one);
+  w.u64(records.size());
+  for (const auto& [path, rec] : records) {
+    const auto& [id, file] = rec;
+    w.str(path);
+    w.u64(id.dev);
+    w.u64(id.ino);
+    w.u64(id.size);
+    w.u64(static_cast<std::uint64_t>(id.mtime_ns));
+    w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+    w.raw(file->digest.data(), file->digest.size());
+    w.u64(file->size);
+    w.u32(static_cast<std::uint32_t>(file->scan.references.size()));
+    for (const auto& ref : file->scan.references) {
+      w.u8(static_cast<std::uint8_t>(ref.kind));
+      w.u8(static_cast<std::uint8_t>(ref.form));
+      w.u32(ref.line);
+      w.str(ref.name);
+    }
+    w.u32(static_cast<std::uint32_t>(file->scan.definitions.size()));
+    for (const auto& def : file->scan.definitions) {
+      w.str(def.name);
+      w.str(def.body);
+      w.u32(def.line);
+    }
+    w.strs(file->wrappers.wrapper_parameters);
+    w.u32(static_cast<std::uint32_t>(file->wrappers.header_calls.size()));
+    for (const auto& c : file->wrappers.header_calls) {
+      w.u8(static_cast<std::uint8_t>(c.form));
+      w.u32(c.line);
+      w.str(c.name);
+    }
+    w.u32(static_cast<std::uint32_t>(file->scan.function_definitions.size()));
+    for (const auto& f : file->scan.function_definitions) {
+      w.str(f.name);
+      w.strs(f.parameters);
+      w.str(f.body);
+      w.u32(f.line);
+    }
+    w.u8(file->conditionals.known ? 1 : 0);
+    w.u32(static_cast<std::uint32_t>(file->conditionals.groups.size()));
+    for (const auto& g : file->conditionals.groups) {
+      w.u32(g.first_line);
+      w.u32(g.last_line);
+      w.u32(g.chain);
+      w.str(g.condition);
+      w.strs(g.names);
+      w.u8(g.when_undefined);
+    }
+    w.strs(file->defined);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);
@@ -393,8 +368,24 @@ void header_digest_memo::save() noexcept {
     for (auto it = merged.begin(); merged.size() > kMemoMaxRecords && it != merged.end();) {
       it = records_.count(it->first) ? std::next(it) : merged.erase(it);
     }
-    const auto ours = [this](const std::string& path) { return records_.count(path) != 0; };
-    if (replace_file(*file_, serialize_memo(merged, ours))) sweep_key_temps(file_->parent_path());
+    std::string bytes = serialize_memo(merged);
+    // Bounded in bytes too (readers ignore a larger file): a tenth of the records at a time go,
+    // the other processes' first, until it fits.
+    while (bytes.size() > kMemoMaxBytes && !merged.empty()) {
+      std::size_t drop = std::max<std::size_t>(1, merged.size() / 10);
+      for (const bool theirs_only : {true, false}) {
+        for (auto it = merged.begin(); drop > 0 && it != merged.end();) {
+          if (theirs_only && records_.count(it->first) != 0) {
+            ++it;
+            continue;
+          }
+          it = merged.erase(it);
+          --drop;
+        }
+      }
+      bytes = serialize_memo(merged);
+    }
+    if (replace_file(*file_, bytes)) sweep_key_temps(file_->parent_path());
   } catch (...) {
     // Best effort (see above).
   }
