@@ -82,6 +82,37 @@ std::error_code pread_fully(int fd, std::span<std::byte> buffer, std::uint64_t o
   return {};
 }
 
+std::error_code read_small_file(int dir_fd, const char* name, std::uint64_t max_bytes,
+                                const std::function<bool(const struct stat&)>& accept,
+                                std::string& out, struct stat* st_out) {
+  out.clear();
+  std::error_code ec;
+  const unique_fd fd =
+      open_file_at(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0, ec);
+  if (!fd) return ec;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return last_error();
+  if (st_out != nullptr) *st_out = st;
+  if (!S_ISREG(st.st_mode)) return errno_code(EINVAL);
+  if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    return errno_code(EFBIG);
+  }
+  if (accept && !accept(st)) return errno_code(EACCES);
+  out.reserve(static_cast<std::size_t>(st.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return last_error();
+    if (n == 0) return {};
+    if (static_cast<std::uint64_t>(n) > max_bytes - out.size()) {
+      out.clear();
+      return errno_code(EFBIG);
+    }
+    out.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
 std::error_code write_fully(int fd, std::span<const std::byte> data) noexcept {
   std::size_t done = 0;
   while (done < data.size()) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -75,6 +76,18 @@ std::error_code read_fully(int fd, std::span<std::byte> buffer, std::size_t& got
 // The same with pread(2), from `offset`; the descriptor's offset is unchanged.
 std::error_code pread_fully(int fd, std::span<std::byte> buffer, std::uint64_t offset,
                             std::size_t& got) noexcept;
+// Reads a small file that a cache keeps for itself (a memo, a manifest), where anyone who can
+// write the directory could have put anything: a FIFO (whose open would block forever), a link to
+// /dev/zero (endless), a huge file. `name` is opened relative to `dir_fd` (AT_FDCWD: a path)
+// without following a link at its last component (ELOOP) and without blocking (O_NONBLOCK, which
+// changes nothing for a regular file), then fstat'ed; before a byte is read it must be a regular
+// file (else EINVAL) of at most `max_bytes` (else EFBIG) that `accept` takes (else EACCES: the
+// owner and mode checks of the trust rules). It is then read in bounded chunks, to at most
+// `max_bytes` (a file that grew past it meanwhile: EFBIG). `st`, when given, is the fstat.
+std::error_code read_small_file(int dir_fd, const char* name, std::uint64_t max_bytes,
+                                const std::function<bool(const struct stat&)>& accept,
+                                std::string& out, struct stat* st = nullptr);
+
 // Writes all of `data`, resuming after short writes and EINTR.
 std::error_code write_fully(int fd, std::span<const std::byte> data) noexcept;
 

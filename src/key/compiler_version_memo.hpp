@@ -1,10 +1,12 @@
 // Compiler versions remembered on disk, so that a cache hit in a fresh process never loads a
 // compiler library (opening libnvrtc costs ~8 ms warm and over 200 ms cold; a hit costs µs).
 //
-// Each remembered version is keyed by the identity of the library file it was read from: its
-// resolved path, inode, size and modification time. Replacing or upgrading the library changes the
-// identity, so a stale version can never be used. The memo is a small text file beside a cache;
-// it is rewritten atomically (temp file + rename), and losing it only costs one probe.
+// Each remembered version is keyed by the full identity of the library file it was read from:
+// its resolved path, device, inode, size, mtime and ctime. Replacing, upgrading or rewriting the
+// library in place changes the identity, so a stale version can never be used. The memo is a
+// small checksummed, versioned file beside a cache (key_files.hpp says how it is read and whose
+// it may be); it is rewritten atomically (temp file + rename), and losing it, or a damaged one,
+// only costs one probe.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,8 @@ class compiler_version_memo {
     std::string version;
   };
   void load_locked();
+  // The records in the file, or none when it is missing, untrusted, damaged or foreign.
+  std::vector<record> read_file() const;
 
   std::filesystem::path file_;
   std::mutex mutex_;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cache/checksum.hpp"
+#include "key/key_files.hpp"
 
 namespace cucore::detail {
 
@@ -148,26 +149,18 @@ bool read_all(int fd, std::string& data) {
   }
 }
 
-std::optional<std::string> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string data;
-  const bool ok = read_all(fd, data);
-  ::close(fd);
-  if (!ok) return std::nullopt;
-  return data;
-}
-
 // Writes `bytes` to a temp file beside `file` and renames it over `file` (its directory created
 // first): readers see the old file or the new one, never a torn one. False when that failed (the
-// temp file is removed).
-bool replace_file(const std::filesystem::path& file, std::string_view bytes) {
+// temp file is removed). mkostemp creates it 0600 (O_EXCL: nothing planted is followed or
+// reused); `mode`, when given, is set on it before the rename.
+bool replace_file(const std::filesystem::path& file, std::string_view bytes,
+                  std::optional<mode_t> mode) {
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
   std::string temp = file.string() + ".tmp-XXXXXX";
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) return false;
-  bool ok = true;
+  bool ok = !mode || ::fchmod(fd, *mode) == 0;
   for (std::size_t done = 0; ok && done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -343,13 +336,18 @@ std::string serialize_memo(const memo_map& records) {
   return std::move(w.out);
 }
 
+// The memo at `file`, when it is one this user may trust (see header_memo_file_beside).
+std::optional<std::string> read_memo(const std::filesystem::path& file) {
+  return read_key_file(file, kMemoMaxBytes, owned_privately);
+}
+
 }  // namespace
 
 void header_digest_memo::load_locked() {
   if (loaded_) return;
   loaded_ = true;
   if (!file_) return;
-  auto data = read_whole(file_->string());
+  auto data = read_memo(*file_);
   if (!data) return;
   memo_map parsed;
   parse_memo(*data, parsed);
@@ -365,12 +363,29 @@ void header_digest_memo::save() noexcept {
     dirty_ = false;
     memo_map merged;
     for (const auto& [path, rec] : records_) merged.emplace(path, std::make_pair(rec.id, rec.data));
-    if (auto data = read_whole(file_->string())) parse_memo(*data, merged);  // ours win
-    // Bounded: past the cap, the other processes' records go first (this process's stay).
+    if (auto data = read_memo(*file_)) parse_memo(*data, merged);  // ours win
+    // Bounded: past the caps, the other processes' records go first (this process's stay).
     for (auto it = merged.begin(); merged.size() > kMemoMaxRecords && it != merged.end();) {
       it = records_.count(it->first) ? std::next(it) : merged.erase(it);
     }
-    (void)replace_file(*file_, serialize_memo(merged));
+    std::string bytes = serialize_memo(merged);
+    // Bounded in bytes too (readers ignore a larger file): a tenth of the records at a time go,
+    // the other processes' first, until it fits.
+    while (bytes.size() > kMemoMaxBytes && !merged.empty()) {
+      std::size_t drop = std::max<std::size_t>(1, merged.size() / 10);
+      for (const bool theirs_only : {true, false}) {
+        for (auto it = merged.begin(); drop > 0 && it != merged.end();) {
+          if (theirs_only && records_.count(it->first) != 0) {
+            ++it;
+            continue;
+          }
+          it = merged.erase(it);
+          --drop;
+        }
+      }
+      bytes = serialize_memo(merged);
+    }
+    if (replace_file(*file_, bytes)) sweep_key_temps(file_->parent_path());
   } catch (...) {
     // Best effort (see above).
   }
@@ -395,6 +410,15 @@ std::filesystem::path header_memo_file_beside(const std::filesystem::path& versi
     name.replace(name.size() - suffix.size(), suffix.size(), "header-digests");
   } else {
     name += ".header-digests";
+  }
+  // Only this user's (or root's) memo is read, writable by nobody else: a record decides which
+  // files a key covers and what their contents are, and nothing checks it against the files
+  // later, so one planted by anyone else would make this user's keys miss edits of its own
+  // headers (and its manifests would carry the record on). Where others can write the directory
+  // (a cache shared by a group), each user keeps a memo of its own, named by uid, so that users
+  // do not replace each other's memos in turn.
+  if (!only_this_user_writes(version_memo.parent_path())) {
+    name += "." + std::to_string(::geteuid());
   }
   return version_memo.parent_path() / name;
 }

@@ -203,12 +203,11 @@ class record_reader {
 
 // Everything left to read from `fd` (which stays open); false on a read error.
 bool read_all(int fd, std::string& data);
-// The whole file at `path`; nullopt when it cannot be read.
-std::optional<std::string> read_whole(const std::string& path);
-// Writes `bytes` to a temp file beside `file` and renames it over `file` (its directory created
-// first): readers see the old file or the new one, never a torn one. False when that failed (the
-// temp file is removed).
-bool replace_file(const std::filesystem::path& file, std::string_view bytes);
+// Writes `bytes` to a temp file (mode 0600, or `mode`) beside `file` and renames it over `file`
+// (its directory created first): readers see the old file or the new one, never a torn one.
+// False when that failed (the temp file is removed). Reading such files back: key_files.hpp.
+bool replace_file(const std::filesystem::path& file, std::string_view bytes,
+                  std::optional<mode_t> mode = std::nullopt);
 // The XXH3 that ends a memo or manifest file.
 std::uint64_t checksum_of(std::string_view bytes);
 

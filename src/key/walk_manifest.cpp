@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "key/key_files.hpp"
+
 namespace cucore::detail {
 
 // lstat first: one call for the usual regular file. `keep_path` false: for comparisons only.
@@ -194,7 +196,6 @@ constexpr std::string_view kManifestMagic = "CUCOREWM";
 constexpr std::uint32_t kManifestVersion = 1;
 constexpr std::size_t kManifestShardFiles = 8;
 constexpr std::uint64_t kManifestShardBytes = 512 * 1024;
-constexpr std::int64_t kStaleTempNs = 600'000'000'000;  // 10 minutes
 
 namespace {
 
@@ -526,34 +527,39 @@ void trim_shard(const std::filesystem::path& shard, const std::string& keep,
 
 }  // namespace
 
-// The manifest at `where`, when there is a valid one for its inputs (one larger than any walk
-// writes is not even read).
+// The manifest at `where`, when there is a valid one for its inputs. Only a file this user (or
+// root) wrote, that nobody else may write, is read (the directories are this user's, see
+// save_manifest, but a cache's root may be shared with a group), and none over a shard's bound
+// (key_files.hpp: no link followed, no FIFO waited on).
 std::shared_ptr<walk_manifest> load_manifest(const manifest_location& where) {
-  constexpr std::int64_t kMaxBytes = 256 << 20;
-  const int fd = ::open((where.shard / where.name).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  struct stat st {};
-  std::string data;
-  // Only a file this user (or root) wrote, that nobody else may write: the directories are this
-  // user's (save_manifest), but a cache's root may be shared with a group.
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxBytes &&
-            (st.st_uid == ::geteuid() || st.st_uid == 0) && (st.st_mode & 022) == 0;
-  if (ok) {
-    data.reserve(static_cast<std::size_t>(st.st_size));
-    ok = read_all(fd, data);
-  }
-  ::close(fd);
-  return ok ? parse_manifest(data, where.hash) : nullptr;
+  const auto data = read_key_file(where.shard / where.name, kManifestMaxBytes, owned_privately);
+  return data ? parse_manifest(*data, where.hash) : nullptr;
 }
+
+namespace {
+
+// A directory save_manifest may write into: this user's, writable by nobody else, not a link
+// (one swapped in by someone who can write the cache's root would take this user's manifests
+// elsewhere).
+bool private_directory(const std::filesystem::path& dir) {
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+         (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+}  // namespace
 
 // Best effort: a manifest that cannot be written costs a walk later. The directories are made
 // private to this user (mode 0700 whatever the umask; files are 0600): nobody else's manifest can
-// be planted where this process reads.
+// be planted where this process reads. One over a shard's bound is not written (the walk's
+// files are in the digest memo all the same).
 void save_manifest(const manifest_location& where, const walk_manifest& m) noexcept {
   try {
     ::mkdir(where.shard.parent_path().c_str(), 0700);
     ::mkdir(where.shard.c_str(), 0700);
+    if (!private_directory(where.shard.parent_path()) || !private_directory(where.shard)) return;
     const std::string bytes = serialize_manifest(m, where.hash);
+    if (bytes.size() > kManifestMaxBytes) return;
     if (replace_file(where.shard / where.name, bytes)) {
       trim_shard(where.shard, where.name, bytes.size());
     }

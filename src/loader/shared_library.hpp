@@ -9,13 +9,15 @@
 
 namespace cucore::detail {
 
-// A file as it was at one moment: resolved path, inode, size and modification time. Replacing or
-// upgrading a library changes it.
+// A file as it was at one moment: resolved path, device, inode, size, modification and change
+// times. Replacing, upgrading or rewriting a library in place changes it.
 struct file_identity {
   std::string path;  // canonical
+  std::uint64_t device = 0;
   std::uint64_t inode = 0;
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;  // changes on every write and rename, whatever mtime is set to
   friend bool operator==(const file_identity&, const file_identity&) = default;
 };
 

@@ -146,7 +146,9 @@ TEST(CompileWithCache, PersistentCacheRemembersCompilerVersions) {
   ASSERT_TRUE(cache.compiler_version_memo());
   program(kSource, source_type::cxx, options()).compile(code_type::cubin, {}, &cache);
   const auto memo = testing::read_text(*cache.compiler_version_memo());
-  EXPECT_TRUE(contains(memo, "nvrtc\t")) << memo;
+  // Its format (magic, version, length-prefixed records, XXH3): key/compiler_version_memo.cpp.
+  EXPECT_EQ(memo.substr(0, 8), "CUCORECV") << memo;
+  EXPECT_TRUE(contains(memo, std::string("\x05\0\0\0nvrtc", 9))) << memo;
   EXPECT_TRUE(contains(memo, "libnvrtc.so")) << memo;
 }
 

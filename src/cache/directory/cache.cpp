@@ -16,6 +16,7 @@
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
+#include "key/key_files.hpp"
 
 namespace cucore {
 namespace posix = detail::posix;
@@ -125,6 +126,9 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
   }
 
   sweep_stale_tmp();
+  // The key files' abandoned temp files in the root (one listing of a few names; the manifests'
+  // go when their shard is written, and by verify() and clear()).
+  detail::sweep_key_temps(root_);
   if (options_.max_size_bytes) {
     scan_result s = scan(/*with_tmp=*/true);
     tracked_bytes_ = s.entry_bytes + s.tmp_bytes;

@@ -19,6 +19,7 @@
 #include "cache/directory/internal.hpp"
 #include "cache/entry_format.hpp"
 #include "cache/trust.hpp"
+#include "key/key_files.hpp"
 
 namespace cucore {
 namespace posix = detail::posix;
@@ -190,6 +191,8 @@ void file_stream_program_cache::clear() {
     (void)remove_guarded({item.path, item.st}, false);
   });
   sweep_stale_tmp();
+  // The key's files beside the entries: temp files a killed writer left (key_files.hpp).
+  detail::sweep_key_files(*compiler_version_memo());
   if (options_.max_size_bytes) {
     scan_result s = scan(/*with_tmp=*/true);
     std::lock_guard lock(tracker_mutex_);
@@ -248,6 +251,8 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
     if (!o.note.empty()) report.notes.push_back(std::move(o.note));
   };
   if (remove_bad) {
+    // Temp files of the key's files that a killed writer left (key_files.hpp).
+    detail::sweep_key_files(*compiler_version_memo());
     // Directories an earlier repair moved aside into tmp/ but could not remove entirely.
     const std::string prefix = std::string(detail::directory::kAsidePrefix) + "-";
     walk_tmp(tmp_dir_, [&](int dir_fd, const char* name, const struct stat& st) {

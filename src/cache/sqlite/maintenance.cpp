@@ -5,6 +5,7 @@
 
 #include "cache/entry_format.hpp"
 #include "cache/sqlite/internal.hpp"
+#include "key/key_files.hpp"
 
 namespace cucore {
 
@@ -54,6 +55,8 @@ void sqlite_program_cache::clear() {
   impl& c = *impl_;
   std::lock_guard lock(c.mutex);
   c.check_not_closed();
+  // Temp files of the key's files beside the database that a killed writer left.
+  detail::sweep_key_files(*compiler_version_memo());
   if (!c.ensure_open_locked(true)) {
     c.write_unavailable_locked("clear");
     return;
@@ -209,6 +212,8 @@ cache_verify_report sqlite_program_cache::verify(bool remove_bad) {
     }
   });
   if (!remove_bad) return report;
+  // Temp files of the key's files beside the database that a killed writer left.
+  detail::sweep_key_files(*compiler_version_memo());
 
   std::lock_guard lock(c.mutex);
   c.check_not_closed();
