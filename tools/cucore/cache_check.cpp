@@ -161,9 +161,15 @@ void check_key_files(const fs::path& base, bool directory, bool shared, std::vec
     const char* name;
     bool is_dir;
   };
+  // The digest memo and its manifests are per user where others can write the cache's directory
+  // (header-digests.UID: docs/cache-keys.md, "The key's own files"): both names are looked at.
+  const std::string own_memo = "header-digests." + std::to_string(::geteuid());
+  const std::string own_manifests = own_memo + ".manifests";
   const item items[] = {{"compiler-versions", false},
                         {"header-digests", false},
                         {"header-digests.manifests", true},
+                        {own_memo.c_str(), false},
+                        {own_manifests.c_str(), true},
                         {"claims", false},
                         {"stats", true}};
   for (const auto& [name, is_dir] : items) {
@@ -190,16 +196,21 @@ void check_key_files(const fs::path& base, bool directory, bool shared, std::vec
   std::error_code ec;
   std::size_t leftovers = 0;
   const fs::path dir = directory ? base : base.parent_path();
-  const std::string prefix =
-      directory ? "header-digests.tmp-" : base.filename().string() + ".header-digests.tmp-";
+  // NAME.tmp-XXXXXX of the memo (header-digests or header-digests.UID) or of compiler-versions.
+  const std::string stem = directory ? "" : base.filename().string() + ".";
+  const std::string prefix = stem + "header-digests";
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().starts_with(prefix)) ++leftovers;
+    const std::string name = it->path().filename().string();
+    if ((name.starts_with(prefix) || name.starts_with(stem + "compiler-versions")) &&
+        name.find(".tmp-") != std::string::npos) {
+      ++leftovers;
+    }
   }
   if (leftovers != 0) {
     out.push_back({"leftovers", true,
                    std::to_string(leftovers) + " temporary file(s) " + prefix +
-                       "* left by killed processes (harmless; rm " + (dir / prefix).string() +
-                       "*)"});
+                       "*.tmp-* left by killed processes (harmless: writes, `cucore cache verify` "
+                       "and `clear` remove those older than 10 minutes)"});
   }
 }
 
