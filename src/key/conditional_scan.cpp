@@ -435,10 +435,17 @@ value integer_value(std::string_view text) {
   } else if (std::find(std::begin(kSigned), std::end(kSigned), suffix) == std::end(kSigned)) {
     return std::nullopt;
   }
+  // A hexadecimal, octal or binary literal takes the first type of int, unsigned int, long,
+  // unsigned long (l: of the last three; ll: long long, unsigned long long) that holds it, and
+  // an unsigned type makes it uintmax_t in #if: 0x80000000 to 0xffffffff are unsigned int
+  // (measured: `-1 > 0x80000000` is true for NVRTC). A decimal one only takes signed types, and
+  // has none to take past INT64_MAX (ill-formed; compilers differ).
   if (!is_unsigned && v > static_cast<std::uint64_t>(INT64_MAX)) {
-    // A hexadecimal, octal or binary literal takes the first type that holds it: unsigned
-    // here. A decimal one has no unsigned type to take (ill-formed; compilers differ).
     if (base == 10) return std::nullopt;
+    is_unsigned = true;
+  }
+  if (!is_unsigned && base != 10 && suffix.empty() && v > static_cast<std::uint64_t>(INT32_MAX) &&
+      v <= static_cast<std::uint64_t>(UINT32_MAX)) {
     is_unsigned = true;
   }
   return number{v, is_unsigned};
