@@ -251,7 +251,8 @@ class structure_reader {
         named = true;
         if (blank && !rest.empty()) rest += ' ';
         blank = false;
-        if (c == '\'' && k > 0 && ident_char(t_[k - 1]) && rest_of_line_can_hide(t_, k)) {
+        if (c == '\'' && k > 0 && (ident_char(t_[k - 1]) || t_[k - 1] == '.') &&
+            rest_of_line_can_hide(t_, k)) {
           return false;  // a digit separator or a literal's quote: the readings could differ
         }
         if (c == '"' || c == '\'') {
@@ -276,8 +277,9 @@ class structure_reader {
                          2});
     } else if (name == "elif" || name == "elifdef" || name == "elifndef" || name == "else") {
       if (open_.empty()) return false;
-      if (name != "elif" && name != "else")
+      if (name != "elif" && name != "else") {
         undecidable_chains_.push_back(groups_[open_.back()].chain);
+      }
       conditional_group& current = groups_[open_.back()];
       current.last_line = start_line - 1;
       const std::uint32_t chain = current.chain;
