@@ -8,9 +8,10 @@
 namespace cucore::detail {
 namespace {
 
+// As NVRTC reads identifiers (measured: `a$b` and `aé` are "unrecognized token"s): '$' and bytes
+// >= 0x80 end an identifier, so `$R"(` and `éR"(` open a raw string.
 bool ident_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' ||
-         static_cast<unsigned char>(c) >= 0x80;
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 bool ident_char(char c) {
   return ident_start(c) || (c >= '0' && c <= '9');
@@ -94,9 +95,30 @@ class spliced {
   std::uint32_t line_ = 1;
 };
 
+// Whether the rest of the line from `i` holds what a literal could hide or reveal: a comment
+// opener or a string quote.
+bool rest_of_line_can_hide(const std::string& t, std::size_t i) {
+  const std::size_t end = std::min(t.find('\n', i), t.size());
+  for (std::size_t k = i; k < end; ++k) {
+    if (t[k] == '"' || (t[k] == '/' && k + 1 < end && (t[k + 1] == '*' || t[k + 1] == '/'))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Reads the structure as one language standard lexes it: raw strings (C++11 and later) or not.
+// Digit separators are std-dependent and, measured, not applied by NVRTC where a literal reading
+// of the apostrophe fits (`1'0 + '/*'` under C++14 reads '0 + ' as a character literal): where
+// the two readings could differ (a comment opener or quote after the apostrophe on its line),
+// the text is not read at all.
 class structure_reader {
  public:
-  explicit structure_reader(std::string_view original) : s_(original), t_(s_.text()) {}
+  structure_reader(std::string_view original, bool raw_strings)
+      : s_(original), t_(s_.text()), raw_strings_(raw_strings) {}
+
+  // Whether a raw string was read (the reading without raw strings may differ).
+  bool saw_raw_string() const { return saw_raw_; }
 
   std::optional<std::vector<conditional_group>> run() {
     std::size_t i = 0;
@@ -128,6 +150,11 @@ class structure_reader {
           const std::string_view word(t_.data() + i, j - i);
           if (j < n && t_[j] == '"' &&
               (word == "R" || word == "LR" || word == "uR" || word == "UR" || word == "u8R")) {
+            saw_raw_ = true;
+            if (!raw_strings_) {
+              i = j;  // C++03: an identifier, then an ordinary string literal
+              continue;
+            }
             const auto end = raw_string_end(j);
             if (!end) return std::nullopt;
             i = *end;
@@ -136,6 +163,7 @@ class structure_reader {
           }
         } else if (digit(c) || (c == '.' && i + 1 < n && digit(t_[i + 1]))) {
           i = number_end(i);
+          if (ambiguous_) return std::nullopt;
         } else {
           ++i;
         }
@@ -168,8 +196,9 @@ class structure_reader {
     return close + delimiter.size() + 2;
   }
 
-  // A preprocessing number: digits, letters, '_', '.', e+/E-/p+/P- and digit separators.
-  std::size_t number_end(std::size_t i) const {
+  // A preprocessing number: digits, letters, '_', '.', e+/E-/p+/P- and digit separators (sets
+  // ambiguous_ where a separator read as a literal's quote could change the structure).
+  std::size_t number_end(std::size_t i) {
     const std::size_t n = t_.size();
     ++i;
     while (i < n) {
@@ -177,6 +206,7 @@ class structure_reader {
       if ((c == '+' || c == '-') && std::strchr("eEpP", t_[i - 1]) != nullptr) {
         ++i;
       } else if (c == '\'' && i + 1 < n && ident_char(t_[i + 1])) {
+        if (rest_of_line_can_hide(t_, i)) ambiguous_ = true;
         i += 2;
       } else if (ident_char(c) || c == '.') {
         ++i;
@@ -221,6 +251,10 @@ class structure_reader {
         named = true;
         if (blank && !rest.empty()) rest += ' ';
         blank = false;
+        if (c == '\'' && k > 0 && (ident_char(t_[k - 1]) || t_[k - 1] == '.') &&
+            rest_of_line_can_hide(t_, k)) {
+          return false;  // a digit separator or a literal's quote: the readings could differ
+        }
         if (c == '"' || c == '\'') {
           const std::size_t end = literal_end(k);
           rest.append(t_, k, end - k);
@@ -243,6 +277,9 @@ class structure_reader {
                          2});
     } else if (name == "elif" || name == "elifdef" || name == "elifndef" || name == "else") {
       if (open_.empty()) return false;
+      if (name != "elif" && name != "else") {
+        undecidable_chains_.push_back(groups_[open_.back()].chain);
+      }
       conditional_group& current = groups_[open_.back()];
       current.last_line = start_line - 1;
       const std::uint32_t chain = current.chain;
@@ -263,8 +300,17 @@ class structure_reader {
 
   spliced s_;
   const std::string& t_;
+  bool raw_strings_;
+  bool saw_raw_ = false;
+  bool ambiguous_ = false;
   std::vector<conditional_group> groups_;
   std::vector<std::size_t> open_;  // the innermost open group of each nesting level
+
+ public:
+  // Chains with an #elifdef or #elifndef. NVRTC 13.0 does not implement these directives (it
+  // ignores them in a group it skips and rejects them in one it enters); a version that does
+  // would end the group there. No group of such a chain is decided: both readings are covered.
+  std::vector<std::uint32_t> undecidable_chains_;
 };
 
 // ---- Condition evaluation.
@@ -326,14 +372,30 @@ std::vector<token> tokenize(std::string_view e, bool& ok) {
   return out;
 }
 
-// An integer literal's value; nullopt for anything else (floating, user-defined, too large).
-std::optional<long long> integer_value(std::string_view spelled) {
-  std::string text(spelled);
-  text.erase(std::remove(text.begin(), text.end(), '\''), text.end());
-  while (!text.empty() && std::strchr("uUlL", text.back()) != nullptr) text.pop_back();
-  if (text.empty()) return std::nullopt;
-  int base = 10;
+// A value of #if arithmetic: intmax_t or uintmax_t (the preprocessor's only types), as bits.
+struct number {
+  std::uint64_t bits = 0;
+  bool is_unsigned = false;
+  std::int64_t as_signed() const { return static_cast<std::int64_t>(bits); }
+  bool nonzero() const { return bits != 0; }
+};
+// A value of the evaluation: known, or unknown (nullopt).
+using value = std::optional<number>;
+
+value signed_value(std::int64_t v) {
+  return number{static_cast<std::uint64_t>(v), false};
+}
+value truth_value(bool b) {
+  return number{b ? 1u : 0u, false};
+}
+
+// An integer literal's value and type; nullopt for anything else (floating, user-defined, digit
+// separators (their reading depends on --std), too large, a suffix that is not u, l, ll in one
+// of the standard's orders).
+value integer_value(std::string_view text) {
+  if (text.find('\'') != std::string_view::npos) return std::nullopt;
   std::size_t i = 0;
+  int base = 10;
   if (text.size() > 1 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
     base = 16;
     i = 2;
@@ -343,33 +405,61 @@ std::optional<long long> integer_value(std::string_view spelled) {
   } else if (text[0] == '0') {
     base = 8;
   }
-  if (i >= text.size()) return std::nullopt;
-  unsigned long long v = 0;
+  const std::size_t digits_from = i;
+  std::uint64_t v = 0;
   for (; i < text.size(); ++i) {
     const char c = text[i];
     int d = 0;
     if (digit(c)) {
       d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
+    } else if (base == 16 && c >= 'a' && c <= 'f') {
       d = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
+    } else if (base == 16 && c >= 'A' && c <= 'F') {
       d = c - 'A' + 10;
     } else {
+      break;
+    }
+    if (d >= base) return std::nullopt;
+    if (__builtin_mul_overflow(v, static_cast<std::uint64_t>(base), &v) ||
+        __builtin_add_overflow(v, static_cast<std::uint64_t>(d), &v)) {
       return std::nullopt;
     }
-    if (d >= base || v > (~0ULL >> 5)) return std::nullopt;
-    v = v * static_cast<unsigned>(base) + static_cast<unsigned>(d);
   }
-  if (v > static_cast<unsigned long long>(INT64_MAX)) return std::nullopt;
-  return static_cast<long long>(v);
+  if (i == digits_from) return std::nullopt;
+  const std::string_view suffix = text.substr(i);
+  static constexpr std::string_view kUnsigned[] = {"u",   "U",   "ul",  "uL",  "Ul",  "UL",
+                                                   "ull", "uLL", "Ull", "ULL", "lu",  "lU",
+                                                   "Lu",  "LU",  "llu", "llU", "LLu", "LLU"};
+  static constexpr std::string_view kSigned[] = {"", "l", "L", "ll", "LL"};
+  bool is_unsigned = false;
+  if (std::find(std::begin(kUnsigned), std::end(kUnsigned), suffix) != std::end(kUnsigned)) {
+    is_unsigned = true;
+  } else if (std::find(std::begin(kSigned), std::end(kSigned), suffix) == std::end(kSigned)) {
+    return std::nullopt;
+  }
+  // A hexadecimal, octal or binary literal takes the first type of int, unsigned int, long,
+  // unsigned long (l: of the last three; ll: long long, unsigned long long) that holds it, and
+  // an unsigned type makes it uintmax_t in #if: 0x80000000 to 0xffffffff are unsigned int
+  // (measured: `-1 > 0x80000000` is true for NVRTC). A decimal one only takes signed types, and
+  // has none to take past INT64_MAX (ill-formed; compilers differ).
+  if (!is_unsigned && v > static_cast<std::uint64_t>(INT64_MAX)) {
+    if (base == 10) return std::nullopt;
+    is_unsigned = true;
+  }
+  if (!is_unsigned && base != 10 && suffix.empty() && v > static_cast<std::uint64_t>(INT32_MAX) &&
+      v <= static_cast<std::uint64_t>(UINT32_MAX)) {
+    is_unsigned = true;
+  }
+  return number{v, is_unsigned};
 }
-
-// A value of the evaluation: known, or unknown (nullopt).
-using value = std::optional<long long>;
 
 // Recursive descent over the #if grammar. Every identifier that may be a macro makes the whole
 // condition unknown before parsing (a macro may expand to operators and change the parse); so
-// the only unknowns left here are __has_include-like operators and character literals.
+// the only unknowns left here are __has_include-like operators and character literals. The
+// arithmetic is the preprocessor's: intmax_t and uintmax_t, the usual arithmetic conversions (a
+// result is unsigned when either operand is, the ?: too); anything undefined or
+// implementation-defined (signed overflow, division by zero, shifts out of range or of negative
+// values) is unknown.
 class evaluator {
  public:
   explicit evaluator(std::vector<token> tokens) : t_(std::move(tokens)) {}
@@ -393,20 +483,24 @@ class evaluator {
   value conditional() {
     const value c = logical_or();
     if (!accept("?")) return c;
-    const value a = conditional();
+    value a = conditional();
     if (!accept(":")) failed_ = true;
-    const value b = conditional();
-    if (c) return *c != 0 ? a : b;
-    return a && b && *a == *b ? a : std::nullopt;
+    value b = conditional();
+    // Either branch's type decides the result's: both must be known.
+    if (!a || !b) return std::nullopt;
+    const bool u = a->is_unsigned || b->is_unsigned;
+    a->is_unsigned = b->is_unsigned = u;
+    if (c) return c->nonzero() ? a : b;
+    return a->bits == b->bits ? a : std::nullopt;
   }
   value logical_or() {
     value l = logical_and();
     while (accept("||")) {
       const value r = logical_and();
-      if ((l && *l != 0) || (r && *r != 0)) {
-        l = 1;
+      if ((l && l->nonzero()) || (r && r->nonzero())) {
+        l = truth_value(true);
       } else if (l && r) {
-        l = 0;
+        l = truth_value(false);
       } else {
         l = std::nullopt;
       }
@@ -417,16 +511,18 @@ class evaluator {
     value l = bit_or();
     while (accept("&&")) {
       const value r = bit_or();
-      if ((l && *l == 0) || (r && *r == 0)) {
-        l = 0;
+      if ((l && !l->nonzero()) || (r && !r->nonzero())) {
+        l = truth_value(false);
       } else if (l && r) {
-        l = 1;
+        l = truth_value(true);
       } else {
         l = std::nullopt;
       }
     }
     return l;
   }
+  // A binary operator's operands after the usual arithmetic conversions: `op` gets both and
+  // whether the common type is unsigned.
   template <class Next, class Op>
   value binary(Next next, std::initializer_list<std::string_view> ops, Op op) {
     value l = (this->*next)();
@@ -438,81 +534,102 @@ class evaluator {
       if (matched.empty()) return l;
       ++p_;
       const value r = (this->*next)();
-      l = l && r ? op(matched, *l, *r) : std::nullopt;
+      l = l && r ? op(matched, *l, *r, l->is_unsigned || r->is_unsigned) : std::nullopt;
     }
   }
+  static value bits_of(std::uint64_t bits, bool u) { return number{bits, u}; }
   value bit_or() {
     return binary(&evaluator::bit_xor, {"|"},
-                  [](auto, long long a, long long b) -> value { return a | b; });
+                  [](auto, number a, number b, bool u) { return bits_of(a.bits | b.bits, u); });
   }
   value bit_xor() {
     return binary(&evaluator::bit_and, {"^"},
-                  [](auto, long long a, long long b) -> value { return a ^ b; });
+                  [](auto, number a, number b, bool u) { return bits_of(a.bits ^ b.bits, u); });
   }
   value bit_and() {
     return binary(&evaluator::equality, {"&"},
-                  [](auto, long long a, long long b) -> value { return a & b; });
+                  [](auto, number a, number b, bool u) { return bits_of(a.bits & b.bits, u); });
   }
   value equality() {
     return binary(&evaluator::relational, {"==", "!="},
-                  [](std::string_view o, long long a, long long b) -> value {
-                    return o == "==" ? a == b : a != b;
+                  [](std::string_view o, number a, number b, bool) {
+                    return truth_value(o == "==" ? a.bits == b.bits : a.bits != b.bits);
                   });
   }
   value relational() {
     return binary(&evaluator::shift, {"<", ">", "<=", ">="},
-                  [](std::string_view o, long long a, long long b) -> value {
-                    if (o == "<") return a < b;
-                    if (o == ">") return a > b;
-                    if (o == "<=") return a <= b;
-                    return a >= b;
+                  [](std::string_view o, number a, number b, bool u) {
+                    // <0, 0, >0 in the common type.
+                    const int c = u ? (a.bits < b.bits   ? -1
+                                       : a.bits > b.bits ? 1
+                                                         : 0)
+                                    : (a.as_signed() < b.as_signed()   ? -1
+                                       : a.as_signed() > b.as_signed() ? 1
+                                                                       : 0);
+                    if (o == "<") return truth_value(c < 0);
+                    if (o == ">") return truth_value(c > 0);
+                    if (o == "<=") return truth_value(c <= 0);
+                    return truth_value(c >= 0);
                   });
   }
   value shift() {
+    // The result has the left operand's type; the count's type does not matter.
     return binary(&evaluator::additive, {"<<", ">>"},
-                  [](std::string_view o, long long a, long long b) -> value {
-                    if (b < 0 || b > 62 || a < 0) return std::nullopt;
-                    if (o == ">>") return a >> b;
-                    if (a > (INT64_MAX >> b)) return std::nullopt;
-                    return a << b;
+                  [](std::string_view o, number a, number b, bool) -> value {
+                    if ((!b.is_unsigned && b.as_signed() < 0) || b.bits > 63) return std::nullopt;
+                    const unsigned n = static_cast<unsigned>(b.bits);
+                    if (a.is_unsigned) return bits_of(o == ">>" ? a.bits >> n : a.bits << n, true);
+                    if (a.as_signed() < 0) return std::nullopt;
+                    if (o == ">>") return signed_value(a.as_signed() >> n);
+                    if (a.as_signed() > (INT64_MAX >> n)) return std::nullopt;
+                    return signed_value(a.as_signed() << n);
                   });
   }
   value additive() {
-    return binary(
-        &evaluator::multiplicative, {"+", "-"},
-        [](std::string_view o, long long a, long long b) -> value {
-          long long r = 0;
-          if (o == "+" ? __builtin_add_overflow(a, b, &r) : __builtin_sub_overflow(a, b, &r)) {
-            return std::nullopt;
-          }
-          return r;
-        });
+    return binary(&evaluator::multiplicative, {"+", "-"},
+                  [](std::string_view o, number a, number b, bool u) -> value {
+                    if (u) return bits_of(o == "+" ? a.bits + b.bits : a.bits - b.bits, true);
+                    std::int64_t r = 0;
+                    if (o == "+" ? __builtin_add_overflow(a.as_signed(), b.as_signed(), &r)
+                                 : __builtin_sub_overflow(a.as_signed(), b.as_signed(), &r)) {
+                      return std::nullopt;
+                    }
+                    return signed_value(r);
+                  });
   }
   value multiplicative() {
     return binary(&evaluator::unary, {"*", "/", "%"},
-                  [](std::string_view o, long long a, long long b) -> value {
-                    long long r = 0;
+                  [](std::string_view o, number a, number b, bool u) -> value {
                     if (o == "*") {
-                      if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
-                      return r;
+                      if (u) return bits_of(a.bits * b.bits, true);
+                      std::int64_t r = 0;
+                      if (__builtin_mul_overflow(a.as_signed(), b.as_signed(), &r)) {
+                        return std::nullopt;
+                      }
+                      return signed_value(r);
                     }
-                    if (b == 0 || (a == INT64_MIN && b == -1)) return std::nullopt;
-                    return o == "/" ? a / b : a % b;
+                    if (b.bits == 0) return std::nullopt;
+                    if (u) return bits_of(o == "/" ? a.bits / b.bits : a.bits % b.bits, true);
+                    if (a.as_signed() == INT64_MIN && b.as_signed() == -1) return std::nullopt;
+                    return signed_value(o == "/" ? a.as_signed() / b.as_signed()
+                                                 : a.as_signed() % b.as_signed());
                   });
   }
   value unary() {
     if (accept("!")) {
       const value v = unary();
-      return v ? value(*v == 0) : std::nullopt;
+      return v ? truth_value(!v->nonzero()) : std::nullopt;
     }
     if (accept("-")) {
       const value v = unary();
-      return v && *v != INT64_MIN ? value(-*v) : std::nullopt;
+      if (!v) return std::nullopt;
+      if (v->is_unsigned) return bits_of(0 - v->bits, true);
+      return v->as_signed() != INT64_MIN ? signed_value(-v->as_signed()) : std::nullopt;
     }
     if (accept("+")) return unary();
     if (accept("~")) {
       const value v = unary();
-      return v ? value(~*v) : std::nullopt;
+      return v ? bits_of(~v->bits, v->is_unsigned) : std::nullopt;
     }
     return primary();
   }
@@ -548,15 +665,15 @@ class evaluator {
           failed_ = true;
           return std::nullopt;
         }
-        if (t.text == "true") return 1;
-        if (t.text == "false") return 0;
-        if (t.text == "__defined_false__") return 0;
+        if (t.text == "true") return truth_value(true);
+        if (t.text == "false") return truth_value(false);
+        if (t.text == "__defined_false__") return truth_value(false);
         if (t.text == "__defined_unknown__") return std::nullopt;
         if (is("(")) {  // __has_include(...), __has_cpp_attribute(...), ...
           skip_parenthesised();
           return std::nullopt;
         }
-        return 0;  // an identifier no macro can be: 0 in #if
+        return truth_value(false);  // an identifier no macro can be: 0 in #if
       case token::punct:
         if (accept("(")) {
           const value v = conditional();
@@ -596,8 +713,24 @@ bool has_operator(std::string_view name) {
 conditional_structure scan_conditionals(std::string_view text) {
   conditional_structure out;
   if (has_ambiguous_lexing(text)) return out;
-  auto groups = structure_reader(text).run();
+  structure_reader reader(text, /*raw_strings=*/true);
+  auto groups = reader.run();
   if (!groups) return out;
+  // A raw string is an identifier and a string literal under --std c++03 (measured): the
+  // structure must read the same both ways, as the key does not depend on the standard.
+  if (reader.saw_raw_string()) {
+    structure_reader without(text, /*raw_strings=*/false);
+    const auto other = without.run();
+    if (!other || *other != *groups || without.undecidable_chains_ != reader.undecidable_chains_) {
+      return out;
+    }
+  }
+  const auto& undecidable = reader.undecidable_chains_;
+  if (!undecidable.empty()) {
+    std::erase_if(*groups, [&undecidable](const conditional_group& g) {
+      return std::find(undecidable.begin(), undecidable.end(), g.chain) != undecidable.end();
+    });
+  }
   out.known = true;
   // Only groups that can ever be decided are kept: a condition that is unknown even when every
   // name but those reserved for the implementation is undefined stays unknown whatever else gets
@@ -614,8 +747,8 @@ conditional_structure scan_conditionals(std::string_view text) {
                                          ? std::string_view()
                                          : std::string_view(g.condition).substr(space + 1);
     for (const token& k : tokenize(operand, ok)) {
-      if (k.kind == token::identifier && !reserved_identifier(k.text) && k.text != "defined" &&
-          k.text != "true" && k.text != "false") {
+      // true and false too: NVRTC accepts #define true 0.
+      if (k.kind == token::identifier && !reserved_identifier(k.text) && k.text != "defined") {
         g.names.emplace_back(k.text);
       }
     }
@@ -764,15 +897,14 @@ truth evaluate_condition(std::string_view condition,
       i = k;
       continue;
     }
-    if (t.kind == token::identifier && t.text != "true" && t.text != "false" &&
-        may_be_defined(t.text)) {
+    if (t.kind == token::identifier && may_be_defined(t.text)) {
       return truth::unknown;
     }
     replaced.push_back(t);
   }
   const auto v = evaluator(std::move(replaced)).run();
   if (!v || !*v) return truth::unknown;
-  return **v != 0 ? truth::is_true : truth::is_false;
+  return (*v)->nonzero() ? truth::is_true : truth::is_false;
 }
 
 conditional_pruner::conditional_pruner(

@@ -5,10 +5,12 @@
 // Soundness rests on two things. The structure is read as the preprocessor reads it (comments,
 // string and character literals, raw strings, digit separators, strict line splices, %: digraphs);
 // where the reading could differ from the compiler's (lenient splices, trigraphs, an unbalanced
-// #if, a raw string with a splice) the file reports no structure at all, and nothing in it is
-// skipped. And a condition is "false" only when it is false for every value the macros it names
-// could have: a name counts as undefined only when nothing the compile reads defines it (the
-// walk's fixpoint, include_tracking.cpp) and NVRTC does not predefine it.
+// #if, a raw string with a splice) or between --std values (a raw string that C++03 reads
+// otherwise, an apostrophe that may be a digit separator before a comment opener or quote) the
+// file reports no structure at all, and nothing in it is skipped. And a condition is "false" only
+// when it is false for every value the macros it names could have: a name counts as undefined only
+// when nothing the compile reads defines it (the walk's fixpoint, include_tracking.cpp) and NVRTC
+// does not predefine it.
 #pragma once
 
 #include <cstdint>

@@ -184,7 +184,10 @@ namespace {
 // The memo file: magic, format version, records, then an XXH3 of everything before it. A file that
 // does not parse or check is ignored (and replaced on the next save).
 constexpr std::string_view kMemoMagic = "CUCOREHM";
-constexpr std::uint32_t kMemoVersion = 3;
+// 4: the conditional structure as issue 31 reads it (unsigned #if arithmetic, true/false,
+// #elifdef, ASCII identifiers, every --std); a version 3 memo holds structures read the old way,
+// which could skip a group NVRTC enters, so it is ignored.
+constexpr std::uint32_t kMemoVersion = 4;
 constexpr std::size_t kMemoMaxRecords = 200'000;
 
 using memo_map =
