@@ -12,6 +12,7 @@ packages=(
   clang-format clang libclang-rt-14-dev
   python3 python3-venv python3-dev
   strace
+  faketime  # the context oracle moves the clock (tests/oracle/context_oracle_test.cpp)
   ccache
 )
 

@@ -132,6 +132,7 @@ std::shared_ptr<scanned_file> make_scanned(std::string_view text) {
   file->wrappers = find_wrappers(text);
   file->conditionals = scan_conditionals(text);
   file->defined = defined_names(text);
+  file->time_macros = mentions_time_macros(text);
   derive(*file);
   return file;
 }
@@ -191,7 +192,7 @@ namespace {
 // The memo file: magic, format version, records, then an XXH3 of everything before it. A file that
 // does not parse or check is ignored (and replaced on the next save).
 constexpr std::string_view kMemoMagic = "CUCOREHM";
-constexpr std::uint32_t kMemoVersion = 3;
+constexpr std::uint32_t kMemoVersion = 4;  // 4: time_macros
 constexpr std::size_t kMemoMaxRecords = 200'000;
 
 using memo_map =
@@ -276,7 +277,9 @@ void parse_memo(std::string_view data, memo_map& into) {
       file->conditionals.groups.push_back(std::move(g));
     }
     file->defined = r.strs();
-    if (!r.ok()) return;
+    const std::uint8_t time_macros = r.u8();
+    if (!r.ok() || time_macros > 1) return;
+    file->time_macros = time_macros != 0;
     derive(*file);
     parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
   }
@@ -337,6 +340,7 @@ std::string serialize_memo(const memo_map& records) {
       w.u8(g.when_undefined);
     }
     w.strs(file->defined);
+    w.u8(file->time_macros ? 1 : 0);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);
