@@ -28,6 +28,7 @@ if [ "$profile" = all ]; then
     clang-format clang libclang-rt-14-dev
     python3-dev
     strace
+    faketime  # the context oracle moves the clock (tests/oracle/context_oracle_test.cpp)
   )
 fi
 

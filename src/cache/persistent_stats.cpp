@@ -193,6 +193,10 @@ std::string_view to_string(cache_skip_reason reason) noexcept {
       return "uncacheable_options";
     case cache_skip_reason::header_changed:
       return "header_changed";
+    case cache_skip_reason::time_macros:
+      return "time_macros";
+    case cache_skip_reason::compiler_environment:
+      return "compiler_environment";
   }
   return "unknown";
 }

@@ -1,5 +1,6 @@
-// The drop-in libnvJitLink.so.13 of `cucore run` (docs/transparent-cache.md): nvJitLink 13's exported API (the
-// versioned __nvJitLink*_13_0 entry points its header's inline functions call, the plain names,
+// The drop-in libnvJitLink.so.13 of `cucore run` (docs/transparent-cache.md): nvJitLink 13's
+// exported API (the versioned __nvJitLink*_13_0 entry points its header's inline functions call,
+// the plain names,
 // __nvJitLinkAPI), every call forwarded to the real library, and nvJitLinkComplete answered from
 // cucore's program cache.
 //
@@ -26,6 +27,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "dropin/support.hpp"
+#include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -242,6 +244,16 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
   key_record.number(static_cast<std::int64_t>(s.options.size()));
   for (const auto& o : s.options) key_record.bytes(o);
   auto inputs = s.inputs;  // a copy: more inputs may follow a failed Complete
+  // The variables the compilers read whose values can change the output
+  // (key/compiler_environment.hpp); one that makes them write files bypasses.
+  if (auto why = detail::environment_bypass()) {
+    dropin::note(log_level::info, "bypass link: " + *why);
+    dropin::record_skip(cache_skip_reason::compiler_environment);
+    return forward();
+  }
+  const auto environment = detail::keyed_environment();
+  key_record.number(static_cast<std::int64_t>(environment.size()));
+  for (const auto& variable : environment) key_record.bytes(variable);
   key_record.bytes(inputs.take());
   const auto key_bytes = key_record.take();
   const auto digest = detail::sha256(std::span<const std::byte>(key_bytes));

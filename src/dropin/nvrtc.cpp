@@ -1,5 +1,6 @@
-// The drop-in libnvrtc.so.13 of `cucore run` (docs/transparent-cache.md): NVRTC 13's exported API, every call
-// forwarded to the real library, and nvrtcCompileProgram answered from cucore's program cache.
+// The drop-in libnvrtc.so.13 of `cucore run` (docs/transparent-cache.md): NVRTC 13's exported API,
+// every call forwarded to the real library, and nvrtcCompileProgram answered from cucore's program
+// cache.
 //
 // A program's handle is the real library's own: the drop-in keeps, beside it, what the program gave
 // nvrtcCreateProgram and nvrtcAddNameExpression. A compile makes cucore's key of those inputs and
@@ -11,6 +12,7 @@
 // not there.
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -26,6 +28,7 @@
 #include "cucore/error.hpp"
 #include "dropin/nvrtc_options.hpp"
 #include "dropin/support.hpp"
+#include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -380,6 +383,19 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
     inputs.options.arch = "sm_75";  // the verbatim option, in the digest, names the real one
   }
   inputs.target = code_type::ptx;
+  // The drop-in keeps every output of one compile (PTX, cubin, LTO-IR), and the program's
+  // options reach the key only verbatim (the extra digest): the key's context rules
+  // (key/compiler_environment.hpp) must see what they embed. Key-only: NVRTC gets the program's
+  // own options.
+  if (detail::embeds_working_directory(parsed.canonical, code_type::ptx)) {
+    const bool lto =
+        std::any_of(parsed.canonical.begin(), parsed.canonical.end(), [](const std::string& o) {
+          return o == "-dlto" || o == "--dlink-time-opt" || o == "--gen-opt-lto" ||
+                 o.starts_with("-dlto=") || o.starts_with("--dlink-time-opt=");
+        });
+    inputs.options.lineinfo = true;  // the working directory, and file times for the cubin
+    inputs.target = lto ? code_type::ltoir : code_type::cubin;
+  }
   inputs.name_expressions = s.name_expressions;
   inputs.extra_digest = extra_digest(r, parsed, s);
 
@@ -391,6 +407,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   } catch (const std::exception& e) {
     return bypass(e.what(), cache_skip_reason::uncacheable_options);
   }
+  if (const auto& b = key->bypass()) return bypass(b->why, b->reason);
   if (!key->includes().vouched.empty()) {
     return bypass("an #include through a macro whose value cucore cannot work out (" +
                       key->includes().vouched.front() + ")",

@@ -1,6 +1,6 @@
-// The drop-in libnvvm.so.4 of `cucore run` (docs/transparent-cache.md): libNVVM's exported API (unversioned, as
-// the real library's), every call forwarded to the real library, and nvvmCompileProgram answered
-// from cucore's program cache.
+// The drop-in libnvvm.so.4 of `cucore run` (docs/transparent-cache.md): libNVVM's exported API
+// (unversioned, as the real library's), every call forwarded to the real library, and
+// nvvmCompileProgram answered from cucore's program cache.
 //
 // Modules are forwarded as they come (the real library checks them) and recorded beside the real
 // handle: eager or lazy, name, bytes. A compile makes a key of the options, every module, and the
@@ -21,6 +21,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "dropin/support.hpp"
+#include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -233,6 +234,12 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
     }
     key_record.bytes(options[i]);
   }
+  // The variables the compilers read whose values can change the output
+  // (key/compiler_environment.hpp); one that makes them write files bypasses.
+  if (auto why = detail::environment_bypass()) return bypass(*why);
+  const auto environment = detail::keyed_environment();
+  key_record.number(static_cast<std::int64_t>(environment.size()));
+  for (const auto& variable : environment) key_record.bytes(variable);
   auto modules = s.modules;  // a copy: a failed compile may be followed by more modules
   key_record.bytes(modules.take());
   const auto key_bytes = key_record.take();

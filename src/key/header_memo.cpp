@@ -133,6 +133,7 @@ std::shared_ptr<scanned_file> make_scanned(std::string_view text) {
   file->wrappers = find_wrappers(text);
   file->conditionals = scan_conditionals(text);
   file->defined = defined_names(text);
+  file->time_macros = mentions_time_macros(text);
   derive(*file);
   return file;
 }
@@ -187,7 +188,8 @@ constexpr std::string_view kMemoMagic = "CUCOREHM";
 // 4: the conditional structure as issue 31 reads it (unsigned #if arithmetic, true/false,
 // #elifdef, ASCII identifiers, every --std); a version 3 memo holds structures read the old way,
 // which could skip a group NVRTC enters, so it is ignored.
-constexpr std::uint32_t kMemoVersion = 4;
+// 5: each record also says whether the file names __TIME__, __DATE__ or __TIMESTAMP__.
+constexpr std::uint32_t kMemoVersion = 5;
 constexpr std::size_t kMemoMaxRecords = 200'000;
 
 using memo_map =
@@ -272,7 +274,9 @@ void parse_memo(std::string_view data, memo_map& into) {
       file->conditionals.groups.push_back(std::move(g));
     }
     file->defined = r.strs();
-    if (!r.ok()) return;
+    const std::uint8_t time_macros = r.u8();
+    if (!r.ok() || time_macros > 1) return;
+    file->time_macros = time_macros != 0;
     derive(*file);
     parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
   }
@@ -333,6 +337,7 @@ std::string serialize_memo(const memo_map& records) {
       w.u8(g.when_undefined);
     }
     w.strs(file->defined);
+    w.u8(file->time_macros ? 1 : 0);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);

@@ -692,4 +692,53 @@ bool may_reference_files(std::string_view text) noexcept {
   return false;
 }
 
+namespace {
+
+bool mentions_time_macros_unspliced(std::string_view text) noexcept {
+  // Identifier characters as NVRTC takes them around the name (letters, digits, '_'): a longer
+  // identifier such as MY__TIME__ does not expand. '$' and bytes >= 0x80 count as boundaries
+  // too, which can only add matches (a superset).
+  const auto ident = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  for (std::size_t at = text.find("__"); at != std::string_view::npos;
+       at = text.find("__", at + 1)) {
+    for (const std::string_view name : {"__TIME__", "__DATE__", "__TIMESTAMP__"}) {
+      if (text.substr(at, name.size()) == name && (at == 0 || !ident(text[at - 1])) &&
+          (at + name.size() == text.size() || !ident(text[at + name.size()]))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool mentions_time_macros(std::string_view text) {
+  if (mentions_time_macros_unspliced(text)) return true;
+  // __TI\<newline>ME__ is __TIME__ after line splicing: search the text spliced too, leniently
+  // (a backslash or ??/, then blanks, then a newline), which only adds matches.
+  if (text.find('\\') == std::string_view::npos && text.find("?\?/") == std::string_view::npos) {
+    return false;
+  }
+  std::string spliced;
+  spliced.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t after = std::string_view::npos;
+    if (text[i] == '\\') after = i + 1;
+    if (text.substr(i, 3) == "?\?/") after = i + 3;
+    if (after != std::string_view::npos) {
+      std::size_t j = after;
+      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
+      if (j < text.size() && text[j] == '\n') {
+        i = j + 1;
+        continue;
+      }
+    }
+    spliced.push_back(text[i++]);
+  }
+  return mentions_time_macros_unspliced(spliced);
+}
+
 }  // namespace cucore::detail

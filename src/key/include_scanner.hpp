@@ -82,4 +82,10 @@ include_scan scan_includes(std::string_view text);
 // without directives: one vectorised pass.
 bool may_reference_files(std::string_view text) noexcept;
 
+// Whether `text` holds __TIME__, __DATE__ or __TIMESTAMP__ as an identifier anywhere (comments,
+// literals and groups never entered included: a superset of the uses that expand). Their
+// expansion is the clock's, which no key names (docs/cache-keys.md, "What NVRTC's output depends
+// on"). The toolkit's headers (CCCL, CUB, libcu++) mention none of them anywhere.
+bool mentions_time_macros(std::string_view text);
+
 }  // namespace cucore::detail

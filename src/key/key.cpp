@@ -4,10 +4,14 @@
 #include "cucore/cache/key.hpp"
 
 #include "common/sha256.hpp"
+#include "key/compiler_environment.hpp"
+#include "key/include_scanner.hpp"
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
 #include "program/extra_nvrtc_options.hpp"
 #include "program/nvrtc_option_table.hpp"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -365,6 +369,17 @@ void check_name_expressions(const std::vector<std::string>& names, std::string_v
 
 }  // namespace
 
+// "PATH NUL mtime_ns size" of the file at `path` as stat() finds it now, or "PATH NUL absent": a
+// cubin with line information holds the mtimes of its source files.
+static std::string file_time(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return path + '\0' + "absent";
+  return path + '\0' +
+         std::to_string(static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 +
+                        st.st_mtim.tv_nsec) +
+         ' ' + std::to_string(static_cast<std::int64_t>(st.st_size));
+}
+
 // -----------------------------------------------------------------------------------------------
 // program_cache_key
 
@@ -373,6 +388,7 @@ program_cache_key::program_cache_key(const std::array<std::byte, size>& digest) 
 struct program_cache_key::details {
   std::vector<recorded_field> fields;
   include_report includes;
+  std::optional<cache_bypass> bypass;
   // The closure's lines go after fields[notes_at - 1].
   std::shared_ptr<const detail::include_closure> closure;
   std::size_t notes_at = 0;
@@ -435,6 +451,11 @@ const std::vector<key_field>& program_cache_key::explain() const {
 const include_report& program_cache_key::includes() const noexcept {
   static const include_report none;
   return details_ ? details_->includes : none;
+}
+
+const std::optional<cache_bypass>& program_cache_key::bypass() const noexcept {
+  static const std::optional<cache_bypass> none;
+  return details_ ? details_->bypass : none;
 }
 
 std::strong_ordering operator<=>(const program_cache_key& a, const program_cache_key& b) noexcept {
@@ -550,12 +571,40 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   if (type == source_type::cxx) {
     closure = add_headers(h, in, options, flags, probes, includes, notes_at);
   }
+  // The context the output depends on (detail/compiler_environment.hpp): the working directory
+  // where NVRTC writes it into the output, the variables the compilers read.
+  if (type == source_type::cxx && detail::embeds_working_directory(flags, in.target)) {
+    h.add("working_directory", detail::working_directory());
+  }
+  if (type == source_type::cxx && detail::embeds_file_times(flags, in.target)) {
+    // The program's own file (its name, as NVRTC stats it) and every header read.
+    h.add("file_time", file_time(options.name));
+    if (closure) {
+      for (const auto& e : closure->entries) {
+        if (e.what == detail::closure_entry::kind::file) h.add("file_time", file_time(e.path));
+      }
+    }
+  }
+  for (const auto& variable : detail::keyed_environment()) h.add("environment", variable);
+  std::optional<cache_bypass> bypass;
+  if (auto why = detail::environment_bypass()) {
+    bypass = cache_bypass{cache_skip_reason::compiler_environment,
+                          *why + ": a cache hit would skip that; unset it to use the cache"};
+  } else if (type == source_type::cxx && !detail::sloppiness_allows("time_macros") &&
+             (closure ? closure->time_macros : detail::mentions_time_macros(in.code))) {
+    bypass = cache_bypass{
+        cache_skip_reason::time_macros,
+        "the program or a header it includes uses __TIME__, __DATE__ or __TIMESTAMP__, which "
+        "expand to the time of the compile: set CUCORE_SLOPPINESS=time_macros to cache it "
+        "anyway (a hit then keeps the first compile's time)"};
+  }
   if (in.extra_digest) h.add("extra_digest", *in.extra_digest);
 
   const digest d = h.finish();
   auto details = std::make_shared<program_cache_key::details>();
   details->fields = h.take_fields();
   details->includes = std::move(includes);
+  details->bypass = std::move(bypass);
   details->closure = std::move(closure);
   details->notes_at = notes_at;
   return program_cache_key(d, std::move(details));

@@ -196,6 +196,14 @@ object_code program::compile(code_type target, std::span<const std::string> text
         "cache]");
   }
 
+  // The output depends on what no key names (the clock), or the compile writes files: without the
+  // cache (cache_outcome::off), the skip counted.
+  if (const auto& bypass = cache_key_->bypass()) {
+    cucore::log(log_level::info,
+                "not using the " + cache->description() + " cache: " + bypass->why);
+    if (const auto stats = cache->statistics()) stats->record_skip(bypass->reason);
+    return compile_uncached(target, name_expressions);
+  }
   // Single-flight: on a miss, one of the processes and threads missing this key compiles and
   // the others wait for its entry (cache/single_flight.hpp).
   auto compile = [&] { return compile_uncached(target, name_expressions); };

@@ -226,6 +226,10 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
                                       ? "; pass --extra-digest or --cache none"
                                       : "; pass --cache none to compile without the cache"));
   }
+  if (const auto& bypass = report.key->bypass()) {
+    if (auto stats = cache->statistics()) stats->record_skip(bypass->reason);
+    return skip(std::string(to_string(bypass->reason)) + ": " + bypass->why);
+  }
   object_code code = compile_with_key(prog, in, inputs, *cache, report);
   return {std::move(code), report};
 }

@@ -21,6 +21,10 @@
 //   memory_headers_count, memory_header...   c++ with in-memory headers: name + SHA-256 each
 //   headers_count, header | header_absent | header_in_memory ...   c++ that can read headers:
 //                     the include closure (see make_program_cache_key)
+//   working_directory getcwd(), when the output embeds it (c++: --generate-line-info,
+//                     --device-debug, LTO-IR, Tile IR)
+//   environment...    "NAME=VALUE" of each variable the compilers read whose value can change
+//                     their output and that is set (detail::compiler_environment's table)
 //   untracked_include...   macro includes not worked out, accepted because of extra_digest
 //   extra_digest      when given
 //
@@ -46,6 +50,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cucore/cache/statistics.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
@@ -130,6 +135,15 @@ struct include_report {
   bool stat_fast_path() const noexcept { return tracked && hashed == 0; }
 };
 
+// Why a compile must go without a cache although its key could be made: its output depends on
+// something no key can name (the clock), or the compile has side effects a hit would skip (an
+// environment variable that makes the compiler write a file). program::compile(..., cache),
+// `cucore compile` and the drop-ins then compile uncached and count the skip.
+struct cache_bypass {
+  cache_skip_reason reason;
+  std::string why;  // for people: what was found and what to do instead
+};
+
 // A 32-byte SHA-256 digest naming one compilation. Compares and hashes by digest only.
 class program_cache_key {
  public:
@@ -149,6 +163,9 @@ class program_cache_key {
   const std::vector<key_field>& explain() const;
   // Include tracking's summary; empty (tracked = false) for keys without headers.
   const include_report& includes() const noexcept;
+  // Set when a cache must not serve or store this compile (cache_bypass); nullopt for keys made
+  // from a digest or from_hex.
+  const std::optional<cache_bypass>& bypass() const noexcept;
 
   friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
     return a.digest_ == b.digest_;

@@ -59,9 +59,16 @@ enum class cache_skip_reason : std::uint8_t {
   uncacheable_options,
   // A header the program includes changed while the compiler read it: the result was not stored.
   header_changed,
+  // The program or a header it includes uses __TIME__, __DATE__ or __TIMESTAMP__: its output
+  // depends on the clock (opt in with CUCORE_SLOPPINESS=time_macros to cache it anyway).
+  time_macros,
+  // An environment variable that makes the compiler write files is set (DUMP_KNOBS_TO_FILE,
+  // AS_SECURE_LOG_FILE): a hit would skip writing them.
+  compiler_environment,
 };
-inline constexpr std::size_t cache_skip_reason_count = 3;
-// "needs_extra_digest", "uncacheable_options", "header_changed".
+inline constexpr std::size_t cache_skip_reason_count = 5;
+// "needs_extra_digest", "uncacheable_options", "header_changed", "time_macros",
+// "compiler_environment".
 std::string_view to_string(cache_skip_reason reason) noexcept;
 
 // The persistent counts of one cache, summed over its shard files.

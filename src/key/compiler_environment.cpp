@@ -1,0 +1,132 @@
+#include "key/compiler_environment.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace cucore::detail {
+
+namespace {
+
+using enum environment_effect;
+
+// Found by interposing getenv and secure_getenv in uncached compiles (plain, CUB, --lineinfo,
+// -G, LTO-IR, libNVVM, nvJitLink). Keyed unless measured otherwise: a variable keyed needlessly
+// costs a miss, one missed is a stale hit.
+constexpr std::array kTable{
+    environment_variable{"NVRTC_APPEND_FLAGS", keyed, "options appended to every compile"},
+    environment_variable{"NVRTC_DISABLE_PCH", keyed, "turns automatic PCH off"},
+    environment_variable{"NVRTC_PCH_HEAP_SIZE", keyed, "PCH heap size (PCH use)"},
+    environment_variable{"EDG_BASE", keyed, "front end's base directory (files it reads)"},
+    environment_variable{"EDG_MODULES_PATH", keyed, "front end's module search path"},
+    environment_variable{"NV_NVVM_VERSION", keyed,
+                         "measured: nvvm-latest changes every output, other values fail"},
+    environment_variable{"NVVM_IR_VER_CHK", keyed, "NVVM IR version check"},
+    environment_variable{"LLVM_OVERRIDE_PRODUCER", keyed, "measured: changes LTO-IR"},
+    environment_variable{"CUDA_CACHE_DISABLE", keyed, "not measured"},
+    environment_variable{"NVRTC_INTERNAL_GLOBAL_LOCK", keyed, "not measured"},
+    environment_variable{"NVRTC_DISABLE_CONCURRENT_NVVM", keyed, "not measured"},
+    environment_variable{"LIBNVVM_DISABLE_CONCURRENT_API", keyed, "not measured"},
+    environment_variable{"NVRTCWIZ", keyed, "not measured (an internal switch)"},
+    environment_variable{"CAN_FINALIZE_DEBUG", keyed, "not measured (an internal switch)"},
+    environment_variable{"bar", keyed, "not measured (read by NVRTC 13.0's front end)"},
+    environment_variable{"LIBNVVM_NVVM_VERSION", keyed,
+                         "libNVVM's NV_NVVM_VERSION (read by libNVVM 13.0, found by the oracle)"},
+    environment_variable{"NVJITLINK_TRACE_MESSAGES", keyed,
+                         "not measured (read by nvJitLink 13.0, found by the oracle)"},
+    environment_variable{"DUMP_KNOBS_TO_FILE", bypass, "writes the compiler's knobs to a file"},
+    environment_variable{"AS_SECURE_LOG_FILE", bypass, "names a log file the compiler writes"},
+    environment_variable{"PWD", harmless,
+                         "measured: NVRTC writes getcwd(), never $PWD (the working directory "
+                         "is keyed where it is embedded)"},
+};
+
+}  // namespace
+
+std::span<const environment_variable> compiler_environment() {
+  return kTable;
+}
+
+const environment_variable* find_compiler_variable(std::string_view name) noexcept {
+  const auto it = std::find_if(kTable.begin(), kTable.end(),
+                               [&](const environment_variable& v) { return v.name == name; });
+  return it == kTable.end() ? nullptr : &*it;
+}
+
+std::vector<std::string> keyed_environment() {
+  std::vector<std::string> out;
+  for (const auto& v : kTable) {
+    if (v.effect != keyed) continue;
+    if (const char* value = std::getenv(std::string(v.name).c_str())) {
+      out.push_back(std::string(v.name) + '=' + value);
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> environment_bypass() {
+  for (const auto& v : kTable) {
+    if (v.effect == bypass && std::getenv(std::string(v.name).c_str()) != nullptr) {
+      return "$" + std::string(v.name) + " is set (" + std::string(v.why) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+bool embeds_working_directory(std::span<const std::string> flags, code_type target) {
+  if (target == code_type::ltoir) return true;
+  // Spellings NVRTC takes, as compiler_flags() writes them or as extra_nvrtc_options passes them.
+  constexpr std::array<std::string_view, 12> kEmbedding{
+      "--generate-line-info", "-lineinfo",  "--lineinfo",    "--device-debug", "-G",
+      "--dlink-time-opt",     "-dlto",      "--gen-opt-lto", "-enable-tile",   "--enable-tile",
+      "-tile-only",           "--tile-only"};
+  return std::any_of(flags.begin(), flags.end(), [&](const std::string& flag) {
+    const std::string_view f(flag);
+    return std::any_of(kEmbedding.begin(), kEmbedding.end(), [&](std::string_view e) {
+      // "-G", "--device-debug", and any "=value" form.
+      return f == e || (f.size() > e.size() && f.substr(0, e.size()) == e && f[e.size()] == '=');
+    });
+  });
+}
+
+bool embeds_file_times(std::span<const std::string> flags, code_type target) {
+  if (target != code_type::cubin) return false;
+  constexpr std::array<std::string_view, 5> kDebugInfo{"--generate-line-info", "-lineinfo",
+                                                       "--lineinfo", "--device-debug", "-G"};
+  return std::any_of(flags.begin(), flags.end(), [&](const std::string& flag) {
+    return std::find(kDebugInfo.begin(), kDebugInfo.end(), flag) != kDebugInfo.end();
+  });
+}
+
+std::string working_directory() {
+  std::string buffer(4096, '\0');
+  for (;;) {
+    if (::getcwd(buffer.data(), buffer.size()) != nullptr) {
+      buffer.resize(std::strlen(buffer.c_str()));
+      return buffer;
+    }
+    if (errno != ERANGE || buffer.size() > (1u << 20)) {
+      return "<getcwd failed: " + std::string(std::strerror(errno)) + ">";
+    }
+    buffer.resize(buffer.size() * 2);
+  }
+}
+
+bool sloppiness_allows(std::string_view what) {
+  const char* value = std::getenv("CUCORE_SLOPPINESS");
+  if (value == nullptr) return false;
+  std::string_view rest(value);
+  while (!rest.empty()) {
+    const std::size_t end = rest.find_first_of(", \t");
+    if (rest.substr(0, end) == what) return true;
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  return false;
+}
+
+}  // namespace cucore::detail

@@ -1,0 +1,62 @@
+#pragma once
+// What a compile depends on besides its inputs: the environment variables the compilers read,
+// the working directory, the clock. One table: the key, the bypass decision, the context oracle
+// (tests/oracle/context_oracle_test.cpp) and docs/cache-keys.md ("What NVRTC's output depends
+// on") all go by it.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/cache/key.hpp"
+#include "cucore/object_code.hpp"
+
+namespace cucore::detail {
+
+// What the cache does with one variable a compiler reads.
+enum class environment_effect {
+  keyed,     // name and value (or its absence) enter the key
+  bypass,    // set (to anything): the compile has side effects (writes files): no cache
+  harmless,  // measured: never changes an output (the context oracle keeps checking it)
+};
+
+struct environment_variable {
+  std::string_view name;
+  environment_effect effect;
+  std::string_view why;  // how it was measured or why it is treated so
+};
+
+// Every variable NVRTC 13.0, libNVVM 13.0 and nvJitLink 13.0 read (getenv/secure_getenv, found by
+// interposing them: the context oracle fails when a compiler reads one not listed here).
+std::span<const environment_variable> compiler_environment();
+
+// The table's entry for `name`, or nullptr.
+const environment_variable* find_compiler_variable(std::string_view name) noexcept;
+
+// The key's "environment" payloads: "NAME=VALUE" for each keyed variable that is set, in table
+// order (an unset one adds nothing, so a set-but-empty one differs from an unset one).
+std::vector<std::string> keyed_environment();
+
+// The first bypass variable that is set: "NAME" (why), or nullopt.
+std::optional<std::string> environment_bypass();
+
+// Whether NVRTC writes the working directory into this output: --generate-line-info, -G, every
+// LTO-IR (-dlto), Tile IR (measured on NVRTC 13.0: docs/cache-keys.md).
+bool embeds_working_directory(std::span<const std::string> flags, code_type target);
+
+// Whether the output holds the modification times of the files its code came from: a cubin with
+// line information (--generate-line-info, -G) carries each source file's mtime in its DWARF line
+// table (measured on NVRTC 13.0: touching the program's file or a header changes the cubin; PTX
+// and LTO-IR do not carry them).
+bool embeds_file_times(std::span<const std::string> flags, code_type target);
+
+// getcwd() (not $PWD, which NVRTC never uses for this), or "<getcwd failed: ERRNO>".
+std::string working_directory();
+
+// Whether CUCORE_SLOPPINESS names `what` ("time_macros"): comma- or blank-separated words, as
+// ccache's sloppiness setting.
+bool sloppiness_allows(std::string_view what);
+
+}  // namespace cucore::detail
