@@ -388,11 +388,10 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   // (key/compiler_environment.hpp) must see what they embed. Key-only: NVRTC gets the program's
   // own options.
   if (detail::embeds_working_directory(parsed.canonical, code_type::ptx)) {
+    // parsed.canonical spells each option "-" + its canonical name in the option table.
     const bool lto =
-        std::any_of(parsed.canonical.begin(), parsed.canonical.end(), [](const std::string& o) {
-          return o == "-dlto" || o == "--dlink-time-opt" || o == "--gen-opt-lto" ||
-                 o.starts_with("-dlto=") || o.starts_with("--dlink-time-opt=");
-        });
+        std::any_of(parsed.canonical.begin(), parsed.canonical.end(),
+                    [](const std::string& o) { return o == "-dlto" || o == "-gen-opt-lto"; });
     inputs.options.lineinfo = true;  // the working directory, and file times for the cubin
     inputs.target = lto ? code_type::ltoir : code_type::cubin;
   }

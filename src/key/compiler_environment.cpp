@@ -1,5 +1,7 @@
 #include "key/compiler_environment.hpp"
 
+#include "program/nvrtc_option_table.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,29 +79,35 @@ std::optional<std::string> environment_bypass() {
   return std::nullopt;
 }
 
+namespace {
+
+// Whether `flags` hold one of the options named (their canonical names in the option table), in
+// any spelling NVRTC takes: one or two dashes, '_' for '-', short or long name.
+bool has_option(std::span<const std::string> flags, std::span<const std::string_view> names) {
+  for (const auto& parsed : parse_nvrtc_option_list(flags)) {
+    if (parsed.option == nullptr) continue;
+    if (std::find(names.begin(), names.end(), parsed.option->canonical) != names.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool embeds_working_directory(std::span<const std::string> flags, code_type target) {
   if (target == code_type::ltoir) return true;
-  // Spellings NVRTC takes, as compiler_flags() writes them or as extra_nvrtc_options passes them.
-  constexpr std::array<std::string_view, 12> kEmbedding{
-      "--generate-line-info", "-lineinfo",  "--lineinfo",    "--device-debug", "-G",
-      "--dlink-time-opt",     "-dlto",      "--gen-opt-lto", "-enable-tile",   "--enable-tile",
-      "-tile-only",           "--tile-only"};
-  return std::any_of(flags.begin(), flags.end(), [&](const std::string& flag) {
-    const std::string_view f(flag);
-    return std::any_of(kEmbedding.begin(), kEmbedding.end(), [&](std::string_view e) {
-      // "-G", "--device-debug", and any "=value" form.
-      return f == e || (f.size() > e.size() && f.substr(0, e.size()) == e && f[e.size()] == '=');
-    });
-  });
+  // Line information (-lineinfo), debug information (-G), LTO-IR (-dlto, --gen-opt-lto) and Tile
+  // IR (-enable-tile, -tile-only) name getcwd() + the program name.
+  constexpr std::array<std::string_view, 6> kEmbedding{"lineinfo",    "G",           "dlto",
+                                                       "gen-opt-lto", "enable-tile", "tile-only"};
+  return has_option(flags, kEmbedding);
 }
 
 bool embeds_file_times(std::span<const std::string> flags, code_type target) {
   if (target != code_type::cubin) return false;
-  constexpr std::array<std::string_view, 5> kDebugInfo{"--generate-line-info", "-lineinfo",
-                                                       "--lineinfo", "--device-debug", "-G"};
-  return std::any_of(flags.begin(), flags.end(), [&](const std::string& flag) {
-    return std::find(kDebugInfo.begin(), kDebugInfo.end(), flag) != kDebugInfo.end();
-  });
+  constexpr std::array<std::string_view, 2> kDebugInfo{"lineinfo", "G"};
+  return has_option(flags, kDebugInfo);
 }
 
 std::string working_directory() {
