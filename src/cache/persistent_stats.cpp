@@ -193,6 +193,8 @@ std::string_view to_string(cache_skip_reason reason) noexcept {
       return "uncacheable_options";
     case cache_skip_reason::header_changed:
       return "header_changed";
+    case cache_skip_reason::header_too_new:
+      return "header_too_new";
   }
   return "unknown";
 }

@@ -497,7 +497,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 14u) << r.out;
+  EXPECT_EQ(j.keys.size(), 15u) << r.out;
   EXPECT_EQ(j.keys.front(), "ok");
   EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
@@ -514,6 +514,8 @@ TEST_F(Compile, JsonReport) {
   EXPECT_TRUE(j["log"].is(json::kind::string));
   EXPECT_TRUE(std::regex_match(j["key"].string, std::regex("[0-9a-f]{64}"))) << r.out;
   EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(j["stored"].is(json::kind::boolean) && j["stored"].boolean) << r.out;
+  EXPECT_FALSE(j.find("cache_skip")) << r.out;
   EXPECT_EQ(j["single_flight"].string, "compiled");
   EXPECT_TRUE(j["headers"].is(json::kind::null)) << "no #include: nothing tracked";
   EXPECT_TRUE(contains(output("k.ptx"), "_Z1kIfEvPT_"));

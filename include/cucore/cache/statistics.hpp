@@ -57,11 +57,15 @@ enum class cache_skip_reason : std::uint8_t {
   // Options the cache refuses whatever the digest (compile-time side effects such as create_pch
   // or time, options a backend cannot take): the key's invalid_argument.
   uncacheable_options,
-  // A header the program includes changed while the compiler read it: the result was not stored.
+  // A header the key tracked was not, after the compile, the file it was when the key was made
+  // (program_cache_key::check_store): the result was returned, not stored.
   header_changed,
+  // A header the key tracked was modified within its timestamp granularity before the key was
+  // made, so a change during the compile might not have shown: the result was not stored.
+  header_too_new,
 };
-inline constexpr std::size_t cache_skip_reason_count = 3;
-// "needs_extra_digest", "uncacheable_options", "header_changed".
+inline constexpr std::size_t cache_skip_reason_count = 4;
+// "needs_extra_digest", "uncacheable_options", "header_changed", "header_too_new".
 std::string_view to_string(cache_skip_reason reason) noexcept;
 
 // The persistent counts of one cache, summed over its shard files.
