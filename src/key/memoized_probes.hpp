@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <string>
 
-#include "cucore/cache/key.hpp"
 #include "key/compiler_version_memo.hpp"
+#include "cucore/cache/key.hpp"
 
 namespace cucore::detail {
 
