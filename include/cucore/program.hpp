@@ -69,8 +69,10 @@ class program {
   // key coalesce (single-flight, per the cache's single_flight()): one process or thread
   // compiles, the others wait for its entry; last_flight_outcome() says which this one was. Headers
   // the code can read (#include beside options.name, include_path, the toolkit's directories,
-  // pre_include, in-memory headers) are tracked by the key; after a miss the headers are checked
-  // again and the result is not stored if one changed during the compile. A failure to store is
+  // pre_include, in-memory headers) are tracked by the key; after a miss the result is stored only
+  // if program_cache_key::check_store() allows it (every tracked header the same file as at the
+  // walk, none modified just before it), else returned unstored: last_store_refusal() says why,
+  // and a warning is logged and counted in the cache's statistics. A failure to store is
   // logged and never fails the compile. Inputs whose key needs an extra_digest (PCH options,
   // use_libdevice, an #include through a macro whose value cannot be worked out) and options with
   // side effects (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive
@@ -101,6 +103,9 @@ class program {
   }
   // The key of the last compile through a cache.
   const std::optional<program_cache_key>& last_cache_key() const noexcept { return cache_key_; }
+  // Why the last compile's result was not stored, when it was a miss that check_store() refused
+  // (a header changed during the compile, or had been modified just before it); nullopt otherwise.
+  const std::optional<store_refusal>& last_store_refusal() const noexcept { return store_refusal_; }
 
   const std::string& code() const noexcept { return code_; }
   source_type type() const noexcept { return type_; }
@@ -121,6 +126,7 @@ class program {
   cache_outcome cache_outcome_ = cache_outcome::off;
   std::optional<flight_outcome> flight_outcome_;
   std::optional<program_cache_key> cache_key_;
+  std::optional<store_refusal> store_refusal_;
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

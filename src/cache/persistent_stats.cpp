@@ -197,6 +197,8 @@ std::string_view to_string(cache_skip_reason reason) noexcept {
       return "time_macros";
     case cache_skip_reason::compiler_environment:
       return "compiler_environment";
+    case cache_skip_reason::header_too_new:
+      return "header_too_new";
   }
   return "unknown";
 }

@@ -423,11 +423,11 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
                        std::string(kEntryName));
   };
   auto store = [&](const object_code& code) {
-    // As program::compile: a header that changed while NVRTC read it makes the result unkeyed.
-    if (key->includes().tracked &&
-        make_program_cache_key(inputs, compiler_probes_for(*cache)) != *key) {
-      dropin::note(log_level::info, "not storing " + s.name + ": a header changed meanwhile");
-      dropin::record_skip(cache_skip_reason::header_changed);
+    // As program::compile: stored only if each header the key tracked is still the file it
+    // hashed, and had settled then (program_cache_key::check_store).
+    if (const auto refusal = key->check_store()) {
+      dropin::note(log_level::info, "not storing " + s.name + ": " + refusal->message);
+      dropin::record_skip(refusal->reason);
       return;
     }
     try {

@@ -806,36 +806,43 @@ std::array<std::byte, 32> digest_of(const std::vector<closure_entry>& entries) {
 
 tracked_includes track_includes(std::string_view code, const include_search& search,
                                 header_digest_memo* memo) {
+  // Before the first stat: a file changed after this shows a newer stamp (store_problem_of).
+  const std::int64_t started = now_ns();
   const std::string inputs = walk_inputs(code, search, current_directory());
   if (auto m = manifests().find(inputs)) {
-    if (still_valid(*m, search)) return {m->closure, 0, true};
+    if (still_valid(*m, search)) return {m->closure, 0, true, m, started};
   }
   header_digest_memo& digests = memo != nullptr ? *memo : header_memo_for(std::nullopt);
   // A persistent cache: the manifest an earlier process left, before the memo is even loaded.
   std::optional<manifest_location> persistent;
   if (digests.file()) persistent = manifest_for(*digests.file(), inputs);
   if (persistent) {
-    if (auto m = load_manifest(*persistent); m && still_valid(*m, search)) {
+    if (std::shared_ptr<const walk_manifest> m = load_manifest(*persistent);
+        m && still_valid(*m, search)) {
       std::shared_ptr<const include_closure> closure = m->closure;
-      manifests().put(inputs, std::move(m));
-      return {std::move(closure), 0, true};
+      manifests().put(inputs, m);
+      return {std::move(closure), 0, true, std::move(m), started};
     }
   }
   walker w(search, digests);
   tracked_includes out;
+  out.started_ns = started;
   include_closure closure = w.run(code);
   closure.digest = digest_of(closure.entries);
   out.closure = std::make_shared<const include_closure>(std::move(closure));
   out.hashed = w.hashed();
+  // The checks are kept whether or not the walk may be reused: a compile is stored only if they
+  // still hold when it has finished.
+  auto m = std::make_shared<walk_manifest>();
+  m->checks = w.take_checks();
+  m->closure = out.closure;
+  m->nvrtc_directory = w.nvrtc_directory();
+  group_checks(*m);
   if (w.manifest_ok()) {
-    auto m = std::make_shared<walk_manifest>();
-    m->checks = w.take_checks();
-    m->closure = out.closure;
-    m->nvrtc_directory = w.nvrtc_directory();
-    group_checks(*m);
     if (persistent) save_manifest(*persistent, *m);
-    manifests().put(inputs, std::move(m));
+    manifests().put(inputs, m);
   }
+  out.checks = std::move(m);
   return out;
 }
 

@@ -32,6 +32,7 @@
 namespace cucore::detail {
 
 class header_digest_memo;
+struct walk_manifest;
 
 // One element of a closure as it enters the key.
 struct closure_entry {
@@ -91,6 +92,11 @@ struct tracked_includes {
   // An earlier walk's closure (this process's, or one a persistent manifest recorded), every stat
   // it made found unchanged.
   bool from_manifest = false;
+  // Every stat answer the closure rests on (the walk's, or the manifest's it reused), and when
+  // the derivation began (CLOCK_REALTIME, ns): what store_problem_of() compares a finished
+  // compile against.
+  std::shared_ptr<const walk_manifest> checks;
+  std::int64_t started_ns = 0;
 };
 
 // Whether `code` (or the options: pre_include, in-memory headers, defines that make NVRTC's

@@ -8,6 +8,7 @@
 #include "key/include_scanner.hpp"
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
+#include "key/walk_manifest.hpp"
 #include "program/extra_nvrtc_options.hpp"
 #include "program/nvrtc_option_table.hpp"
 
@@ -22,6 +23,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore {
@@ -198,7 +200,7 @@ std::string hex_of(const std::array<std::byte, 32>& d) {
 std::shared_ptr<const detail::include_closure> add_headers(
     field_hasher& h, const program_cache_key_inputs& in, const program_options& o,
     const std::vector<std::string>& flags, const compiler_probes& probes, include_report& report,
-    std::size_t& notes_at) {
+    std::size_t& notes_at, detail::tracked_includes& walk) {
   if (!o.headers.empty()) {
     h.add("memory_headers_count", o.headers.size());
     for (const auto& header : o.headers) {
@@ -214,8 +216,8 @@ std::shared_ptr<const detail::include_closure> add_headers(
   detail::include_search search = detail::search_of(o, flags);
   search.nvrtc_directory = [] { return detail::nvrtc_library_directory(); };
   const auto memo_file = probes.header_digest_memo();
-  const detail::tracked_includes tracked =
-      detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
+  walk = detail::track_includes(in.code, search, &detail::header_memo_for(memo_file));
+  const detail::tracked_includes& tracked = walk;
   const detail::include_closure& closure = *tracked.closure;
   if (!closure.unresolved.empty() && !in.extra_digest) {
     std::string list;
@@ -392,6 +394,9 @@ struct program_cache_key::details {
   // The closure's lines go after fields[notes_at - 1].
   std::shared_ptr<const detail::include_closure> closure;
   std::size_t notes_at = 0;
+  // What the walk found at each path it stat'd, and when it began: check_store() compares.
+  std::shared_ptr<const detail::walk_manifest> walk;
+  std::int64_t walk_started_ns = 0;
   mutable std::once_flag rendered;
   mutable std::vector<key_field> all;
 
@@ -456,6 +461,50 @@ const include_report& program_cache_key::includes() const noexcept {
 const std::optional<cache_bypass>& program_cache_key::bypass() const noexcept {
   static const std::optional<cache_bypass> none;
   return details_ ? details_->bypass : none;
+}
+
+namespace {
+
+// A file's stamps for people: seconds since the epoch with nanoseconds.
+std::string stamp(std::int64_t ns) {
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  std::string frac = std::to_string(((ns % kSecond) + kSecond) % kSecond);
+  frac.insert(0, 9 - frac.size(), '0');
+  return std::to_string(ns >= 0 ? ns / kSecond : (ns - kSecond + 1) / kSecond) + "." + frac;
+}
+
+// A duration for people: "4 ms", "2.004 s".
+std::string span_text(std::int64_t ns) {
+  if (ns < 1'000'000) return std::to_string(ns) + " ns";
+  if (ns < 1'000'000'000) return std::to_string(ns / 1'000'000) + " ms";
+  std::string ms = std::to_string(ns / 1'000'000 % 1000);
+  ms.insert(0, 3 - ms.size(), '0');
+  return std::to_string(ns / 1'000'000'000) + "." + ms + " s";
+}
+
+}  // namespace
+
+std::optional<store_refusal> program_cache_key::check_store() const {
+  if (!details_ || !details_->walk) return std::nullopt;
+  const auto problem = detail::store_problem_of(*details_->walk, details_->walk_started_ns);
+  if (!problem) return std::nullopt;
+  if (problem->changed) {
+    return store_refusal{
+        cache_skip_reason::header_changed, problem->path,
+        problem->path +
+            " changed during the compile (it is not the file it was when the key was made: "
+            "written, replaced, created or removed while the compiler ran): the result is not "
+            "stored"};
+  }
+  const std::int64_t granularity = detail::timestamp_granularity_ns(problem->id);
+  return store_refusal{
+      cache_skip_reason::header_too_new, problem->path,
+      problem->path + " was modified (mtime " + stamp(problem->id.mtime_ns) + ", ctime " +
+          stamp(problem->id.ctime_ns) + ") less than " + span_text(granularity) +
+          " (its timestamps' granularity) before the key was made at " +
+          stamp(details_->walk_started_ns) +
+          ": a change during the compile might not have shown in its stat fields, so the result "
+          "is not stored (a compile once the file has settled is)"};
 }
 
 std::strong_ordering operator<=>(const program_cache_key& a, const program_cache_key& b) noexcept {
@@ -568,8 +617,9 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   include_report includes;
   std::shared_ptr<const detail::include_closure> closure;
   std::size_t notes_at = 0;
+  detail::tracked_includes walk;
   if (type == source_type::cxx) {
-    closure = add_headers(h, in, options, flags, probes, includes, notes_at);
+    closure = add_headers(h, in, options, flags, probes, includes, notes_at, walk);
   }
   // The context the output depends on (detail/compiler_environment.hpp): the working directory
   // where NVRTC writes it into the output, the variables the compilers read.
@@ -607,6 +657,8 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   details->bypass = std::move(bypass);
   details->closure = std::move(closure);
   details->notes_at = notes_at;
+  details->walk = std::move(walk.checks);
+  details->walk_started_ns = walk.started_ns;
   return program_cache_key(d, std::move(details));
 }
 

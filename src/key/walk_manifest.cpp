@@ -98,17 +98,12 @@ class scoped_fd {
 
 }  // namespace
 
-// Whether every check of `m` answers as when it was made, and the NVRTC the walk read predefined
-// macros from is the one `search` names now. fstatat(dir, name) on a descriptor opened now
-// resolves exactly as lstat(dir/name) does now; a directory that cannot be opened holds no
-// regular file.
-bool still_valid(const walk_manifest& m, const include_search& search) {
-  if (!m.nvrtc_directory.empty() &&
-      (!search.nvrtc_directory || search.nvrtc_directory() != m.nvrtc_directory)) {
-    return false;
-  }
+// The first check of `m` that answers otherwise now, by its path. fstatat(dir, name) on a
+// descriptor opened now resolves exactly as lstat(dir/name) does now; a directory that cannot be
+// opened holds no regular file.
+std::optional<std::string> first_difference(const walk_manifest& m) {
   for (const std::size_t i : m.links) {
-    if (!reprobe(m.checks[i]).same_answer(m.checks[i])) return false;
+    if (!reprobe(m.checks[i]).same_answer(m.checks[i])) return m.checks[i].path;
   }
   for (const auto& group : m.by_directory) {
     const scoped_fd opened(
@@ -120,12 +115,73 @@ bool still_valid(const walk_manifest& m, const include_search& search) {
       struct stat st {};
       const bool found =
           dir_opened && ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-      if (found && S_ISLNK(st.st_mode)) return false;  // a link now: walk again
       const bool regular = found && S_ISREG(st.st_mode);
-      if (regular != c.regular || (regular && !(identity_of(st) == c.id))) return false;
+      // A link now (where there was none: links are re-probed by path above) differs too.
+      if ((found && S_ISLNK(st.st_mode)) || regular != c.regular ||
+          (regular && !(identity_of(st) == c.id))) {
+        return group.dir + name;
+      }
     }
   }
-  return true;
+  return std::nullopt;
+}
+
+// Whether every check of `m` answers as when it was made, and the NVRTC the walk read predefined
+// macros from is the one `search` names now.
+bool still_valid(const walk_manifest& m, const include_search& search) {
+  if (!m.nvrtc_directory.empty() &&
+      (!search.nvrtc_directory || search.nvrtc_directory() != m.nvrtc_directory)) {
+    return false;
+  }
+  return !first_difference(m);
+}
+
+std::int64_t coarse_clock_resolution_ns() {
+  static const std::int64_t resolution = [] {
+    struct timespec r {};
+    // Linux stamps files from the coarse clock (one tick: 1 to 10 ms); where it cannot say, 10 ms.
+    if (::clock_getres(CLOCK_REALTIME_COARSE, &r) != 0 || ns_of(r) <= 0)
+      return std::int64_t{10'000'000};
+    return ns_of(r);
+  }();
+  return resolution;
+}
+
+std::int64_t timestamp_granularity_ns(const header_identity& id) {
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  const std::int64_t m = ((id.mtime_ns % kSecond) + kSecond) % kSecond;
+  const std::int64_t c = ((id.ctime_ns % kSecond) + kSecond) % kSecond;
+  // Whole seconds in both stamps: a file system that keeps seconds (ext3's small inodes, HFS+,
+  // some NFS servers) or FAT's two seconds.
+  std::int64_t kept = 2 * kSecond;
+  if (m != 0 || c != 0) {
+    // Else the coarsest power of ten both stamps are multiples of (exFAT keeps 10 ms, NTFS
+    // 100 ns; a nanosecond file system gives the coarse clock's digits, almost always 1 ns). By
+    // chance a finer one can look coarser: then a file waits longer to count as settled.
+    kept = 1;
+    while (kept < kSecond / 10 && m % (kept * 10) == 0 && c % (kept * 10) == 0) kept *= 10;
+  }
+  return kept + coarse_clock_resolution_ns();
+}
+
+std::optional<store_problem> store_problem_of(const walk_manifest& m,
+                                              std::int64_t walk_started_ns) {
+  // Both rules are checked; a change is the stronger reason, so it is the one reported.
+  if (auto changed = first_difference(m)) return store_problem{true, std::move(*changed), {}};
+  const auto too_new = [&](const stat_check& c) {
+    return c.regular && !c.listing &&
+           std::max(c.id.mtime_ns, c.id.ctime_ns) >=
+               walk_started_ns - timestamp_granularity_ns(c.id);
+  };
+  for (const std::size_t i : m.links) {
+    if (too_new(m.checks[i])) return store_problem{false, m.checks[i].path, m.checks[i].id};
+  }
+  for (const auto& group : m.by_directory) {
+    for (const auto& [i, name] : group.names) {
+      if (too_new(m.checks[i])) return store_problem{false, group.dir + name, m.checks[i].id};
+    }
+  }
+  return std::nullopt;
 }
 
 manifest_store& manifests() {

@@ -73,6 +73,29 @@ void group_checks(walk_manifest& m);
 // macros from is the one `search` names now.
 bool still_valid(const walk_manifest& m, const include_search& search);
 
+// The path of the first check of `m` that answers otherwise now; nullopt when each answers as it
+// did (one fstatat per check, on one descriptor per directory).
+std::optional<std::string> first_difference(const walk_manifest& m);
+
+// The resolution of the clock Linux stamps files with (clock_getres(CLOCK_REALTIME_COARSE): one
+// kernel tick).
+std::int64_t coarse_clock_resolution_ns();
+
+// How far apart two changes of a file must be for its stamps to tell them apart: the coarse
+// clock's resolution plus what the file system keeps, as `id`'s stamps show it (2 s when both are
+// whole seconds; else the coarsest power of ten, up to 100 ms, that both are multiples of).
+std::int64_t timestamp_granularity_ns(const header_identity& id);
+
+// Why a compile that ran after the walk of `m` must not be stored under its key: a check answers
+// otherwise now (changed), or a file's mtime or ctime is not older than the walk's start minus its
+// timestamp granularity (a change after the walk could then leave every stat field as it was).
+struct store_problem {
+  bool changed = false;  // true: `path` answers otherwise now; false: `path` was too new
+  std::string path;
+  header_identity id;  // too new: the identity the walk saw
+};
+std::optional<store_problem> store_problem_of(const walk_manifest& m, std::int64_t walk_started_ns);
+
 // The manifests of this process, by the walk's exact inputs (code, search, working directory).
 class manifest_store {
  public:

@@ -548,22 +548,22 @@ class prefix_probes final : public compiler_probes {
 };
 
 // The prefix's key: make_program_cache_key over the prefix alone (the flags, the program name,
-// in-memory headers, and the include closure of the prefix), in hex.
-std::optional<std::string> prefix_identity(const std::string& prefix,
-                                           const program_options& options, code_type target,
-                                           const std::optional<fs::path>& memo, std::string& why) {
+// in-memory headers, and the include closure of the prefix).
+std::optional<program_cache_key> prefix_key(const std::string& prefix,
+                                            const program_options& options, code_type target,
+                                            const std::optional<fs::path>& memo, std::string& why) {
   program_cache_key_inputs in;
   in.code = prefix;
   in.code_type = source_type::cxx;
   in.options = options;
   in.target = target;
   try {
-    const program_cache_key key = make_program_cache_key(in, prefix_probes(memo));
+    program_cache_key key = make_program_cache_key(in, prefix_probes(memo));
     if (!key.includes().tracked) {
       why = "the prefix reads no header";
       return std::nullopt;
     }
-    return key.hex();
+    return key;
   } catch (const std::exception& e) {
     why = std::string("the prefix has no key: ") + e.what();
     return std::nullopt;
@@ -591,7 +591,7 @@ auto_pch_totals auto_pch_state() {
 auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
                                    const program_options& options, code_type target,
                                    std::optional<std::filesystem::path> header_memo)
-    : api_(api), target_(target), header_memo_(std::move(header_memo)) {
+    : api_(api) {
   const log_scope said;
   // The caller's own PCH options keep their rules (and instantiate_templates_in_pch=true would
   // reorder the output's symbols: a different cubin).
@@ -611,11 +611,11 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   if (!scan.balanced || scan.line_marker || (!scan.includes && options.pre_include.empty())) {
     return;
   }
-  prefix_ = std::string(code.substr(0, scan.end));
-  if (prefix_.empty()) prefix_ = "\n";  // pre_include alone
+  std::string prefix(code.substr(0, scan.end));
+  if (prefix.empty()) prefix = "\n";  // pre_include alone
   options_ = options;
   try {
-    sighting_ = sighting_key(prefix_, options, target);
+    sighting_ = sighting_key(prefix, options, target);
     if (reg.sighting(sighting_) < kCreateAtSighting) {
       status_ = auto_pch_status::first_seen;
       return;
@@ -625,12 +625,12 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     return;
   }
   std::string why;
-  const auto identity = prefix_identity(prefix_, options, target, header_memo_, why);
-  if (!identity) {
+  prefix_key_ = prefix_key(prefix, options, target, header_memo, why);
+  if (!prefix_key_) {
     debug("not used for \"" + options.name + "\": " + why);
     return;
   }
-  identity_ = *identity;
+  identity_ = prefix_key_->hex();
   if (reg.peek(identity_, status_) == registry::step::plain) return;
 
   heap_ = lock_pch_heap();
@@ -703,16 +703,15 @@ bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
         finish_plain(auto_pch_status::unusable);
         return false;
       }
-      // The headers were read after the prefix's key was made: kept only if they still match.
-      std::string why;
-      const auto now = prefix_identity(prefix_, options_, target_, header_memo_, why);
-      if (!now || *now != identity_) {
-        debug("the precompiled header of " + which +
-              " is not kept: a header of the prefix changed during the compile");
+      // The headers were read after the prefix's key was made: kept only if each is still the
+      // file the key hashed, and had settled then (program_cache_key::check_store).
+      if (const auto refusal = prefix_key_->check_store()) {
+        debug("the precompiled header of " + which + " is not kept: " + refusal->message);
         reg.drop(identity_, false);
         finish_plain(auto_pch_status::discarded);
         return false;
       }
+      std::string why;
       if (!reg.created(identity_, why)) {
         debug("the precompiled header of " + which + " is not kept: " + why);
         finish_plain(auto_pch_status::discarded);

@@ -87,16 +87,13 @@ class auto_pch_compile {
   const nvrtc_api& api_;
   std::vector<std::string> flags_;
   auto_pch_status status_ = auto_pch_status::off;
-  std::string identity_;  // the prefix key's hex
+  std::optional<program_cache_key> prefix_key_;  // checked before an image made is kept
+  std::string identity_;                         // its hex
   std::string sighting_;  // what counts the prefix's compiles (text, flags, name)
   std::string failure_;   // the catastrophic error that made failed() ask for a retry
   bool creating_ = false;
   std::unique_lock<std::mutex> heap_;
-  // For the check after a creation: the prefix and what its key was made from.
-  std::string prefix_;
-  program_options options_;
-  code_type target_ = code_type::cubin;
-  std::optional<std::filesystem::path> header_memo_;
+  program_options options_;  // for messages
 };
 
 // Test and benchmark hooks (also behind cucore::clear_auto_pch).

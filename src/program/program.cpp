@@ -176,6 +176,7 @@ object_code program::compile(code_type target, std::span<const std::string> text
   cache_outcome_ = cache_outcome::off;
   flight_outcome_.reset();
   cache_key_.reset();
+  store_refusal_.reset();
   if (cache == nullptr) return compile_uncached(target, name_expressions);
 
   program_cache_key_inputs inputs;
@@ -208,17 +209,13 @@ object_code program::compile(code_type target, std::span<const std::string> text
   // the others wait for its entry (cache/single_flight.hpp).
   auto compile = [&] { return compile_uncached(target, name_expressions); };
   auto store = [&](const object_code& compiled) {
-    // NVRTC read the headers after the key was made: if one changed meanwhile, the result may
-    // come from contents the key does not name. Checked again (stats, with the digest memo)
-    // before storing.
-    if (cache_key_->includes().tracked &&
-        make_program_cache_key(inputs, compiler_probes_for(*cache)) != *cache_key_) {
-      cucore::log(log_level::warning,
-                  "not storing the compiled program in the " + cache->description() +
-                      " cache: a header it includes changed during the compile");
-      if (const auto stats = cache->statistics()) {
-        stats->record_skip(cache_skip_reason::header_changed);
-      }
+    // NVRTC read the headers after the key was made: stored only if each is still the file the
+    // key hashed, and was settled then (program_cache_key::check_store).
+    if (auto refusal = cache_key_->check_store()) {
+      cucore::log(log_level::warning, "not storing the compiled program in the " +
+                                          cache->description() + " cache: " + refusal->message);
+      if (const auto stats = cache->statistics()) stats->record_skip(refusal->reason);
+      store_refusal_ = std::move(refusal);
       return;
     }
     try {

@@ -497,7 +497,7 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 14u) << r.out;
+  EXPECT_EQ(j.keys.size(), 15u) << r.out;
   EXPECT_EQ(j.keys.front(), "ok");
   EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
@@ -514,6 +514,8 @@ TEST_F(Compile, JsonReport) {
   EXPECT_TRUE(j["log"].is(json::kind::string));
   EXPECT_TRUE(std::regex_match(j["key"].string, std::regex("[0-9a-f]{64}"))) << r.out;
   EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(j["stored"].is(json::kind::boolean) && j["stored"].boolean) << r.out;
+  EXPECT_FALSE(j.find("cache_skip")) << r.out;
   EXPECT_EQ(j["single_flight"].string, "compiled");
   EXPECT_TRUE(j["headers"].is(json::kind::null)) << "no #include: nothing tracked";
   EXPECT_TRUE(contains(output("k.ptx"), "_Z1kIfEvPT_"));
@@ -2156,6 +2158,41 @@ TEST_F(Cache, StatsTrimClear) {
   EXPECT_TRUE(contains(r.err, "--max-size")) << r.err;
 }
 
+// A header modified less than its timestamp granularity before the key was made (here: an mtime in
+// the future, deterministically) is compiled but not stored; --json and the statistics say why.
+// Once its mtime is old and it has settled, the next compile stores.
+TEST_F(Cache, TooNewHeaderIsCompiledNotStored) {
+  file("h.cuh", "#define V 47\n");
+  file("t.cu", "#include \"h.cuh\"\nextern \"C\" __global__ void k(int* o) { o[0] = V; }\n");
+  const fs::path header = work_ / "h.cuh";
+  const auto set_mtime = [&](time_t seconds) {
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {seconds, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, header.c_str(), times, 0), 0);
+  };
+  set_mtime(::time(nullptr) + 3600);
+  testing::settle(header, /*mtime_too=*/false);
+  const std::vector<std::string> args = {"compile",  "t.cu", "--arch", kArch,
+                                         "--target", "ptx",  "--json"};
+  json j = json_of(args);
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(j["stored"].is(json::kind::boolean) && !j["stored"].boolean);
+  EXPECT_EQ(j["cache_skip"].string, "header_too_new");
+  EXPECT_TRUE(j["cache_skip_reason"].string.starts_with("h.cuh was modified"))
+      << j["cache_skip_reason"].string;
+  EXPECT_EQ(json_of(args)["cache"].string, "miss") << "nothing was stored";
+  json s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["skips"]["header_too_new"].number, 2);
+  EXPECT_EQ(s["skips"]["header_changed"].number, 0);
+
+  set_mtime(::time(nullptr) - 3600);
+  testing::settle(header);
+  j = json_of(args);
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_TRUE(j["stored"].boolean);
+  EXPECT_FALSE(j.find("cache_skip"));
+  EXPECT_EQ(json_of(args)["cache"].string, "hit");
+}
+
 // The statistics the cache keeps across processes: each cucore run below is a process of its own.
 TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
   file("k.cu", kTemplate);
@@ -2196,6 +2233,7 @@ TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
   EXPECT_EQ(s["skips"]["needs_extra_digest"].number, 1);
   EXPECT_EQ(s["skips"]["uncacheable_options"].number, 0);
   EXPECT_EQ(s["skips"]["header_changed"].number, 0);
+  EXPECT_EQ(s["skips"]["header_too_new"].number, 0);
 
   auto r = cucore({"cache", "stats"});
   ASSERT_EQ(r.status, 0) << describe(r);

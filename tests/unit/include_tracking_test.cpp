@@ -23,10 +23,12 @@
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
 #include "cucore/toolkit.hpp"
+#include "lease_writer.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
@@ -322,6 +324,9 @@ TEST_P(IncludeTracking, HeaderChangedDuringTheCompileIsNotStored) {
   EXPECT_TRUE(got == program(code, source_type::cxx, named(file)).compile(code_type::ptx));
   EXPECT_EQ(cache().size(), entries_before) << "stored under a key naming other header contents";
   EXPECT_EQ(logs.warnings("changed during the compile"), 1u) << logs.all();
+  ASSERT_TRUE(p.last_store_refusal());
+  EXPECT_EQ(p.last_store_refusal()->reason, cache_skip_reason::header_changed);
+  EXPECT_EQ(p.last_store_refusal()->path, header.string());
 
   // Under the old contents' key nothing was stored: with the old contents back, a miss that
   // compiles the old value.
@@ -910,6 +915,156 @@ TEST(IncludeTrackingScenario, CubinThroughADirectoryCache) {
     file_stream_program_cache reopened(cache_dir / "cache");
     expect_compile(reopened, code, named(file), cache_outcome::hit, code_type::cubin);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// No store across a change (program_cache_key::check_store): a concurrent writer that acts at the
+// moments NVRTC opens the headers (lease_writer.hpp: NVRTC's open waits in the kernel until the
+// writer's action is done), so every interleaving below is the kernel's, not a sleep's.
+
+// Arms a lease_writer when the compile looks the key up (after the key's walk, before NVRTC
+// runs), and counts into the real cache's persistent statistics.
+class writer_arming_cache final : public testing::forwarding_cache {
+ public:
+  writer_arming_cache(program_cache& inner, std::vector<testing::lease_writer::step> steps)
+      : forwarding_cache(inner), inner_(inner), steps_(std::move(steps)) {}
+  std::optional<object_code> get(cache_key_ref key) override {
+    if (!writer) writer = std::make_unique<testing::lease_writer>(std::move(steps_));
+    return forwarding_cache::get(key);
+  }
+  std::shared_ptr<cache_statistics> statistics() const override { return inner_.statistics(); }
+  std::unique_ptr<testing::lease_writer> writer;
+
+ private:
+  program_cache& inner_;
+  std::vector<testing::lease_writer::step> steps_;
+};
+
+std::uint64_t skips(const program_cache& cache, cache_skip_reason reason) {
+  return cache.statistics()->read().skips[static_cast<std::size_t>(reason)];
+}
+
+// The header NVRTC reads first is emptied when NVRTC opens it (truncate: the first half of an
+// editor's or git checkout's rewrite), and written back with the same bytes — and its old mtime —
+// when NVRTC opens the next header, having read the first. NVRTC compiled the empty header; the
+// header holds its old bytes again, so a key derived anew equals the first. The result is
+// returned, but not stored: the header is not the file the key's walk saw (its ctime moved).
+// Then the same with other contents of the same size (changed, and changed back).
+TEST(NoStoreAcrossAChange, ConcurrentWriterWhileNvrtcReads) {
+  const fs::path parent = testing::lease_parent();
+  ASSERT_FALSE(parent.empty()) << "no file system here grants write leases (F_SETLEASE): set "
+                                  "TMPDIR to an ext4, xfs, btrfs or tmpfs directory";
+  temp_dir src(parent);
+  temp_dir cache_dir;
+  file_stream_program_cache cache(cache_dir / "cache");
+  const fs::path file = src / "k.cu";
+  const fs::path header = src / "h.cuh";
+  const fs::path later = src / "later.cuh";
+  const std::string original = defines_value(18001);
+  write_text(later, "#pragma once\n");
+  // VALUE falls back to 18009 when the header defines none (NVRTC read it empty).
+  const std::string code = kernel(
+      "#include \"h.cuh\"\n#include \"later.cuh\"\n#ifndef VALUE\n#define VALUE 18009\n#endif");
+  program_options o = named(file);
+  o.auto_pch = false;  // one NVRTC compile per program::compile: the writer's opens are NVRTC's
+
+  struct scenario {
+    const char* what;
+    std::string meanwhile;  // what NVRTC reads
+    int value;              // what it compiles to
+  };
+  for (const scenario& sc : {scenario{"truncated, then the same bytes", "", 18009},
+                             scenario{"changed, then changed back", defines_value(18002), 18002}}) {
+    SCOPED_TRACE(sc.what);
+    write_text(header, original);
+    struct stat before {};
+    ASSERT_EQ(::stat(header.c_str(), &before), 0);
+    const std::uint64_t changed_before = skips(cache, cache_skip_reason::header_changed);
+    writer_arming_cache arming(
+        cache, {{header, [&](int fd) { testing::rewrite_fd(fd, sc.meanwhile); }},
+                {later, [&](int) {
+                   // NVRTC has read h.cuh: its old bytes and mtime go back.
+                   const int fd = ::open(header.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+                   ASSERT_GE(fd, 0);
+                   testing::rewrite_fd(fd, original);
+                   const struct timespec times[2] = {{0, UTIME_OMIT}, before.st_mtim};
+                   ASSERT_EQ(::futimens(fd, times), 0);
+                   ::close(fd);
+                 }}});
+
+    testing::log_capture logs;
+    program p(code, source_type::cxx, o);
+    const object_code got = p.compile(code_type::ptx, {}, &arming);
+    ASSERT_TRUE(arming.writer && arming.writer->ok()) << arming.writer->error();
+    EXPECT_EQ(arming.writer->done(), 2u) << "NVRTC opened both headers, each after its action";
+    arming.writer.reset();
+    EXPECT_EQ(outcome(p), "miss");
+    EXPECT_TRUE(stores(got, sc.value)) << got.text();
+
+    // Nothing under the key, whose headers hold the original bytes again (the same key anew).
+    const program_cache_key key = *p.last_cache_key();
+    EXPECT_EQ(key_of(cache, code, o), key) << "content digests cannot see this change";
+    EXPECT_FALSE(cache.get(key)) << "stored under a key naming other header contents";
+    EXPECT_TRUE(p.last_store_refusal());
+    if (p.last_store_refusal()) {
+      EXPECT_EQ(p.last_store_refusal()->reason, cache_skip_reason::header_changed);
+      EXPECT_EQ(p.last_store_refusal()->path, header.string());
+    }
+    EXPECT_EQ(logs.warnings(header.string() + " changed during the compile"), 1u) << logs.all();
+    EXPECT_EQ(skips(cache, cache_skip_reason::header_changed), changed_before + 1);
+
+    // The result is what an uncached compile of what NVRTC read gives.
+    write_text(header, sc.meanwhile);
+    EXPECT_TRUE(got == program(code, source_type::cxx, o).compile(code_type::ptx));
+    // And with the original contents, settled: a miss that stores, then a hit, both 18001.
+    write_text(header, original);
+    auto fresh = expect_compile(cache, code, o, cache_outcome::miss);
+    EXPECT_TRUE(stores(fresh, 18001)) << fresh.text();
+    expect_compile(cache, code, o, cache_outcome::hit);
+    cache.clear();
+  }
+}
+
+// The "too new" rule: a header whose mtime is not older than the walk's start minus its
+// timestamp granularity (here: in the future, as after `touch -d` or from a clock ahead) is not
+// stored even though nothing changed during the compile: a change within one timestamp tick
+// would leave every stat field as it was. Once it has settled (an old mtime, and the ctime that
+// setting it moved a tick in the past), the next compile stores.
+TEST(NoStoreAcrossAChange, TooNewHeaderIsStoredOnceItHasSettled) {
+  temp_dir src;
+  temp_dir cache_dir;
+  file_stream_program_cache cache(cache_dir / "cache");
+  const fs::path file = src / "k.cu";
+  const fs::path header = src / "h.cuh";
+  write_text(header, defines_value(19001));
+  const std::string code = kernel("#include \"h.cuh\"");
+  program_options o = named(file);
+  set_times(header, ::time(nullptr) + 3600);
+  testing::settle(header, /*mtime_too=*/false);  // the ctime old enough: only the mtime too new
+
+  testing::log_capture logs;
+  program p(code, source_type::cxx, o);
+  const object_code got = p.compile(code_type::ptx, {}, &cache);
+  EXPECT_EQ(outcome(p), "miss");
+  EXPECT_TRUE(stores(got, 19001)) << got.text();
+  EXPECT_TRUE(got == program(code, source_type::cxx, o).compile(code_type::ptx));
+  ASSERT_TRUE(p.last_store_refusal());
+  EXPECT_EQ(p.last_store_refusal()->reason, cache_skip_reason::header_too_new);
+  EXPECT_EQ(p.last_store_refusal()->path, header.string());
+  EXPECT_TRUE(contains(p.last_store_refusal()->message, "before the key was made"))
+      << p.last_store_refusal()->message;
+  EXPECT_EQ(logs.warnings(header.string() + " was modified"), 1u) << logs.all();
+  EXPECT_FALSE(cache.get(*p.last_cache_key()));
+  EXPECT_EQ(skips(cache, cache_skip_reason::header_too_new), 1u);
+  EXPECT_EQ(skips(cache, cache_skip_reason::header_changed), 0u);
+
+  // An old mtime; the ctime is now, so not yet; settled, the same key stores, then hits.
+  set_times(header, ::time(nullptr) - 3600);
+  testing::settle(header);
+  auto stored = expect_compile(cache, code, o, cache_outcome::miss);
+  EXPECT_TRUE(stored == got);
+  expect_compile(cache, code, o, cache_outcome::hit);
+  EXPECT_EQ(skips(cache, cache_skip_reason::header_too_new), 1u);
 }
 
 }  // namespace

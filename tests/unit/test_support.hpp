@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -33,9 +35,50 @@ inline std::string data_file(const std::string& name) {
 }
 #endif
 
+// Waits until `path` has settled as cucore's store rule sees it (program_cache_key::check_store,
+// docs/cache-keys.md): its last change (mtime or ctime; with `mtime_too` false, ctime alone, for a
+// file whose mtime a test set in the future) older than its timestamp granularity (the coarse
+// clock's tick, plus 2 s for whole-second stamps, else the coarsest power of ten up to 100 ms that
+// both stamps' nanoseconds are multiples of). A compile whose key is made after this may store its
+// result; one made before it, right after the write, may not. A wait until a deadline the file's
+// own stamps give, not a sleep that hopes for an order of events.
+inline void settle(const std::filesystem::path& path, bool mtime_too = true) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  const auto ns = [](const struct timespec& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * kSecond + t.tv_nsec;
+  };
+  const std::int64_t m = st.st_mtim.tv_nsec;
+  const std::int64_t c = st.st_ctim.tv_nsec;
+  std::int64_t granularity = 2 * kSecond;
+  if (m != 0 || c != 0) {
+    granularity = 1;
+    while (granularity < kSecond / 10 && m % (granularity * 10) == 0 &&
+           c % (granularity * 10) == 0) {
+      granularity *= 10;
+    }
+  }
+  struct timespec tick {};
+  if (::clock_getres(CLOCK_REALTIME_COARSE, &tick) != 0) tick.tv_nsec = 10'000'000;
+  const std::int64_t changed =
+      mtime_too ? std::max(ns(st.st_mtim), ns(st.st_ctim)) : ns(st.st_ctim);
+  const std::int64_t deadline = changed + granularity + ns(tick) + 1;
+  const struct timespec until = {static_cast<time_t>(deadline / kSecond),
+                                 static_cast<long>(deadline % kSecond)};
+  while (::clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+  }
+}
+
+// Writes `text` to `path`, as an editor saves a file, then waits until it has settled (settle()):
+// the tests' edits come before their compiles as a person's do. A test of a write just before or
+// during a compile writes otherwise.
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  settle(path);
 }
 
 inline bool contains(std::string_view haystack, std::string_view needle) {
@@ -46,8 +89,10 @@ inline bool contains(std::string_view haystack, std::string_view needle) {
 // read-only included).
 class temp_dir {
  public:
-  temp_dir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cucore-test-XXXXXX").string();
+  temp_dir() : temp_dir(std::filesystem::temp_directory_path()) {}
+  // In `parent` rather than the temp directory.
+  explicit temp_dir(const std::filesystem::path& parent) {
+    std::string pattern = (parent / "cucore-test-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) std::abort();
     path_ = pattern;
   }

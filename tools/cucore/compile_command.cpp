@@ -73,7 +73,11 @@ constexpr std::string_view description =
     "quoted and <> #includes, the toolkit's): each file's path and SHA-256, and the places\n"
     "looked at where none was, so editing or adding a header is a miss (`cucore key --explain`\n"
     "lists them). --json adds \"key\" (what `cucore cache show` takes); \"cache\": hit, miss,\n"
-    "off (--cache none) or skipped (with \"cache_skip_reason\"); and \"headers\": null, or\n"
+    "off (--cache none) or skipped (with \"cache_skip_reason\"); \"stored\": whether this\n"
+    "compile put its result in the cache (a miss whose headers were each, after the compile,\n"
+    "the file they were when the key was made and not modified just before: else \"cache_skip\":\n"
+    "header_changed or header_too_new and \"cache_skip_reason\" say which file and why); and\n"
+    "\"headers\": null, or\n"
     "{\"tracked\": header files in the key, \"absent\": candidates found absent, \"in_memory\":\n"
     "0 here, \"hashed\": files read (the others were known by their identity),\n"
     "\"stat_fast_path\": none was read, \"reused_walk\": an earlier walk's manifest held,\n"
@@ -118,7 +122,9 @@ struct cache_report {
   std::string outcome = "off";  // off, hit, miss, skipped
   std::optional<program_cache_key> key;
   std::string skip_reason;
-  std::optional<flight_outcome> flight;  // what single-flight did (with a cache)
+  std::optional<flight_outcome> flight;     // what single-flight did (with a cache)
+  bool stored = false;                      // a miss whose result was put
+  std::optional<store_refusal> not_stored;  // a miss check_store() kept out of the cache
 };
 
 struct compiled {
@@ -137,24 +143,22 @@ std::string backend_name(const program& prog, const cache_report& cache, source_
 
 // Compiles with the key the tool derives itself (--extra-digest included): get, else compile and
 // put. A put that fails is a warning, never a failed compile. As program::compile(..., cache)
-// does, the key of code with headers is derived again after the compile (stats, with the digest
-// memo): a header edited while NVRTC read it must not be stored under the key of its old bytes.
-object_code compile_with_key(program& prog, const compile_inputs& in,
-                             const program_cache_key_inputs& inputs, program_cache& cache,
+// does, the result is stored only if program_cache_key::check_store() allows it: a header edited
+// while NVRTC read it must not be stored under the key of its old bytes.
+object_code compile_with_key(program& prog, const compile_inputs& in, program_cache& cache,
                              cache_report& report) {
   auto compile = [&] { return prog.compile(in.target, in.name_expressions); };
   auto store = [&](const object_code& result) {
-    if (report.key->includes().tracked &&
-        make_program_cache_key(inputs, probes_for(cache)) != *report.key) {
-      cucore::log(log_level::warning,
-                  "not storing the compiled program in the " + cache.description() +
-                      " cache: a header it includes changed during the compile");
-      if (const auto stats = cache.statistics())
-        stats->record_skip(cache_skip_reason::header_changed);
+    if (auto refusal = report.key->check_store()) {
+      cucore::log(log_level::warning, "not storing the compiled program in the " +
+                                          cache.description() + " cache: " + refusal->message);
+      if (const auto stats = cache.statistics()) stats->record_skip(refusal->reason);
+      report.not_stored = std::move(refusal);
       return;
     }
     try {
       cache.put(*report.key, result);
+      report.stored = true;
     } catch (const std::exception& e) {
       cucore::log(log_level::warning, "could not store the compiled program in the " +
                                           cache.description() + " cache: " + e.what());
@@ -230,7 +234,7 @@ compiled compile(program& prog, const compile_inputs& in, const arguments& args)
     if (auto stats = cache->statistics()) stats->record_skip(bypass->reason);
     return skip(std::string(to_string(bypass->reason)) + ": " + bypass->why);
   }
-  object_code code = compile_with_key(prog, in, inputs, *cache, report);
+  object_code code = compile_with_key(prog, in, *cache, report);
   return {std::move(code), report};
 }
 
@@ -254,6 +258,11 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
       {"cache", c.cache.outcome},
   };
   if (c.cache.outcome == "skipped") out["cache_skip_reason"] = c.cache.skip_reason;
+  out["stored"] = c.cache.stored;
+  if (c.cache.not_stored) {
+    out["cache_skip"] = std::string(to_string(c.cache.not_stored->reason));
+    out["cache_skip_reason"] = c.cache.not_stored->message;
+  }
   out["single_flight"] = c.cache.flight ? json(to_string(*c.cache.flight)) : json(nullptr);
   out["headers"] = headers_json(c.cache.key ? &*c.cache.key : nullptr);
   write_json(out);

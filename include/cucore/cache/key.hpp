@@ -41,6 +41,7 @@
 #include <array>
 #include <compare>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -116,6 +117,18 @@ struct key_field {
 
 struct program_cache_key_inputs;
 
+enum class cache_skip_reason : std::uint8_t;  // cucore/cache/statistics.hpp
+
+// Why the output of a compile must not be stored under the key it was compiled for
+// (program_cache_key::check_store).
+struct store_refusal {
+  // header_changed: a path the key tracked answers otherwise now; header_too_new: a file was
+  // modified within its timestamp granularity before the key was made.
+  cache_skip_reason reason;
+  std::string path;     // that path, as the key spells it
+  std::string message;  // for people: the path, what was found, and that the result is not stored
+};
+
 // What include tracking did for a key (c++ only): how many headers entered it and how.
 struct include_report {
   bool tracked = false;       // the code or options could read headers, and the closure was walked
@@ -166,6 +179,22 @@ class program_cache_key {
   // Set when a cache must not serve or store this compile (cache_bypass); nullopt for keys made
   // from a digest or from_hex.
   const std::optional<cache_bypass>& bypass() const noexcept;
+
+  // Whether the output of a compile that ran after this key was made may be stored under it;
+  // call it once the compile has finished, before put(). The compiler read the headers after the
+  // key hashed them, and content digests cannot see a header rewritten with the same bytes (or
+  // changed and changed back) meanwhile; file identities can. So: nullopt (store it) when every
+  // path the key's include walk stat'd is now what it was at the walk — the same file (device,
+  // inode, size, mtime and ctime to the nanosecond), still absent, the same link — and no such
+  // file was modified (mtime or ctime) less than its timestamp granularity before the walk began
+  // (a later change could leave every stat field as it was: the coarse clock's tick, plus what
+  // the file system keeps — 2 s for whole-second stamps). Else the refusal: the result is still
+  // good to use, not to store. A walk reused from a manifest is checked against the identities
+  // the manifest recorded (and the start of this key's derivation). One fstatat per path. Keys
+  // without tracked headers (and keys made from a digest) have nothing to check: nullopt. Not
+  // seen (docs/cache-keys.md): a write through a mapping whose page was dirty already, and a
+  // file created and removed again at an absent candidate while the compiler ran.
+  std::optional<store_refusal> check_store() const;
 
   friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
     return a.digest_ == b.digest_;

@@ -57,7 +57,8 @@ enum class cache_skip_reason : std::uint8_t {
   // Options the cache refuses whatever the digest (compile-time side effects such as create_pch
   // or time, options a backend cannot take): the key's invalid_argument.
   uncacheable_options,
-  // A header the program includes changed while the compiler read it: the result was not stored.
+  // A header the key tracked was not, after the compile, the file it was when the key was made
+  // (program_cache_key::check_store): the result was returned, not stored.
   header_changed,
   // The program or a header it includes uses __TIME__, __DATE__ or __TIMESTAMP__: its output
   // depends on the clock (opt in with CUCORE_SLOPPINESS=time_macros to cache it anyway).
@@ -65,10 +66,13 @@ enum class cache_skip_reason : std::uint8_t {
   // An environment variable that makes the compiler write files is set (DUMP_KNOBS_TO_FILE,
   // AS_SECURE_LOG_FILE): a hit would skip writing them.
   compiler_environment,
+  // A header the key tracked was modified within its timestamp granularity before the key was
+  // made, so a change during the compile might not have shown: the result was not stored.
+  header_too_new,
 };
-inline constexpr std::size_t cache_skip_reason_count = 5;
+inline constexpr std::size_t cache_skip_reason_count = 6;
 // "needs_extra_digest", "uncacheable_options", "header_changed", "time_macros",
-// "compiler_environment".
+// "compiler_environment", "header_too_new".
 std::string_view to_string(cache_skip_reason reason) noexcept;
 
 // The persistent counts of one cache, summed over its shard files.
