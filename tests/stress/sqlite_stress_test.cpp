@@ -421,7 +421,11 @@ TEST(SqliteStress, ProcessesCompileHeaderTrackedPrograms) {
         if (!(got == it->second) || !stores_variant(got, v, generation)) ++wrong;
       }
       const auto s = cache.stats();
-      if (logs.warnings() > 0) {
+      // The processes replace headers the others compile against: a result compiled while its
+      // header was replaced is returned, not stored (program_cache_key::check_store), with a
+      // warning. Any other warning fails.
+      const std::size_t refusals = logs.warnings("not storing the compiled program");
+      if (logs.warnings() > refusals) {
         return "warnings in process " + std::to_string(p) + ":\n" + logs.all();
       }
       return format_report({{"hits", hits},
