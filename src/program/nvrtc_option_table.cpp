@@ -149,8 +149,9 @@ const nvrtc_option* by_name(std::string_view name) {
   return it != all.end() && it->first == name ? it->second : nullptr;
 }
 
-// An element as a message quotes it: printable ASCII as is, at most 80 characters.
-std::string quoted(std::string_view text) {
+}  // namespace
+
+std::string quoted_option(std::string_view text) {
   std::string out = "\"";
   for (std::size_t i = 0; i < text.size() && i < 80; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
@@ -166,8 +167,6 @@ std::string quoted(std::string_view text) {
   if (text.size() > 80) out += "...";
   return out + "\"";
 }
-
-}  // namespace
 
 std::span<const nvrtc_option> nvrtc_options() {
   return kTable;
@@ -224,7 +223,7 @@ std::vector<parsed_nvrtc_option> parse_nvrtc_option_list(std::span<const std::st
 
 std::string nvrtc_options_uncacheable(std::span<const std::string> options) {
   for (const auto& p : parse_nvrtc_option_list(options)) {
-    const std::string which = quoted(p.element);
+    const std::string which = quoted_option(p.element);
     if (p.option == nullptr) {
       return which +
              ": it is not an NVRTC option cucore knows (docs/compilation.md lists them): a cache "
@@ -257,13 +256,13 @@ std::string nvrtc_options_uncacheable(std::span<const std::string> options) {
 std::string empty_output_cause(std::span<const std::string> flags, std::string_view target) {
   for (const auto& p : parse_nvrtc_option_list(flags)) {
     if (p.option != nullptr && nvrtc_option_name(p.element) == "tile-only") {
-      return quoted(p.element) + " compiled only Tile code, so NVRTC produced no " +
+      return quoted_option(p.element) + " compiled only Tile code, so NVRTC produced no " +
              std::string(target) + ": request the Tile IR or drop " + std::string(p.element);
     }
   }
   for (const auto& p : parse_nvrtc_option_list(flags)) {
     if (p.option != nullptr && p.option->canonical == "dlto" && target != "ltoir") {
-      return quoted(p.element) + " compiled to LTO-IR only, so NVRTC produced no " +
+      return quoted_option(p.element) + " compiled to LTO-IR only, so NVRTC produced no " +
              std::string(target) +
              ": request the ltoir target or drop it (program_options::link_time_optimization)";
     }

@@ -69,6 +69,10 @@ std::vector<parsed_nvrtc_option> parse_nvrtc_option_list(std::span<const std::st
 // program_options field covers, and precompiled headers, are refused by their fields' checks.)
 std::string nvrtc_options_uncacheable(std::span<const std::string> options);
 
+// An option list's element as a message quotes it: printable ASCII as is, other bytes as \xHH,
+// at most 80 characters.
+std::string quoted_option(std::string_view element);
+
 // The option among `flags` that explains why NVRTC produced no bytes of the asked-for output, and
 // what to do instead, or "" when none does (-tile-only compiles Tile code only).
 std::string empty_output_cause(std::span<const std::string> flags, std::string_view target);

@@ -252,24 +252,6 @@ bool is_tool_passthrough(std::string_view name) {
   return name.starts_with('X') && name != "Xptxas";
 }
 
-// An element as a message quotes it: printable ASCII as is, at most 80 characters.
-std::string quoted(std::string_view text) {
-  std::string out = "\"";
-  for (std::size_t i = 0; i < text.size() && i < 80; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char digits[] = "0123456789abcdef";
-      out += "\\x";
-      out += digits[c >> 4];
-      out += digits[c & 0xF];
-    }
-  }
-  if (text.size() > 80) out += "...";
-  return out + "\"";
-}
-
 void check_extra_nvrtc_options(const std::vector<std::string>& options) {
   bool value_next = false;  // the element after a bare -Xcudafe / -Xnvvm is that tool's option
   for (std::size_t i = 0; i < options.size(); ++i) {
@@ -283,7 +265,7 @@ void check_extra_nvrtc_options(const std::vector<std::string>& options) {
     });
     if (control || element.front() == ' ' || element.back() == ' ') {
       throw invalid_argument(
-          which + quoted(element) +
+          which + detail::quoted_option(element) +
           " has a control character or leading or trailing spaces: NVRTC trims them and reads "
           "another option than the one given; write the option alone");
     }
@@ -302,13 +284,14 @@ void check_extra_nvrtc_options(const std::vector<std::string>& options) {
     const detail::nvrtc_option* known = detail::find_nvrtc_option(element);
     if (known == nullptr) continue;
     if (!known->field.empty()) {
-      throw invalid_argument(which + quoted(element) + " is NVRTC's option for program_options::" +
+      throw invalid_argument(which + detail::quoted_option(element) +
+                             " is NVRTC's option for program_options::" +
                              std::string(known->field) + ": set " + std::string(known->field) +
                              " instead (on the cucore command line: " + std::string(known->cli) +
                              "), " + std::string(why_the_field(*known)));
     }
     if (known->use == detail::nvrtc_option_use::other_output) {
-      throw invalid_argument(which + quoted(element) +
+      throw invalid_argument(which + detail::quoted_option(element) +
                              " makes NVRTC emit OptiX IR, which is not a target cucore compiles "
                              "to (ptx, cubin, ltoir): leave it out");
     }

@@ -50,6 +50,7 @@
 
 #include "cucore/error.hpp"
 #include "oracle_cases.hpp"
+#include "random_source.hpp"
 #include "test_support.hpp"
 
 namespace cucore::oracle {
@@ -79,27 +80,6 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback) {
   const std::uint64_t v = std::strtoull(text, &end, 0);
   return end != nullptr && *end == '\0' ? v : fallback;
 }
-
-// The case's random source: std::mt19937_64 seeded from (seed, case index) through
-// std::seed_seq (both fully specified by the standard), and no std::*_distribution (whose
-// results the standard leaves to the library): the same cases on every platform.
-class random_source {
- public:
-  random_source(std::uint64_t seed, std::uint64_t index) {
-    std::seed_seq s{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                    static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32)};
-    engine_.seed(s);
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(engine_() % n); }
-  bool chance(unsigned percent) { return below(100) < percent; }
-  template <class T>
-  const T& pick(const std::vector<T>& v) {
-    return v[below(v.size())];
-  }
-
- private:
-  std::mt19937_64 engine_;
-};
 
 // The names headers have (with and without an extension, in a subdirectory or not), and names no
 // header has (their every candidate is an absent probe).

@@ -38,6 +38,7 @@
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "oracle_cases.hpp"
+#include "random_source.hpp"
 #include "test_support.hpp"
 
 namespace cucore::oracle {
@@ -188,26 +189,6 @@ TEST(IfEvalRegression, GroupsNeverEnteredAreStillSkipped) {
 }
 
 // ---- The differential test.
-
-// std::mt19937_64 seeded through std::seed_seq, no std::*_distribution: the same cases on
-// every platform.
-class random_source {
- public:
-  random_source(std::uint64_t seed, std::uint64_t index) {
-    std::seed_seq s{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                    static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32)};
-    engine_.seed(s);
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(engine_() % n); }
-  bool chance(unsigned percent) { return below(100) < percent; }
-  template <class T>
-  const T& pick(const std::vector<T>& v) {
-    return v[below(v.size())];
-  }
-
- private:
-  std::mt19937_64 engine_;
-};
 
 // One case: a header of directives whose groups each include a header of their own.
 class case_generator {
