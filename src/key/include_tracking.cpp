@@ -396,6 +396,11 @@ class walker {
     const header_identity id = c.id;
     const std::string real = c.real;
     if (!regular) {
+      if (c.special) {
+        // NVRTC opens a FIFO (and waits for a writer): what it reads is nothing a key can name.
+        unresolved_.insert(path + ": a FIFO or socket, which the compiler would read from");
+        manifest_ok_ = false;
+      }
       out_.entries.push_back({closure_entry::kind::absent, path, 0, {}});
       ++out_.absent;
       return false;

@@ -33,6 +33,7 @@ stat_check probe(const std::string& path, bool keep_path) {
     if (::stat(p, &st) != 0) return c;
   }
   c.regular = S_ISREG(st.st_mode);
+  c.special = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
   if (c.regular) c.id = identity_of(st);
   return c;
 }

@@ -31,11 +31,15 @@ struct stat_check {
   bool listing = false;
   bool regular = false;
   bool link = false;
+  // A FIFO or socket (through the link): NVRTC opens it and reads whatever comes, which no key
+  // can name (a character device it refuses, as an absent file). Not kept in manifest files: a
+  // reloaded check says false, so a special file there always means a fresh walk.
+  bool special = false;
   header_identity id;       // the file's (through the link), when regular
   header_identity link_id;  // the link's own, when link
   std::string real;         // realpath(), when link
   bool same_answer(const stat_check& o) const {
-    return listing == o.listing && regular == o.regular && link == o.link &&
+    return listing == o.listing && regular == o.regular && link == o.link && special == o.special &&
            (!regular || id == o.id) && (!link || (link_id == o.link_id && real == o.real));
   }
 };

@@ -174,6 +174,31 @@ TEST_P(IncludeTracking, QuotedHeaderBesideTheFile) {
 }
 
 // 2.
+// A FIFO where NVRTC looks for a header: NVRTC opens it and compiles whatever a writer sends
+// (measured: with no writer it waits forever; a character device it refuses as absent). The key
+// cannot name that, so it refuses instead of recording the path as absent.
+TEST_P(IncludeTracking, FifoWhereAHeaderIsLookedForIsRefused) {
+  temp_dir src;
+  const fs::path file = src / "k.cu";
+  ASSERT_EQ(::mkfifo((src / "h.cuh").c_str(), 0600), 0);
+  const std::string code = kernel("#include \"h.cuh\"");
+  program_cache_key_inputs in;
+  in.code = code;
+  in.options = named(file);
+  in.target = code_type::ptx;
+  try {
+    (void)make_program_cache_key(in);
+    ADD_FAILURE() << "a key for an include of a FIFO";
+  } catch (const extra_digest_required& e) {
+    EXPECT_TRUE(contains(e.what(), "h.cuh")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "FIFO")) << e.what();
+  }
+  // Once a regular file replaces it, the key tracks it as any header.
+  fs::remove(src / "h.cuh");
+  write_text(src / "h.cuh", defines_value(7101));
+  EXPECT_NO_THROW((void)make_program_cache_key(in));
+}
+
 TEST_P(IncludeTracking, NestedHeaderEditedMisses) {
   // k.cu -> "lib/a.cuh" -> "b.cuh", found beside a.cuh (its includer), not beside k.cu.
   const fs::path file = src_ / "k.cu";
