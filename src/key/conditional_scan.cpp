@@ -807,6 +807,14 @@ std::vector<std::string> defined_names(std::string_view text) {
       std::size_t j = i;
       while (j < t.size() && ident_char(t[j])) ++j;
       if (j > i) out.emplace_back(t.substr(i, j - i));
+      // The include scanner reads a macro's name leniently ('$' and bytes >= 0x80 in it, to list
+      // more candidates): the names as it reads them too, so that this stays a superset.
+      std::size_t w = j;
+      while (w < t.size() &&
+             (ident_char(t[w]) || t[w] == '$' || static_cast<unsigned char>(t[w]) >= 0x80)) {
+        ++w;
+      }
+      if (w > j) out.emplace_back(t.substr(i, w - i));
     }
   };
   scan(text);
