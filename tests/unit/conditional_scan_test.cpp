@@ -79,7 +79,9 @@ TEST(ConditionalScan, DollarAndUtf8EndAnIdentifierBeforeARawString) {
         "#if 0\n" + prefix + "R\"(\n#else\n)\"\n#else\n#include \"h.h\"\n#endif\n";
     EXPECT_FALSE(never_entered(text, 6)) << prefix;
   }
-  EXPECT_EQ(defined_names("#define X$Y 1\n"), std::vector<std::string>{"X"});
+  // NVRTC defines X (its identifier ends at '$'); the include scanner's lenient reading, X$Y, is
+  // listed too, so that the names stay a superset of the scanner's definitions.
+  EXPECT_EQ(defined_names("#define X$Y 1\n"), (std::vector<std::string>{"X", "X$Y"}));
 }
 
 TEST(ConditionalScan, ReadingsThatDependOnTheStandardAreNotTrusted) {
