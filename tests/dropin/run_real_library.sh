@@ -27,12 +27,12 @@ print(load('nvrtc').abs_path)") || { echo "cuda.pathfinder cannot load NVRTC"; e
 own_dir=$(dirname "$(realpath "$own")")
 # A toolkit that is not the program's: $CUDA_HOME must lose to the program's own choice.
 export CUDA_HOME=$(dirname "$own_dir")
-# NVRTC (and its builtins, which it opens from its own directory) at another path: hard links
-# where the file system allows, else copies.
+# NVRTC (and its builtins, which it opens from its own directory) at another path: copies, not
+# hard links (a new link changes the real library's ctime, which tests running beside this one
+# see as their compiler's builtins changing during a compile: the store check refuses to store).
 place_nvrtc() {
   mkdir -p "$1"
-  cp -al "$own_dir"/libnvrtc.so.13* "$own_dir"/libnvrtc-builtins.so.13* "$1"/ 2>/dev/null ||
-    cp -a "$own_dir"/libnvrtc.so.13* "$own_dir"/libnvrtc-builtins.so.13* "$1"/
+  cp -a "$own_dir"/libnvrtc.so.13* "$own_dir"/libnvrtc-builtins.so.13* "$1"/
 }
 mapped_file() { realpath "$1"/libnvrtc.so.13; }
 
