@@ -73,14 +73,6 @@ constexpr int kMaxReportedFailures = 5;  // then the run stops: one broken rule 
 // that does not end (or grows without bound) and fails its case, rather than hanging the run.
 constexpr int kKeyLimitSeconds = 60;
 
-std::uint64_t env_number(const char* name, std::uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  const std::uint64_t v = std::strtoull(text, &end, 0);
-  return end != nullptr && *end == '\0' ? v : fallback;
-}
-
 // The names headers have (with and without an extension, in a subdirectory or not), and names no
 // header has (their every candidate is an absent probe).
 const std::vector<std::string> kNames = {"a.h", "b", "sub/c.h", "sub/d", "e.cuh", "f"};

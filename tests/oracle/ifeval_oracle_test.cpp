@@ -57,14 +57,6 @@ constexpr std::uint64_t kDefaultCases = 150;
 constexpr int kMaxReportedFailures = 5;
 const std::vector<std::string> kStandards = {"c++03", "c++11", "c++14", "c++17", "c++20"};
 
-std::uint64_t env_number(const char* name, std::uint64_t fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  const std::uint64_t v = std::strtoull(text, &end, 0);
-  return end != nullptr && *end == '\0' ? v : fallback;
-}
-
 // The basenames of the header files the key of `c` tracks.
 std::set<std::string> tracked_names(const oracle_case& c) {
   std::set<std::string> out;

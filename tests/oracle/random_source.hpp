@@ -5,10 +5,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 namespace cucore::oracle {
+
+// A seed or count from the environment (decimal or 0x...), `fallback` when unset or malformed.
+inline std::uint64_t env_number(const char* name, std::uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const std::uint64_t v = std::strtoull(text, &end, 0);
+  return end != nullptr && *end == '\0' ? v : fallback;
+}
 
 class random_source {
  public:
