@@ -113,4 +113,7 @@ fi
 # (tests/oracle): pinned wheels from PyPI, extracted into .cache/corpus.
 if [ "$profile" = all ]; then
   bash scripts/fetch-corpus.sh .cache/corpus
+  # The NVRTC versions users run beside the toolkit's (13.5 and 12.9 from PyPI), each a toolkit
+  # root the version-matrix tests point cucore at (docs/development.md, "NVRTC versions").
+  bash scripts/fetch-cuda-versions.sh .cache/cuda-versions
 fi
