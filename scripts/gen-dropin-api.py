@@ -192,7 +192,7 @@ def main():
                     f = '"' + {"nvrtc": "NVRTC", "nvvm": "NVVM"}[lib] + '_ERROR_INTERNAL_ERROR"'
                     lines.append((ret, f if ret == "const char*" else fail, name, name, params,
                                   args))
-            for ret, f, name, params, args, since in EXTRAS.get(lib, []) + EXTRAS.get(tag, []):
+            for ret, f, name, params, args, since in EXTRAS.get(lib, []) + (EXTRAS.get(tag, []) if tag != lib else []):
                 lines.append((ret, f, name, name, params, args))
             lines.sort(key=lambda x: x[2])
             what = f"{soname} {versions[0]}–{versions[-1]}"

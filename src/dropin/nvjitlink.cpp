@@ -31,6 +31,9 @@
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
+#ifndef CUCORE_DROPIN_MAJOR
+#define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
+#endif
 
 namespace {
 
@@ -46,18 +49,23 @@ struct real_nvjitlink {
 const real_nvjitlink* load_real() noexcept {
   try {
     dropin::install_log_handler();
-    const auto& spec = detail::library_spec_of(toolkit::library::nvjitlink);
+    // The .so.12 drop-in's override is CUCORE_RUN_NVJITLINK12 (`cucore run --nvjitlink` sets the
+    // one of the file's major), so that one file never serves both.
+    static const auto spec = dropin::dropin_spec(toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR);
     std::vector<std::string> searched;
     const auto path = dropin::find_real_library(
-        spec, "CUCORE_RUN_NVJITLINK", reinterpret_cast<const void*>(&load_real), searched);
+        spec, CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK",
+        reinterpret_cast<const void*>(&load_real), searched,
+        dropin::wheel_dirs(toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR));
     if (!path) {
       std::string list;
       for (const auto& s : searched) list += "\n  " + s;
-      dropin::report_once("nvjitlink",
-                          "cucore run: no real libnvJitLink.so.13 to forward to (set "
-                          "CUCORE_RUN_NVJITLINK=/path/to/libnvJitLink.so.13, or CUDA_HOME); "
-                          "looked at:" +
-                              list);
+      dropin::report_once(
+          "nvjitlink",
+          "cucore run: no real libnvJitLink.so." + std::to_string(CUCORE_DROPIN_MAJOR) +
+              " to forward to (set " +
+              (CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK") +
+              "=/path/to/the/library, or CUDA_HOME); looked at:" + list);
       return nullptr;
     }
     const auto& table = detail::nvjitlink_table();
@@ -69,7 +77,7 @@ const real_nvjitlink* load_real() noexcept {
     auto* r = new real_nvjitlink;
     r->api = table.api.get();
     const auto& lib = *table.api->library;
-    r->AddFile = reinterpret_cast<decltype(r->AddFile)>(lib.symbol("__nvJitLinkAddFile_13_0"));
+    r->AddFile = reinterpret_cast<decltype(r->AddFile)>(lib.symbol("nvJitLinkAddFile"));
     r->API = reinterpret_cast<decltype(r->API)>(lib.symbol("__nvJitLinkAPI"));
     if (const auto id = detail::identify_file(lib.path())) {
       r->file_size = static_cast<std::int64_t>(id->size);
@@ -322,8 +330,8 @@ nvJitLinkResult answer_bytes(nvJitLinkHandle handle, Ptr out, Get real_get) {
 
 }  // namespace
 
-// The versioned entry points (the header's inline functions call these); nvjitlink_names.cpp
-// exports the plain names as the same functions.
+// The engine's functions: the shim (generated/nvjitlink*.inc) calls them for every versioned entry
+// point of a function (__nvJitLinkCreate_12_0 ... _13_5) and its plain name.
 
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, uint32_t num_options,
                                                      const char* const* options) {
@@ -477,4 +485,11 @@ CUCORE_EXPORT nvJitLinkResult nvJitLinkVersion(unsigned int* major, unsigned int
 CUCORE_EXPORT void* __nvJitLinkAPI(int magic) {
   const auto* r = real();
   return r && r->API ? r->API(magic) : nullptr;
+}
+
+// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
+// implement go straight to it, and a name it lacks makes the shim answer an error.
+CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
+  const auto* r = real();
+  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
 }

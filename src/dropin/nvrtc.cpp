@@ -32,6 +32,9 @@
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
+#ifndef CUCORE_DROPIN_MAJOR
+#define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
+#endif
 
 namespace {
 
@@ -56,18 +59,22 @@ struct real_nvrtc {
 const real_nvrtc* load_real() noexcept {
   try {
     dropin::install_log_handler();
-    const auto& spec = detail::library_spec_of(toolkit::library::nvrtc);
+    // The .so.12 drop-in's override is CUCORE_RUN_NVRTC12 (`cucore run --nvrtc` sets the one of
+    // the file's major), so that one file never serves both.
+    static const auto spec = dropin::dropin_spec(toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR);
     std::vector<std::string> searched;
     const auto path = dropin::find_real_library(
-        spec, "CUCORE_RUN_NVRTC", reinterpret_cast<const void*>(&load_real), searched);
+        spec, CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC",
+        reinterpret_cast<const void*>(&load_real), searched,
+        dropin::wheel_dirs(toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR));
     if (!path) {
       std::string list;
       for (const auto& s : searched) list += "\n  " + s;
-      dropin::report_once("nvrtc",
-                          "cucore run: no real libnvrtc.so.13 to forward to (set "
-                          "CUCORE_RUN_NVRTC=/path/to/libnvrtc.so.13, or CUDA_HOME); "
-                          "looked at:" +
-                              list);
+      dropin::report_once(
+          "nvrtc", "cucore run: no real libnvrtc.so." + std::to_string(CUCORE_DROPIN_MAJOR) +
+                       " to forward to (set " +
+                       (CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC") +
+                       "=/path/to/the/library, or CUDA_HOME); looked at:" + list);
       return nullptr;
     }
     const auto& table = detail::nvrtc_table();
@@ -659,4 +666,11 @@ CUCORE_EXPORT nvrtcResult nvrtcSetFlowCallback(nvrtcProgram prog, int (*callback
                                                void* payload) {
   const auto* r = real();
   return r && r->SetFlowCallback ? r->SetFlowCallback(prog, callback, payload) : kNoLibrary;
+}
+
+// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
+// implement go straight to it, and a name it lacks makes the shim answer an error.
+CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
+  const auto* r = real();
+  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
 }

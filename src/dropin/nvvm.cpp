@@ -25,6 +25,9 @@
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
+#ifndef CUCORE_DROPIN_MAJOR
+#define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
+#endif
 
 namespace {
 
@@ -41,10 +44,11 @@ struct real_nvvm {
 const real_nvvm* load_real() noexcept {
   try {
     dropin::install_log_handler();
-    const auto& spec = detail::library_spec_of(toolkit::library::nvvm);
+    static const auto spec = dropin::dropin_spec(toolkit::library::nvvm, CUCORE_DROPIN_MAJOR);
     std::vector<std::string> searched;
     const auto path = dropin::find_real_library(
-        spec, "CUCORE_RUN_NVVM", reinterpret_cast<const void*>(&load_real), searched);
+        spec, "CUCORE_RUN_NVVM", reinterpret_cast<const void*>(&load_real), searched,
+        dropin::wheel_dirs(toolkit::library::nvvm, CUCORE_DROPIN_MAJOR));
     if (!path) {
       std::string list;
       for (const auto& s : searched) list += "\n  " + s;
@@ -423,4 +427,11 @@ CUCORE_EXPORT void* __nvvmHandle(int id) {
 CUCORE_EXPORT void* __nvvmHandleTarget(int id, bool flag) {
   const auto* r = real();
   return r && r->HandleTarget ? r->HandleTarget(id, flag) : nullptr;
+}
+
+// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
+// implement go straight to it, and a name it lacks makes the shim answer an error.
+CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
+  const auto* r = real();
+  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
 }

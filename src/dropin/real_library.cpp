@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dropin/support.hpp"
+#include "loader/libraries.hpp"
 
 namespace cucore::dropin {
 namespace {
@@ -188,7 +189,8 @@ process_view inspect_process(const detail::library_spec& spec) {
 
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
                                              const char* override_variable, const void* self,
-                                             std::vector<std::string>& searched) {
+                                             std::vector<std::string>& searched,
+                                             const std::vector<std::string_view>& wheel_dirs) {
   // Never the drop-in: the engine itself, nor the shim beside it named as the real library.
   std::vector<file_id> excluded;
   std::string self_dir;
@@ -233,14 +235,20 @@ std::optional<std::string> find_real_library(const detail::library_spec& spec,
   }
   const auto view = inspect_process(spec);
 
-  // 2. cuda.pathfinder's first steps: NVIDIA's CUDA 13 wheel in the site-packages of the Python
-  // in this process, then $CONDA_PREFIX. Its "already loaded" check, which comes before, finds
-  // the preloaded drop-in; without it, this is where the program's NVRTC would have come from.
+  // 2. cuda.pathfinder's first steps: NVIDIA's wheels in the site-packages of the Python in this
+  // process (nvidia/cu13/lib, or a CUDA 12 wheel's directory), then $CONDA_PREFIX. Its "already
+  // loaded" check, which comes before, finds the preloaded drop-in; without it, this is where the
+  // program's library would have come from.
   for (const auto& site : view.site_packages) {
-    if (auto found = in_root(site + "/nvidia/cu13",
-                             "NVIDIA's wheel in a site-packages directory "
-                             "this Python process loaded modules from")) {
-      return choose(*found, "NVIDIA's wheel in the program's site-packages");
+    for (auto wheel : wheel_dirs) {
+      for (auto soname : spec.sonames) {
+        const std::string candidate = site + "/" + std::string(wheel) + "/" + std::string(soname);
+        if (acceptable(candidate,
+                       "NVIDIA's wheel in a site-packages directory this Python "
+                       "process loaded modules from")) {
+          return choose(candidate, "NVIDIA's wheel in the program's site-packages");
+        }
+      }
     }
   }
   if (!view.site_packages.empty()) {
@@ -289,6 +297,30 @@ std::optional<std::string> find_real_library(const detail::library_spec& spec,
     if (acceptable(file, "cucore's toolkit search")) return choose(file, "cucore's toolkit search");
   }
   return std::nullopt;
+}
+
+detail::library_spec dropin_spec(toolkit::library lib, int major) {
+  detail::library_spec spec = detail::library_spec_of(lib);
+  if (lib == toolkit::library::nvrtc) {
+    spec.sonames = {major == 12 ? "libnvrtc.so.12" : "libnvrtc.so.13"};
+  } else if (lib == toolkit::library::nvjitlink) {
+    spec.sonames = {major == 12 ? "libnvJitLink.so.12" : "libnvJitLink.so.13"};
+  }
+  return spec;
+}
+
+std::vector<std::string_view> wheel_dirs(toolkit::library lib, int major) {
+  // cuda.pathfinder 1.9's site_packages_linux (descriptor_catalog.py).
+  switch (lib) {
+    case toolkit::library::nvrtc:
+      return {major == 12 ? "nvidia/cuda_nvrtc/lib" : "nvidia/cu13/lib"};
+    case toolkit::library::nvjitlink:
+      return {major == 12 ? "nvidia/nvjitlink/lib" : "nvidia/cu13/lib"};
+    case toolkit::library::nvvm:
+      return {"nvidia/cu13/lib", "nvidia/cuda_nvcc/nvvm/lib64"};
+    default:
+      return {};
+  }
 }
 
 }  // namespace cucore::dropin

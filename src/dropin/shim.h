@@ -1,12 +1,12 @@
-/* The thin front of a drop-in library (docs/transparent-cache.md, "The drop-in files"): the file named and
- * versioned as the real library, exporting its API, with no dependency but the C library. Each
- * function loads the drop-in's engine (the forwarding and caching code, with cucore and its
+/* The thin front of a drop-in library (docs/transparent-cache.md, "The drop-in files"): the file
+ * named and versioned as the real library, exporting its API, with no dependency but the C library.
+ * Each function loads the drop-in's engine (the forwarding and caching code, with cucore and its
  * dependencies) from the same directory on its first call, and calls the engine's function of the
  * same name. So a preloaded drop-in costs a process that never calls it almost nothing.
  *
  * A shim file defines CUCORE_ENGINE_FILE ("libcucore_dropin_nvrtc.so") and CUCORE_SHIM_LIBRARY
  * ("NVRTC"), includes this header first (it defines _GNU_SOURCE for dladdr), and writes one
- * CUCORE_SHIM(...) per exported function. */
+ * CUCORE_SHIM(...) per exported function (generated: src/dropin/generated/NAME.inc). */
 #ifndef CUCORE_DROPIN_SHIM_H
 #define CUCORE_DROPIN_SHIM_H
 
@@ -50,20 +50,32 @@ static void* cucore_engine_function(const char* name) {
   return cucore_engine != NULL ? dlsym(cucore_engine, name) : NULL;
 }
 
-/* One exported function: RET NAME PARAMS forwarding ARGS to the engine's NAME; FAIL when there is
- * no engine. The pointer is looked up once (an atomic, so threads may race to store the same). */
-#define CUCORE_SHIM(ret, fail, name, params, args)          \
-  __attribute__((visibility("default"))) ret name params {  \
-    static void* function;                                  \
-    void* f = __atomic_load_n(&function, __ATOMIC_ACQUIRE); \
-    if (f == NULL) {                                        \
-      f = cucore_engine_function(#name);                    \
-      if (f == NULL) return fail;                           \
-      __atomic_store_n(&function, f, __ATOMIC_RELEASE);     \
-    }                                                       \
-    ret(*typed) params;                                     \
-    *(void**)&typed = f;                                    \
-    return typed args;                                      \
+/* The real library's `name` (the engine finds the library the program would have loaded), or NULL
+ * when it lacks it or there is none. */
+static void* cucore_real_function(const char* name) {
+  void* (*real_symbol)(const char*);
+  *(void**)&real_symbol = cucore_engine_function("cucore_dropin_real_symbol");
+  return real_symbol != NULL ? real_symbol(name) : NULL;
+}
+
+/* One exported function: RET NAME PARAMS calling the engine's ENGINE (the forwarding and caching
+ * code) with ARGS, or the real library's NAME where the engine has no ENGINE. A function the real
+ * library lacks returns FAIL and does nothing else: as near its absence as an export allows. The
+ * pointer is looked up once (an atomic, so threads may race to store the same). */
+#define CUCORE_SHIM(ret, fail, name, engine, params, args)                \
+  __attribute__((visibility("default"))) ret name params {                \
+    static void* cucore_function;                                         \
+    void* cucore_f = __atomic_load_n(&cucore_function, __ATOMIC_ACQUIRE); \
+    if (cucore_f == NULL) {                                               \
+      void* cucore_real = cucore_real_function(#name);                    \
+      if (cucore_real == NULL) return fail;                               \
+      cucore_f = cucore_engine_function(#engine);                         \
+      if (cucore_f == NULL) cucore_f = cucore_real;                       \
+      __atomic_store_n(&cucore_function, cucore_f, __ATOMIC_RELEASE);     \
+    }                                                                     \
+    ret(*cucore_typed) params;                                            \
+    *(void**)&cucore_typed = cucore_f;                                    \
+    return cucore_typed args;                                             \
   }
 
 #endif

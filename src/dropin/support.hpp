@@ -15,6 +15,7 @@
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
+#include "cucore/toolkit.hpp"
 #include "loader/shared_library.hpp"
 
 namespace cucore::dropin {
@@ -50,7 +51,14 @@ void record_skip(cache_skip_reason reason) noexcept;
 // Returns the path, or nullopt with `searched` listing every place looked at and why.
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
                                              const char* override_variable, const void* self,
-                                             std::vector<std::string>& searched);
+                                             std::vector<std::string>& searched,
+                                             const std::vector<std::string_view>& wheel_dirs);
+
+// The library a drop-in built for CUDA `major` (CUCORE_DROPIN_MAJOR) forwards to: `lib`'s search
+// with that major's soname alone, so that the .so.12 drop-in never forwards to NVRTC 13.
+detail::library_spec dropin_spec(toolkit::library lib, int major);
+// Where cuda.pathfinder finds `lib` of `major` in a site-packages directory (NVIDIA's wheels).
+std::vector<std::string_view> wheel_dirs(toolkit::library lib, int major);
 
 // A flat record: fields appended in a fixed order, each a little-endian u64 length and its bytes;
 // numbers as 8 bytes. reader throws format_error on anything short or malformed (a damaged cache

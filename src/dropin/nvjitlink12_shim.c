@@ -1,0 +1,16 @@
+/* libnvJitLink.so.12 of `cucore run`: the thin front (shim.h) of the nvJitLink drop-in, exporting
+ * the API that scripts/gen-dropin-api.py generated (generated/nvjitlink12.inc,
+ * generated/nvjitlink12.map). */
+
+#define CUCORE_ENGINE_FILE "libcucore_dropin_nvjitlink12.so"
+#define CUCORE_SHIM_LIBRARY "nvJitLink"
+#include "shim.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int nvJitLinkResult;
+#define FAIL 6 /* NVJITLINK_ERROR_INTERNAL, also for a function the real library lacks */
+
+#include "generated/nvjitlink12.inc"
