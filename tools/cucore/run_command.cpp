@@ -2,6 +2,7 @@
 // in the library search, so that its NVRTC compiles go through the program cache
 // (docs/transparent-cache.md). cucore env: the same environment, printed for a shell or a container
 // image.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,7 @@
 #include "commands.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
+#include "dropin_check.hpp"
 
 #ifndef CUCORE_BUILD_DROPIN_DIR
 #define CUCORE_BUILD_DROPIN_DIR ""
@@ -93,44 +95,6 @@ std::string prepend(const std::string& first, const std::string& list) {
   return out;
 }
 
-// The variables `cucore run` sets, in order.
-// `cache_spec`: the CUCORE_RUN_CACHE to set; nullopt: cache_spec_from(args).
-std::vector<std::pair<std::string, std::string>> run_environment(
-    const arguments& args, const std::optional<std::string>& cache_spec = std::nullopt) {
-  const auto dir = dropin_directory().string();
-  std::vector<std::pair<std::string, std::string>> vars;
-  // The program's own library path, for the drop-ins' search for the real libraries (kept from an
-  // outer `cucore run`).
-  const std::string original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH") != nullptr
-                                   ? env_or_empty("CUCORE_RUN_LD_LIBRARY_PATH")
-                                   : env_or_empty("LD_LIBRARY_PATH");
-  vars.emplace_back("CUCORE_RUN_LD_LIBRARY_PATH", original);
-  vars.emplace_back("LD_LIBRARY_PATH", prepend(dir, env_or_empty("LD_LIBRARY_PATH")));
-  if (!args.has(no_preload_option.name)) {
-    // Every drop-in there: each loads its real library only when the program first calls it.
-    std::string preload = env_or_empty("LD_PRELOAD");
-    for (const char* name : {"libnvvm.so.4", "libnvJitLink.so.13", "libnvrtc.so.13"}) {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(dir + "/" + name, ec)) {
-        preload = prepend(dir + "/" + name, preload);
-      }
-    }
-    vars.emplace_back("LD_PRELOAD", preload);
-  }
-  const std::string spec = cache_spec ? *cache_spec : cache_spec_from(args);
-  if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);
-  if (args.has(shared_cache_option.name)) vars.emplace_back("CUCORE_CACHE_SHARED", "1");
-  if (auto nvrtc = args.last(nvrtc_option.name)) {
-    std::error_code ec;
-    const auto path = std::filesystem::absolute(*nvrtc, ec);
-    if (ec || !std::filesystem::is_regular_file(path, ec)) {
-      throw usage_error("--nvrtc " + *nvrtc + ": no such file (give the real libnvrtc.so.13)");
-    }
-    vars.emplace_back("CUCORE_RUN_NVRTC", path.string());
-  }
-  return vars;
-}
-
 // CUCORE_LOG as the drop-ins read it (src/dropin/support.cpp): unset, "", "0", "off" or "none":
 // silent; "error"; "warning", "1" or any other value; "info"; "debug".
 int run_log_threshold() {
@@ -152,6 +116,136 @@ void run_note(log_level level, std::string_view message) {
                        : level == log_level::info    ? "info"
                                                      : "debug";
   std::cerr << "cucore[" << ::getpid() << "]: " << prefix << ": " << message << "\n";
+}
+
+// Every drop-in, by soname, and its library (for the choice of major).
+constexpr std::string_view dropin_sonames[] = {
+    "libnvrtc.so.13", "libnvrtc.so.12", "libnvJitLink.so.13", "libnvJitLink.so.12", "libnvvm.so.4"};
+
+// A directory with links to the drop-ins of `dir` but those `left_out` (and every engine), for
+// LD_LIBRARY_PATH: made once per set under $XDG_RUNTIME_DIR or /tmp/cucore-run-UID (owned by
+// this user, mode 0700, else no directory: the caller then leaves every drop-in out). Links are
+// reused by later runs.
+std::optional<std::string> filtered_dropin_directory(const std::string& dir,
+                                                     const std::vector<std::string>& left_out) {
+  namespace fs = std::filesystem;
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const std::string base = runtime != nullptr && *runtime == '/'
+                               ? std::string(runtime) + "/cucore-run"
+                               : "/tmp/cucore-run-" + std::to_string(::getuid());
+  ::mkdir(base.c_str(), 0700);
+  struct stat st {};
+  if (::lstat(base.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() ||
+      (st.st_mode & 077) != 0) {
+    return std::nullopt;
+  }
+  std::string name = std::to_string(std::hash<std::string>{}(dir)) + "-without";
+  for (const auto& soname : left_out) name += "-" + soname;
+  const std::string out = base + "/" + name;
+  ::mkdir(out.c_str(), 0700);
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (std::find(left_out.begin(), left_out.end(), file) != left_out.end()) continue;
+    const std::string link = out + "/" + file;
+    if (::symlink(entry.path().c_str(), link.c_str()) != 0 && errno != EEXIST) return std::nullopt;
+  }
+  return out;
+}
+
+// The variables `cucore run` sets, in order.
+// `cache_spec`: the CUCORE_RUN_CACHE to set; nullopt: cache_spec_from(args). `program`: the
+// program `cucore run` starts (nullptr for `cucore env`): the drop-ins are checked against the
+// libraries it would load. A drop-in that lacks a name its real library exports (a release newer
+// than the drop-ins) is left out, so the program runs uncached for that library rather than fail
+// to load; of NVRTC and nvJitLink only the major the program would load is preloaded (a preloaded
+// libnvrtc.so.13 would capture cuda.pathfinder's RTLD_NOLOAD probe in a CUDA 12 program).
+std::vector<std::pair<std::string, std::string>> run_environment(
+    const arguments& args, const std::optional<std::string>& cache_spec = std::nullopt,
+    const std::string* program = nullptr) {
+  std::string dir = dropin_directory().string();
+  std::vector<std::pair<std::string, std::string>> vars;
+  // The program's own library path, for the drop-ins' search for the real libraries (kept from an
+  // outer `cucore run`).
+  const std::string original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH") != nullptr
+                                   ? env_or_empty("CUCORE_RUN_LD_LIBRARY_PATH")
+                                   : env_or_empty("LD_LIBRARY_PATH");
+  std::vector<std::string> left_out;
+  int nvrtc_major = 13, nvjitlink_major = 13;
+  if (program != nullptr) {
+    const program_libraries libs(*program, dir, original);
+    std::optional<std::pair<std::string, std::string>> found[std::size(dropin_sonames)];
+    for (std::size_t i = 0; i < std::size(dropin_sonames); ++i) {
+      const auto soname = dropin_sonames[i];
+      found[i] = libs.find(soname);
+      if (!found[i]) continue;
+      const auto exports = elf_exports(found[i]->first);
+      if (!exports) continue;
+      const auto missing = missing_exports(soname, *exports);
+      if (missing.empty()) continue;
+      left_out.emplace_back(soname);
+      run_note(log_level::warning,
+               "leaving out the drop-in " + std::string(soname) + ": the program's " +
+                   found[i]->first + " (" + found[i]->second + ") exports " + missing.front() +
+                   (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more"
+                                       : std::string()) +
+                   ", which the drop-in lacks (a newer release than this cucore knows); the "
+                   "program runs uncached for it");
+    }
+    // The major the program would load: a wheel in its site-packages before the loader's
+    // search before $CUDA_PATH/$CUDA_HOME; 13 before 12 at the same step (cuda.pathfinder).
+    const auto rank = [](const auto& f) {
+      if (!f) return 9;
+      return f->second.starts_with("NVIDIA") ? 0 : f->second.starts_with("$CUDA") ? 2 : 1;
+    };
+    nvrtc_major = rank(found[1]) < rank(found[0]) ? 12 : 13;
+    nvjitlink_major = rank(found[3]) < rank(found[2]) ? 12 : 13;
+    if (!left_out.empty()) {
+      if (auto filtered = filtered_dropin_directory(dir, left_out)) {
+        dir = *filtered;
+      } else {
+        run_note(log_level::warning,
+                 "cannot make a directory without the drop-ins left out: "
+                 "the program runs without cucore run's drop-ins");
+        left_out.assign(std::begin(dropin_sonames), std::end(dropin_sonames));
+        dir.clear();
+      }
+    }
+  }
+  vars.emplace_back("CUCORE_RUN_LD_LIBRARY_PATH", original);
+  vars.emplace_back("LD_LIBRARY_PATH", dir.empty() ? env_or_empty("LD_LIBRARY_PATH")
+                                                   : prepend(dir, env_or_empty("LD_LIBRARY_PATH")));
+  if (!args.has(no_preload_option.name)) {
+    // The drop-ins of the majors the program loads: each loads its real library only when the
+    // program first calls it.
+    std::string preload = env_or_empty("LD_PRELOAD");
+    const std::string nvjitlink = "libnvJitLink.so." + std::to_string(nvjitlink_major);
+    const std::string nvrtc = "libnvrtc.so." + std::to_string(nvrtc_major);
+    for (const std::string& name : {std::string("libnvvm.so.4"), nvjitlink, nvrtc}) {
+      std::error_code ec;
+      if (dir.empty() || std::find(left_out.begin(), left_out.end(), name) != left_out.end()) {
+        continue;
+      }
+      if (std::filesystem::is_regular_file(dir + "/" + name, ec)) {
+        preload = prepend(dir + "/" + name, preload);
+      }
+    }
+    vars.emplace_back("LD_PRELOAD", preload);
+  }
+  const std::string spec = cache_spec ? *cache_spec : cache_spec_from(args);
+  if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);
+  if (args.has(shared_cache_option.name)) vars.emplace_back("CUCORE_CACHE_SHARED", "1");
+  if (auto nvrtc = args.last(nvrtc_option.name)) {
+    std::error_code ec;
+    const auto path = std::filesystem::absolute(*nvrtc, ec);
+    if (ec || !std::filesystem::is_regular_file(path, ec)) {
+      throw usage_error("--nvrtc " + *nvrtc + ": no such file (give the real libnvrtc.so.13)");
+    }
+    // The .so.12 drop-in reads CUCORE_RUN_NVRTC12: the file serves the drop-in of its soname.
+    const bool twelve = path.filename().string().find(".so.12") != std::string::npos;
+    vars.emplace_back(twelve ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC", path.string());
+  }
+  return vars;
 }
 
 // `cucore run` makes the program's run no worse than without it: a cache that cannot be opened
@@ -218,7 +312,7 @@ int run_program(const arguments& args, std::span<const std::string> program) {
                       "\" before --: write cucore run [options] -- PROGRAM [ARGS...]");
   }
   const std::string spec = usable_cache_spec(args);
-  for (const auto& [name, value] : run_environment(args, spec)) {
+  for (const auto& [name, value] : run_environment(args, spec, &program.front())) {
     ::setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   }
   std::vector<char*> argv;

@@ -1,0 +1,258 @@
+// Before `cucore run` puts a drop-in in a program's way: which real library the program would load
+// for each drop-in's soname, and whether the drop-in exports everything that library does
+// (docs/transparent-cache.md, "A library newer than the drop-ins"). Reads the ELF dynamic symbol
+// table through mmap (a few pages per library, well under a millisecond).
+#include "dropin_check.hpp"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+
+namespace cucore::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What each drop-in exports: {soname, names} (scripts/gen-dropin-api.py).
+struct dropin_api {
+  std::string_view soname;
+  std::vector<std::string_view> names;
+};
+const std::vector<dropin_api>& dropin_apis() {
+  static const std::vector<dropin_api> apis = {
+#include "../../src/dropin/generated/exports.inc"
+  };
+  return apis;
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::vector<std::string> split(std::string_view text) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    std::size_t end = text.find(':', begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+std::vector<std::string> glob_all(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t found{};
+  if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
+    for (std::size_t i = 0; i < found.gl_pathc; ++i) out.emplace_back(found.gl_pathv[i]);
+  }
+  ::globfree(&found);
+  return out;
+}
+
+void add_ld_so_conf(const std::string& file, std::vector<std::string>& dirs, int depth) {
+  std::ifstream in(file);
+  std::string line;
+  while (depth < 4 && std::getline(in, line)) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
+    if (line.starts_with("include")) {
+      std::string pattern = line.substr(7);
+      pattern.erase(0, pattern.find_first_not_of(" \t"));
+      if (!pattern.starts_with('/')) pattern = "/etc/" + pattern;
+      for (const auto& f : glob_all(pattern)) add_ld_so_conf(f, dirs, depth + 1);
+    } else if (line.starts_with('/')) {
+      dirs.push_back(line);
+    }
+  }
+}
+
+// The program file `name` runs (PATH search for a bare name).
+std::string resolve_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  for (const auto& dir : split(path ? path : "/usr/bin:/bin")) {
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0 && is_file(candidate)) return candidate;
+  }
+  return name;
+}
+
+// The Python interpreter that runs `program` (itself, or its #! line's), or "".
+std::string python_of(const std::string& program) {
+  const std::string file = resolve_program(program);
+  if (fs::path(file).filename().string().starts_with("python")) return file;
+  std::ifstream in(file, std::ios::binary);
+  std::string line;
+  if (!in || !std::getline(in, line) || !line.starts_with("#!")) return "";
+  if (line.find("python") == std::string::npos) return "";
+  std::string interpreter = line.substr(2);
+  interpreter.erase(0, interpreter.find_first_not_of(" \t"));
+  interpreter = interpreter.substr(0, interpreter.find_first_of(" \t\r"));
+  if (interpreter.ends_with("/env")) {  // #!/usr/bin/env python3
+    const auto at = line.find("python");
+    return resolve_program(line.substr(at, line.find_first_of(" \t\r", at) - at));
+  }
+  return interpreter;
+}
+
+// The site-packages directories of `python` (site.getsitepackages() and the user site, as
+// cuda.pathfinder searches them), without starting it: a venv's own (its pyvenv.cfg beside bin/),
+// else the installation's.
+std::vector<std::string> site_packages_of(const std::string& python) {
+  std::vector<std::string> sites;
+  const fs::path prefix = fs::path(python).parent_path().parent_path();
+  std::error_code ec;
+  if (fs::is_regular_file(prefix / "pyvenv.cfg", ec)) {
+    return glob_all(prefix.string() + "/lib/python3*/site-packages");
+  }
+  const fs::path real = fs::canonical(python, ec);
+  const std::string base = ec ? prefix.string() : real.parent_path().parent_path().string();
+  for (const char* home = std::getenv("HOME"); home != nullptr && *home;) {
+    for (auto& s : glob_all(std::string(home) + "/.local/lib/python3*/site-packages")) {
+      sites.push_back(std::move(s));
+    }
+    break;
+  }
+  for (const char* kind : {"site-packages", "dist-packages"}) {
+    for (auto& s : glob_all(base + "/lib/python3*/" + kind)) sites.push_back(std::move(s));
+  }
+  for (auto& s : glob_all(base + "/lib/python3/dist-packages")) sites.push_back(std::move(s));
+  return sites;
+}
+
+// cuda.pathfinder 1.9's wheel directories per soname (descriptor_catalog.py).
+std::vector<std::string_view> wheel_dirs(std::string_view soname) {
+  if (soname == "libnvrtc.so.13" || soname == "libnvJitLink.so.13") return {"nvidia/cu13/lib"};
+  if (soname == "libnvrtc.so.12") return {"nvidia/cuda_nvrtc/lib"};
+  if (soname == "libnvJitLink.so.12") return {"nvidia/nvjitlink/lib"};
+  if (soname == "libnvvm.so.4") return {"nvidia/cu13/lib", "nvidia/cuda_nvcc/nvvm/lib64"};
+  return {};
+}
+
+}  // namespace
+
+std::optional<std::vector<std::string>> elf_exports(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return std::nullopt;
+  const auto* bytes = static_cast<const unsigned char*>(map);
+  std::optional<std::vector<std::string>> names;
+  const auto& eh = *reinterpret_cast<const Elf64_Ehdr*>(bytes);
+  const auto in_file = [&](std::uint64_t offset, std::uint64_t length) {
+    return offset <= size && length <= size - offset;
+  };
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh.e_shentsize == sizeof(Elf64_Shdr) &&
+      in_file(eh.e_shoff, std::uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr))) {
+    const auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes + eh.e_shoff);
+    for (unsigned i = 0; i < eh.e_shnum && !names; ++i) {
+      const auto& sym = sections[i];
+      if (sym.sh_type != SHT_DYNSYM || sym.sh_link >= eh.e_shnum) continue;
+      const auto& str = sections[sym.sh_link];
+      if (!in_file(sym.sh_offset, sym.sh_size) || !in_file(str.sh_offset, str.sh_size)) break;
+      names.emplace();
+      const auto* symbols = reinterpret_cast<const Elf64_Sym*>(bytes + sym.sh_offset);
+      const char* strings = reinterpret_cast<const char*>(bytes + str.sh_offset);
+      for (std::size_t k = 0; k < sym.sh_size / sizeof(Elf64_Sym); ++k) {
+        const auto& s = symbols[k];
+        const int bind = ELF64_ST_BIND(s.st_info);
+        // Defined global names; SHN_ABS ones are the version nodes' own symbols.
+        if (s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS) continue;
+        if (bind != STB_GLOBAL && bind != STB_WEAK) continue;
+        if (s.st_name >= str.sh_size) continue;
+        names->emplace_back(strings + s.st_name,
+                            strnlen(strings + s.st_name, str.sh_size - s.st_name));
+      }
+    }
+  }
+  ::munmap(map, size);
+  return names;
+}
+
+std::vector<std::string> missing_exports(std::string_view soname,
+                                         const std::vector<std::string>& real_exports) {
+  std::vector<std::string> missing;
+  for (const auto& api : dropin_apis()) {
+    if (api.soname != soname) continue;
+    for (const auto& name : real_exports) {
+      if (std::find(api.names.begin(), api.names.end(), name) == api.names.end()) {
+        missing.push_back(name);
+      }
+    }
+  }
+  return missing;
+}
+
+program_libraries::program_libraries(const std::string& program, const std::string& dropin_dir,
+                                     const std::string& original_ld_library_path)
+    : dropin_dir_(dropin_dir) {
+  if (const auto python = python_of(program); !python.empty()) {
+    python_ = true;
+    sites_ = site_packages_of(python);
+  }
+  for (auto& dir : split(original_ld_library_path)) loader_.push_back(std::move(dir));
+  add_ld_so_conf("/etc/ld.so.conf", loader_, 0);
+  for (const char* dir :
+       {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}) {
+    loader_.emplace_back(dir);
+  }
+}
+
+std::optional<std::pair<std::string, std::string>> program_libraries::find(
+    std::string_view soname) const {
+  const std::string so(soname);
+  for (const auto& site : sites_) {
+    for (auto wheel : wheel_dirs(soname)) {
+      if (const auto f = site + "/" + std::string(wheel) + "/" + so; is_file(f)) {
+        return std::pair(f, std::string("NVIDIA's wheel in the program's site-packages"));
+      }
+    }
+  }
+  if (const char* conda = std::getenv("CONDA_PREFIX"); python_ && conda && *conda == '/') {
+    if (const auto f = std::string(conda) + "/lib/" + so; is_file(f)) {
+      return std::pair(f, std::string("$CONDA_PREFIX"));
+    }
+  }
+  for (const auto& dir : loader_) {
+    if (dir == dropin_dir_) continue;
+    if (const auto f = dir + "/" + so; is_file(f)) {
+      return std::pair(f, std::string("the loader's search"));
+    }
+  }
+  for (const char* variable : {"CUDA_PATH", "CUDA_HOME"}) {
+    const char* root = std::getenv(variable);
+    if (root == nullptr || *root == '\0') continue;
+    for (const char* sub : {"lib64", "lib", "nvvm/lib64"}) {
+      if (const auto f = std::string(root) + "/" + sub + "/" + so; is_file(f)) {
+        return std::pair(f, "$" + std::string(variable));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cucore::cli
