@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds cucore and runs its tests against NVIDIA's CUDA 13.0 pip wheels alone (issue 11: no
+# Builds cucore and runs its tests against NVIDIA's CUDA 13.5 pip wheels alone (issue 11: no
 # preinstalled toolkit needed). /usr/local/cuda stays on disk but is out of the search through
 # cucore's documented variables (docs/library-discovery.md): CUCORE_CUDA_SEARCH=wheels leaves out
 # $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda and the loader path, at build time

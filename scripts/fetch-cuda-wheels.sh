@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs NVIDIA's CUDA 13.0 wheels (scripts/cuda-wheels.txt) into a directory that then works as
+# Installs NVIDIA's CUDA 13.5 wheels (scripts/cuda-wheels.txt) into a directory that then works as
 # a site-packages directory for cucore's library discovery (its nvidia/cu13 is a toolkit root):
 # point CUCORE_CUDA_WHEELS at it, or leave it at the default .cache/cuda-wheels, which the build
 # searches (cmake/cucore_cuda_headers.cmake). Idempotent: a second run with the same pins does
@@ -12,7 +12,7 @@ stamp=$dir/.cucore-wheels
 if [ -f "$stamp" ] && cmp -s "$stamp" "$requirements"; then exit 0; fi
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
-echo "setup: installing NVIDIA's CUDA 13.0 wheels into $dir (no CUDA toolkit needed)"
+echo "setup: installing NVIDIA's CUDA 13.5 wheels into $dir (no CUDA toolkit needed)"
 if [ -e "$dir" ] && [ ! -f "$stamp" ] && [ -n "$(ls -A "$dir")" ]; then
   echo "fetch-cuda-wheels: $dir exists and was not made by this script: name an empty or new" \
        "directory" >&2

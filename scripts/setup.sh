@@ -85,7 +85,7 @@ PY
 fi
 
 # The CUDA toolkit (headers at build time; NVRTC, nvJitLink and libNVVM at run time) is not in
-# Debian's registry at version 12.3+. Without one, NVIDIA's CUDA 13.0 pip wheels have all cucore
+# Debian's registry at version 12.3+. Without one, NVIDIA's CUDA 13.5 pip wheels have all cucore
 # needs: they go into .cache/cuda-wheels, where the build and the library find them
 # (docs/library-discovery.md).
 # The sources searched are those of the build and the library: CUCORE_CUDA_SEARCH, if set, names

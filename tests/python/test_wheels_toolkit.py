@@ -28,6 +28,13 @@ def test_the_cu13_extra_has_the_setup_pins():
     assert project["optional-dependencies"]["cu13"] == _pins((REPO / "scripts" / "cuda-wheels.txt").read_text())
 
 
+def test_the_wheel_pins_are_the_version_matrix_13_5():
+    # The wheels stage's 13.5 and the version matrix's 13.5 are one set of pins.
+    wheels = _pins((REPO / "scripts" / "cuda-wheels.txt").read_text())
+    matrix = _pins((REPO / "scripts" / "cuda-versions" / "13.5.txt").read_text())
+    assert wheels == matrix
+
+
 def _real_toolkit() -> dict[str, Path] | None:
     """lib (NVRTC, nvJitLink), nvvm (libnvvm.so.4), include and libdevice of a real toolkit."""
     for site in [s for s in os.environ.get("CUCORE_CUDA_WHEELS", "").split(":") if s]:
