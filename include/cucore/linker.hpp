@@ -1,5 +1,6 @@
-// Linking object code (PTX, cubin, LTO-IR, fatbin, objects, libraries) into a cubin or PTX, with
-// nvJitLink, or the driver linker (cuLink*, which needs a GPU driver) where nvJitLink is missing.
+// Linking object code (PTX, cubin, LTO-IR, fatbin, objects, libraries) into a cubin, PTX or
+// LTO-IR, with nvJitLink, or the driver linker (cuLink*, which needs a GPU driver) where nvJitLink
+// is missing.
 #pragma once
 
 #include <span>
@@ -18,7 +19,10 @@ class linker {
  public:
   explicit linker(std::vector<object_code> inputs, linker_options options = {});
 
-  // Links to `target` (cubin or ptx). Throws compile_error with the linker's log on failure.
+  // Links to `target`: cubin, ptx (LTO-IR inputs and link_time_optimization), or ltoir (the
+  // linked LTO-IR, nvJitLink 13.3+: nvJitLinkGetLinkedLTOIR; link_time_optimization is implied).
+  // Throws compile_error with the linker's log on failure, invalid_argument for a target or an
+  // option (relocatable under link_time_optimization) the loaded nvJitLink does not support.
   object_code link(code_type target);
 
   const std::string& log() const noexcept { return log_; }

@@ -77,6 +77,14 @@ struct program_options {
   // include/cccl and include of the toolkit whose NVRTC compiles) are searched after include_path,
   // so CCCL, CUB and <cuda/...> headers compile with no flags. false: they are not.
   std::optional<bool> toolkit_include_path;
+  // c++ only (cuda.core's use_bundled_headers). true: NVRTC's own bundled CUDA and CCCL headers
+  // (NVRTC 13.3+) are searched after include_path in place of the toolkit's directories:
+  // installed once into default_cache_dir()/bundled-headers/
+  // (toolkit::bundled_include_directories()) and given to NVRTC as --include-path=DIR
+  // --include-path=DIR/cccl, as its
+  // --use-bundled-headers=DIR would, so the cache key walks them like any include root. An NVRTC
+  // without bundled headers makes compiler_flags() throw invalid_argument.
+  std::optional<bool> use_bundled_headers;
   // c++ only: headers in memory, looked up by the name an #include writes before any directory.
   std::vector<include_header> headers;
   std::optional<std::string> std;  // "c++17", "c++20", ...
@@ -141,6 +149,11 @@ struct linker_options {
   std::optional<bool> verbose;
   std::optional<bool> link_time_optimization;
   std::optional<bool> ptx;  // emit PTX from LTO-IR (needs link_time_optimization)
+  // nvJitLink -r: a relocatable (incremental) link, whose cubin is another relocatable object
+  // (ELF ET_REL) to link again. Not in cuda.core's LinkerOptions; nvJitLink only (the driver linker
+  // refuses it). With link_time_optimization it needs nvJitLink 13.3+: 13.0 ignores -r there
+  // (measured: the same executable cubin), so an older one is refused by name.
+  std::optional<bool> relocatable;
   std::optional<int> optimization_level;
   std::optional<bool> debug;
   std::optional<bool> lineinfo;

@@ -52,6 +52,20 @@ struct device_summary {
   std::string arch;  // "sm_90"
 };
 
+// What the loaded libraries offer beyond CUDA 13.0, by the entry points each exports (a library
+// that is not found supports nothing).
+struct capabilities {
+  bool tile_ir = false;               // NVRTC: nvrtcGetTileIR (Tile code, 13.3+)
+  bool bundled_headers = false;       // NVRTC: nvrtcInstallBundledHeaders (13.3+)
+  unsigned bundled_header_files = 0;  // how many it bundles (nvrtcGetBundledHeadersInfo)
+  std::string bundled_headers_cuda;   // their CUDA version, "13.5"
+  bool linked_ltoir = false;          // nvJitLink: nvJitLinkGetLinkedLTOIR (13.3+)
+  bool relocatable_lto_link = false;  // nvJitLink: -r with -lto (13.3+; 13.0 ignores -r there)
+  bool llvm_version = false;          // libNVVM: nvvmLLVMVersion (13.1+)
+  // libNVVM's LLVM version per architecture it was asked about: {"compute_90", 7}, ...
+  std::vector<std::pair<std::string, int>> nvvm_llvm_versions;
+};
+
 struct report {
   library_status nvrtc;
   library_status nvjitlink;
@@ -60,6 +74,9 @@ struct report {
   std::optional<std::string> libdevice;          // path of libdevice.10.bc, if found
   std::vector<std::string> include_directories;  // include_directories()
   std::string include_source;  // the source of their root, as library_status::source; or empty
+  // Why NVRTC's bundled headers could not stand in for a toolkit without CCCL; empty otherwise.
+  std::string bundled_headers_error;
+  capabilities supports;
   std::vector<device_summary> devices;  // empty without a driver or without a GPU
 };
 
@@ -69,7 +86,19 @@ struct report {
 // targets/<arch>-linux/lib layout its targets/<arch>-linux/include. Empty when NVRTC is not under a
 // CUDA root (taken from the loader path: which toolkit it belongs to is unknown). Found once per
 // process; never throws. program_options::toolkit_include_path appends them to NVRTC's -I list.
+//
+// A root without include/cccl (`pip install nvidia-cuda-nvrtc` alone) whose NVRTC carries bundled
+// headers (13.3+) gets them instead: installed once into default_cache_dir()/bundled-headers/
+// (bundled_include_directories()), and then searched and keyed as any include root.
 const std::vector<std::string>& include_directories();
+
+// NVRTC's bundled headers (13.3+) as include directories, in the order NVRTC's own
+// --use-bundled-headers=DIR searches them: DIR, then DIR/cccl. DIR is
+// default_cache_dir()/bundled-headers/<identity of the NVRTC file>, installed on the first call for
+// that NVRTC (atomically: a temp directory renamed into place; processes may race) and only
+// statted afterwards. Throws invalid_argument for an NVRTC without bundled headers (before 13.3),
+// library_not_found without NVRTC, error when DIR is not this user's or writable by others.
+std::vector<std::string> bundled_include_directories();
 
 // Adds a site-packages directory to search for NVIDIA's CUDA 13 wheels (its nvidia/cu13), after
 // those in $CUCORE_CUDA_WHEELS. The Python package registers the sys.path entries that hold the

@@ -47,6 +47,7 @@ class ProgramOptions:
     pre_include: _StrList = None
     no_source_include: bool | None = None
     toolkit_include_path: bool | None = None
+    use_bundled_headers: bool | None = None
     headers: Mapping[str, str] | Sequence[Tuple[str, str]] | None = None
     std: str | None = None
     builtin_move_forward: bool | None = None

@@ -221,6 +221,7 @@ program_options options_from(nb::handle o) {
   read_strings(o, "pre_include", p.pre_include);
   read_bool(o, "no_source_include", p.no_source_include);
   read_bool(o, "toolkit_include_path", p.toolkit_include_path);
+  read_bool(o, "use_bundled_headers", p.use_bundled_headers);
   read_headers(o, p.headers);
   read_string(o, "std", p.std);
   read_bool(o, "builtin_move_forward", p.builtin_move_forward);
@@ -256,13 +257,6 @@ program_options options_from(nb::handle o) {
   read_bool(o, "use_libdevice", p.use_libdevice);
   read_bool(o, "numba_debug", p.numba_debug);
   read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
-  // cuda.core's wheel-bundled headers have no cucore equivalent: refuse rather than ignore, since
-  // they change what the compile reads.
-  if (nb::object v = field(o, "use_bundled_headers"); !v.is_none() && nb::cast<bool>(v)) {
-    throw invalid_argument(
-        "ProgramOptions.use_bundled_headers is cuda.core's; cucore searches the toolkit's include "
-        "directories itself (toolkit_include_path, on by default): leave it unset");
-  }
   return p;
 }
 

@@ -62,6 +62,12 @@ void* plain_symbol(const shared_library& lib, const char* name) {
   return lib.symbol(name);
 }
 
+// An entry point of a later release: null when the library lacks it.
+template <class Api, class Fn>
+void optional_symbol(const Api& api, Fn& out, const char* name) {
+  out = reinterpret_cast<Fn>(plain_symbol(*api.library, name));
+}
+
 library_table<nvrtc_api> load_nvrtc() {
   const library_spec& spec = library_spec_of(toolkit::library::nvrtc);
   auto table = load<nvrtc_api>(
@@ -80,6 +86,10 @@ library_table<nvrtc_api> load_nvrtc() {
       return mark_missing(table, std::move(why));
     }
     table.status.version = v.to_string();
+    optional_symbol(*table.api, table.api->nvrtcInstallBundledHeaders,
+                    "nvrtcInstallBundledHeaders");
+    optional_symbol(*table.api, table.api->nvrtcGetBundledHeadersInfo,
+                    "nvrtcGetBundledHeadersInfo");
   }
   return table;
 }
@@ -103,6 +113,9 @@ library_table<nvjitlink_api> load_nvjitlink() {
     }
     v = {static_cast<int>(major), static_cast<int>(minor)};
     table.status.version = v.to_string();
+    optional_symbol(*table.api, table.api->nvJitLinkGetLinkedLTOIRSize,
+                    "nvJitLinkGetLinkedLTOIRSize");
+    optional_symbol(*table.api, table.api->nvJitLinkGetLinkedLTOIR, "nvJitLinkGetLinkedLTOIR");
   }
   return table;
 }
@@ -126,6 +139,7 @@ library_table<nvvm_api> load_nvvm() {
     }
     table.status.version = v.library.to_string() + " (IR " + v.ir.to_string() + ", debug " +
                            v.debug_metadata.to_string() + ")";
+    optional_symbol(*table.api, table.api->nvvmLLVMVersion, "nvvmLLVMVersion");
   }
   return table;
 }

@@ -193,21 +193,45 @@ namespace cucore::detail {
 
 #define CUCORE_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
 
+// Entry points of later releases, resolved when the library has them and null otherwise (their
+// absence never makes a library unusable). The headers cucore builds with (CUDA 13.0) do not
+// declare them: the types are those of CUDA 13.5's nvrtc.h, nvJitLink.h and nvvm.h.
+struct nvrtc_bundled_headers_info {  // nvrtcBundledHeadersInfo (NVRTC 13.3+)
+  int available;
+  std::size_t compressed_size;
+  std::size_t uncompressed_size;
+  int cuda_version_major;
+  int cuda_version_minor;
+  unsigned num_files;
+};
+using nvrtc_install_bundled_headers_fn = nvrtcResult (*)(const char* install_path, unsigned flags,
+                                                         const char** error_log);
+using nvrtc_get_bundled_headers_info_fn = nvrtcResult (*)(nvrtc_bundled_headers_info* info,
+                                                          const char** error_log);
+using nvjitlink_get_linked_ltoir_size_fn = nvJitLinkResult (*)(nvJitLinkHandle, std::size_t*);
+using nvjitlink_get_linked_ltoir_fn = nvJitLinkResult (*)(nvJitLinkHandle, void*);
+using nvvm_llvm_version_fn = nvvmResult (*)(const char* arch, int* major);
+
 struct nvrtc_api {
   CUCORE_NVRTC_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  nvrtc_install_bundled_headers_fn nvrtcInstallBundledHeaders = nullptr;   // 13.3+
+  nvrtc_get_bundled_headers_info_fn nvrtcGetBundledHeadersInfo = nullptr;  // 13.3+
   std::optional<shared_library> library;  // always engaged once the table is built
   version nvrtc_version;
 };
 
 struct nvjitlink_api {
   CUCORE_NVJITLINK_FUNCTIONS(CUCORE_DECLARE_POINTER)
+  nvjitlink_get_linked_ltoir_size_fn nvJitLinkGetLinkedLTOIRSize = nullptr;  // 13.3+
+  nvjitlink_get_linked_ltoir_fn nvJitLinkGetLinkedLTOIR = nullptr;           // 13.3+
   std::optional<shared_library> library;  // always engaged once the table is built
   version nvjitlink_version;
 };
 
 struct nvvm_api {
   CUCORE_NVVM_FUNCTIONS(CUCORE_DECLARE_POINTER)
-  std::optional<shared_library> library;  // always engaged once the table is built
+  nvvm_llvm_version_fn nvvmLLVMVersion = nullptr;  // libNVVM 13.1+
+  std::optional<shared_library> library;           // always engaged once the table is built
   toolkit::nvvm_version_info versions;
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cucore/error.hpp"
+#include "loader/bundled_headers.hpp"
 #include "loader/libraries.hpp"
 #include "loader/shared_library.hpp"
 
@@ -46,6 +47,7 @@ bool is_directory(const std::string& path) {
 struct include_search {
   std::vector<std::string> dirs;
   std::string source;
+  std::string bundled_error;
 };
 
 // The include directories beside the NVRTC that find_in_roots would pick: the same root and
@@ -68,6 +70,17 @@ include_search find_include_directories() {
         for (const char* leaf : {"/include/cccl", "/include"}) {
           if (is_directory(base + leaf)) found.dirs.push_back(base + leaf);
         }
+        // No CCCL in this toolkit (NVRTC's wheel alone): NVRTC's own bundled headers, which are
+        // the toolkit's and CCCL's of its release, stand in for the whole include tree.
+        if (!is_directory(base + "/include/cccl") &&
+            detail::may_have_bundled_headers(lib_dir + "/" + std::string(soname))) {
+          try {
+            found.dirs = bundled_include_directories();
+            found.source = "NVRTC's bundled headers (no include/cccl under " + root.source + ")";
+          } catch (const std::exception& e) {
+            found.bundled_error = e.what();
+          }
+        }
         return found;
       }
     }
@@ -84,6 +97,11 @@ const include_search& include_search_result() {
 
 const std::vector<std::string>& include_directories() {
   return include_search_result().dirs;
+}
+
+std::vector<std::string> bundled_include_directories() {
+  const std::string dir = detail::bundled_headers_directory();
+  return {dir, dir + "/cccl"};
 }
 
 void add_wheel_directory(std::string site_packages) {
@@ -126,6 +144,30 @@ report query() {
   r.driver = status(library::driver);
   r.include_directories = include_directories();
   r.include_source = include_search_result().source;
+  r.bundled_headers_error = include_search_result().bundled_error;
+  if (const auto* t = detail::nvrtc_table_if_loaded(); t != nullptr && t->api) {
+    r.supports.tile_ir = t->api->library->symbol("nvrtcGetTileIR") != nullptr;
+    r.supports.bundled_headers = t->api->nvrtcInstallBundledHeaders != nullptr;
+    if (auto info = detail::bundled_headers_info_of_loaded_nvrtc()) {
+      r.supports.bundled_header_files = info->files;
+      r.supports.bundled_headers_cuda = info->cuda.to_string();
+    }
+  }
+  if (const auto& t = detail::nvjitlink_table(); t.api) {
+    r.supports.linked_ltoir = t.api->nvJitLinkGetLinkedLTOIR != nullptr;
+    r.supports.relocatable_lto_link = r.supports.linked_ltoir;
+  }
+  if (const auto& t = detail::nvvm_table(); t.api && t.api->nvvmLLVMVersion != nullptr) {
+    r.supports.llvm_version = true;
+    for (const char* arch : {"compute_75", "compute_80", "compute_86", "compute_87", "compute_88",
+                             "compute_89", "compute_90", "compute_100", "compute_103",
+                             "compute_110", "compute_120", "compute_121"}) {
+      int major = 0;
+      if (t.api->nvvmLLVMVersion(arch, &major) == NVVM_SUCCESS) {
+        r.supports.nvvm_llvm_versions.emplace_back(arch, major);
+      }
+    }
+  }
   for (const auto& candidate : libdevice_candidates()) {
     if (is_file(candidate)) {
       r.libdevice = std::filesystem::weakly_canonical(candidate).string();

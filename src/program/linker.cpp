@@ -88,9 +88,32 @@ std::vector<std::byte> linker_input_bytes(const object_code& input) {
 }
 
 void check_link_target(code_type target) {
-  if (target != code_type::cubin && target != code_type::ptx) {
+  if (target != code_type::cubin && target != code_type::ptx && target != code_type::ltoir) {
     throw invalid_argument("unsupported link target \"" + std::string(to_string(target)) +
-                           "\": a linker produces cubin or ptx");
+                           "\": a linker produces cubin, ptx or ltoir (nvJitLink 13.3+)");
+  }
+}
+
+// What a loaded nvJitLink cannot do, refused by name before it silently does something else.
+void check_nvjitlink_features(const detail::nvjitlink_api& api, const linker_options& options,
+                              code_type target) {
+  const bool linked_ltoir = api.nvJitLinkGetLinkedLTOIR != nullptr;
+  const std::string which =
+      "nvJitLink " + api.nvjitlink_version.to_string() + " (" + api.library->path() + ")";
+  if (target == code_type::ltoir && !linked_ltoir) {
+    throw invalid_argument(
+        "linking to ltoir needs nvJitLink 13.3 or newer "
+        "(nvJitLinkGetLinkedLTOIR), but " +
+        which + " lacks it: link to cubin or ptx, or use a newer nvJitLink");
+  }
+  if (options.relocatable.value_or(false) && options.link_time_optimization.value_or(false) &&
+      !linked_ltoir) {
+    throw invalid_argument(
+        "linker_options::relocatable with link_time_optimization needs "
+        "nvJitLink 13.3 or newer: " +
+        which +
+        " ignores -r under -lto and links an executable cubin; drop one of "
+        "them or use a newer nvJitLink");
   }
 }
 
@@ -198,6 +221,9 @@ object_code linker::link_nvjitlink(code_type target) {
   linker_options options = options_;
   options.arch = resolve_arch(options.arch);
   if (target == code_type::ptx) options.ptx = true;
+  // Linked LTO-IR exists only under -lto, as NVRTC's ltoir target adds -dlto.
+  if (target == code_type::ltoir) options.link_time_optimization = true;
+  check_nvjitlink_features(api, options, target);
   const auto flags = nvjitlink_flags(options);
   auto argv = c_strings(flags);
 
@@ -235,6 +261,12 @@ object_code linker::link_nvjitlink(code_type target) {
       out.resize(size);
       r = api.nvJitLinkGetLinkedCubin(handle.get(), out.data());
     }
+  } else if (target == code_type::ltoir) {
+    r = api.nvJitLinkGetLinkedLTOIRSize(handle.get(), &size);
+    if (r == NVJITLINK_SUCCESS) {
+      out.resize(size);
+      r = api.nvJitLinkGetLinkedLTOIR(handle.get(), out.data());
+    }
   } else {
     r = api.nvJitLinkGetLinkedPtxSize(handle.get(), &size);
     if (r == NVJITLINK_SUCCESS) {
@@ -252,8 +284,8 @@ object_code linker::link_nvjitlink(code_type target) {
 object_code linker::link_driver(code_type target) {
   const auto& o = options_;
   if (target != code_type::cubin) {
-    throw invalid_argument(
-        "the driver linker only produces cubin; install nvJitLink to link to ptx");
+    throw invalid_argument("the driver linker only produces cubin; install nvJitLink to link to " +
+                           std::string(to_string(target)));
   }
   std::string refused;
   auto refuse = [&](bool set, const char* name) {
@@ -261,6 +293,7 @@ object_code linker::link_driver(code_type target) {
   };
   refuse(o.time.has_value(), "time");
   refuse(o.ptx.has_value(), "ptx");
+  refuse(o.relocatable.has_value(), "relocatable");
   refuse(!o.ptxas_options.empty(), "ptxas_options");
   refuse(o.split_compile.has_value(), "split_compile");
   refuse(o.split_compile_extended.has_value(), "split_compile_extended");

@@ -240,7 +240,10 @@ std::string nvrtc_options_uncacheable(std::span<const std::string> options) {
         return which +
                ": it makes NVRTC install its bundled headers into that directory (unless its "
                ".nvrtc_headers_version matches) and read them from there, which a cache key does "
-               "not walk: give the headers with -I instead";
+               "not walk: set program_options::use_bundled_headers (--use-bundled-headers without "
+               "a "
+               "value on the command line), whose directory the key walks, or give the headers "
+               "with -I";
       case keyed:
       case include_input:
       case unseen_input:

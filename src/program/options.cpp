@@ -148,6 +148,7 @@ std::vector<field_check> set_fields(const program_options& o) {
       {"pre_include", l(o.pre_include)},
       {"no_source_include", b(o.no_source_include)},
       {"toolkit_include_path", b(o.toolkit_include_path)},
+      {"use_bundled_headers", b(o.use_bundled_headers)},
       {"headers", l(o.headers)},
       {"std", b(o.std)},
       {"builtin_move_forward", b(o.builtin_move_forward)},
@@ -340,7 +341,17 @@ std::vector<std::string> nvrtc_flags(const program_options& o, code_type target)
   f.each(o.undefine_macro, "undefine_macro", "--undefine-macro=");
   f.each(o.include_path, "include_path", "--include-path=");
   // After the user's directories, as nvcc searches them: a user header can shadow the toolkit's.
-  if (o.toolkit_include_path.value_or(true)) {
+  // NVRTC's bundled headers take the toolkit's place, where its --use-bundled-headers=DIR would
+  // put them (-I DIR -I DIR/cccl at the option's position; traced on 13.5).
+  if (o.use_bundled_headers.value_or(false)) {
+    std::vector<std::string> dirs;
+    try {
+      dirs = toolkit::bundled_include_directories();
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(std::string("use_bundled_headers: ") + e.what());
+    }
+    for (const auto& dir : dirs) f.add("--include-path=" + dir);
+  } else if (o.toolkit_include_path.value_or(true)) {
     for (const auto& dir : toolkit::include_directories()) f.add("--include-path=" + dir);
   }
   f.each(o.pre_include, "pre_include", "--pre-include=");
@@ -494,16 +505,19 @@ std::string resolve_arch(const std::optional<std::string>& arch) {
 linker_options to_linker_options(const program_options& o) {
   refuse_unsupported(
       o,
-      {"debug", "lineinfo", "ptxas_options", "max_register_count", "ftz", "prec_sqrt", "prec_div",
-       "fma", "link_time_optimization", "time", "split_compile", "no_cache", "numba_debug"},
+      {"relocatable_device_code", "debug", "lineinfo", "ptxas_options", "max_register_count", "ftz",
+       "prec_sqrt", "prec_div", "fma", "link_time_optimization", "time", "split_compile",
+       "no_cache", "numba_debug"},
       "PTX (linker)",
-      "PTX programs take name, arch, debug, lineinfo, ptxas_options, "
-      "max_register_count, ftz, prec_sqrt, prec_div, fma, link_time_optimization, "
-      "time, split_compile, no_cache and numba_debug.");
+      "PTX programs take name, arch, relocatable_device_code (nvJitLink -r), debug, lineinfo, "
+      "ptxas_options, max_register_count, ftz, prec_sqrt, prec_div, fma, "
+      "link_time_optimization, time, split_compile, no_cache and numba_debug.");
   linker_options l;
   l.name = o.name;
   l.arch = o.arch;
   l.max_register_count = o.max_register_count;
+  // A relocatable PTX program is a relocatable link of it: a cubin to link again.
+  if (o.relocatable_device_code.value_or(false)) l.relocatable = true;
   if (o.time) l.time = true;
   l.link_time_optimization = o.link_time_optimization;
   l.debug = o.debug;
@@ -530,6 +544,7 @@ std::vector<std::string> nvjitlink_flags(const linker_options& o) {
   f.truthy(o.verbose, "-verbose");
   f.truthy(o.link_time_optimization, "-lto");
   f.truthy(o.ptx, "-ptx");
+  f.truthy(o.relocatable, "-r");
   if (o.optimization_level) {
     if (*o.optimization_level < 0 || *o.optimization_level > 3) {
       throw invalid_argument("optimization_level=" + std::to_string(*o.optimization_level) +

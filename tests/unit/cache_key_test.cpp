@@ -436,7 +436,7 @@ std::vector<field_case> field_cases() {
        {}},
       {"relocatable_device_code",
        set_bool(&po::relocatable_device_code),
-       {{S::cxx, E::changes}},
+       {{S::cxx, E::changes}, {S::ptx, E::truthy}},  // ptx: nvJitLink -r
        {}},
       {"extensible_whole_program",
        set_bool(&po::extensible_whole_program),
@@ -504,6 +504,14 @@ std::vector<field_case> field_cases() {
        {}},
       {"no_source_include", set_bool(&po::no_source_include), {{S::cxx, E::truthy}}, {}},
       {"toolkit_include_path", set_bool(&po::toolkit_include_path), {{S::cxx, E::falsy}}, {}},
+      // Keyed through the include directories it puts in the toolkit's place where NVRTC bundles
+      // headers (13.3+: the wheels stage's 13.5); refused, naming it, where it does not (13.0).
+      {"use_bundled_headers",
+       set_bool(&po::use_bundled_headers),
+       toolkit::nvrtc_version() >= version{13, 3}
+           ? std::map<source_type, effect>{{S::cxx, E::truthy}}
+           : std::map<source_type, effect>{},
+       {}},
       {"headers",
        set_to(&po::headers, std::vector<include_header>{{"a.cuh", "#define A 1"}},
               std::vector<include_header>{{"a.cuh", "#define A 2"}}),

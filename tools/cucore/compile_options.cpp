@@ -124,6 +124,7 @@ program_options options_from(const arguments& args, const std::string& file) {
   for (const auto& h : args.all("--header")) o.headers.push_back(to_header(h));
   flag("--no-source-include", o.no_source_include);
   if (args.has("--no-toolkit-include")) o.toolkit_include_path = false;
+  flag("--use-bundled-headers", o.use_bundled_headers);
   // Language.
   o.std = args.last("--std");
   flag("--default-device", o.device_as_default_execution_space);

@@ -54,6 +54,8 @@ inline constexpr auto compiler_options = std::to_array<option_spec>({
     {"--no-source-include", "", "",
      "do not look up quoted #includes beside FILE (--name's directory)"},
     {"--no-toolkit-include", "", "", "do not search the toolkit's headers (CCCL, CUB, <cuda/...>)"},
+    {"--use-bundled-headers", "", "",
+     "search NVRTC's own bundled CUDA/CCCL headers (NVRTC 13.3+) instead of the toolkit's"},
     {"", "", "", "Language (c++)"},
     {"--std", "", "STD", "language dialect: c++17, c++20, ..."},
     {"--default-device", "", "", "unannotated functions are __device__ (CUTLASS, CuTe)"},

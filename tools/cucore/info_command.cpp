@@ -22,8 +22,11 @@ constexpr std::string_view description =
     "Reports the CUDA libraries cucore opens at run time (NVRTC, nvJitLink, libNVVM, the CUDA\n"
     "driver): where each was found and its version, or why it was not; libdevice; the toolkit's\n"
     "include directories, which c++ compiles search after -I (CCCL, CUB, <cuda/...>; none when\n"
-    "NVRTC is not under a CUDA root); the linker backend; and the GPUs. Each shows where it came\n"
-    "from. The search: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, NVIDIA's CUDA "
+    "NVRTC is not under a CUDA root; NVRTC's bundled headers where the toolkit has no CCCL); what\n"
+    "each library supports beyond CUDA 13.0 (Tile IR, bundled headers, linked LTO-IR, relocatable\n"
+    "LTO link, libNVVM's LLVM version per architecture); the linker backend; and the GPUs. Each\n"
+    "shows where it came from. The search: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, "
+    "/usr/local/cuda, NVIDIA's CUDA "
     "13\n"
     "pip wheels (<site-packages>/nvidia/cu13 for each site-packages in $CUCORE_CUDA_WHEELS,\n"
     "$VIRTUAL_ENV, $CONDA_PREFIX), then the loader path. CUCORE_CUDA_SEARCH=<list> chooses and\n"
@@ -59,6 +62,44 @@ json library_json(const toolkit::library_status& s) {
           {"searched", std::move(searched)}};
 }
 
+// libNVVM's LLVM versions grouped: "7 (compute_75 to compute_90), 22 (compute_100 to compute_121)".
+std::string llvm_versions_text(const toolkit::capabilities& c) {
+  std::string out;
+  for (std::size_t i = 0; i < c.nvvm_llvm_versions.size();) {
+    std::size_t j = i;
+    while (j + 1 < c.nvvm_llvm_versions.size() &&
+           c.nvvm_llvm_versions[j + 1].second == c.nvvm_llvm_versions[i].second) {
+      ++j;
+    }
+    if (!out.empty()) out += ", ";
+    out += std::to_string(c.nvvm_llvm_versions[i].second) + " (" + c.nvvm_llvm_versions[i].first;
+    if (j != i) out += " to " + c.nvvm_llvm_versions[j].first;
+    out += ")";
+    i = j + 1;
+  }
+  return out;
+}
+
+json supports_json(const toolkit::report& r) {
+  const auto& c = r.supports;
+  json llvm = json::object();
+  for (const auto& [arch, major] : c.nvvm_llvm_versions) llvm[arch] = major;
+  auto nvrtc = json{{"tile_ir", c.tile_ir}, {"bundled_headers", c.bundled_headers}};
+  if (c.bundled_headers) {
+    nvrtc["bundled_header_files"] = c.bundled_header_files;
+    nvrtc["bundled_headers_cuda"] = text_or_null(c.bundled_headers_cuda);
+  }
+  return {
+      {"nvrtc", r.nvrtc.found ? nvrtc : json(nullptr)},
+      {"nvjitlink", r.nvjitlink.found ? json{{"linked_ltoir", c.linked_ltoir},
+                                             {"relocatable_lto_link", c.relocatable_lto_link}}
+                                      : json(nullptr)},
+      {"nvvm", r.nvvm.found ? json{{"llvm_version", c.llvm_version},
+                                   {"llvm_versions", c.llvm_version ? llvm : json(nullptr)}}
+                            : json(nullptr)},
+  };
+}
+
 void print_json(const toolkit::report& r, linker_backend backend) {
   json include_directories = json::array();
   for (const auto& dir : r.include_directories) include_directories.push_back(dir);
@@ -74,6 +115,8 @@ void print_json(const toolkit::report& r, linker_backend backend) {
       {"libdevice", or_null(r.libdevice)},
       {"include_directories", std::move(include_directories)},
       {"include_source", text_or_null(r.include_source)},
+      {"bundled_headers_error", text_or_null(r.bundled_headers_error)},
+      {"supports", supports_json(r)},
       {"devices", std::move(devices)},
       {"linker_backend", to_string(backend)},
   });
@@ -111,6 +154,33 @@ void print_human(const toolkit::report& r, linker_backend backend) {
   }
   if (!r.include_source.empty()) {
     std::cout << pad("include from", label_width) << r.include_source << '\n';
+  }
+  if (!r.bundled_headers_error.empty()) {
+    std::cout << pad("", label_width)
+              << "(NVRTC's bundled headers not used: " << one_line(r.bundled_headers_error)
+              << ")\n";
+  }
+  // What each library offers beyond CUDA 13.0.
+  const auto& c = r.supports;
+  auto yes_no = [](bool b) { return b ? std::string("yes") : std::string("no"); };
+  if (r.nvrtc.found) {
+    std::string bundled = yes_no(c.bundled_headers);
+    if (c.bundled_headers && c.bundled_header_files != 0) {
+      bundled += " (" + std::to_string(c.bundled_header_files) + " files, CUDA " +
+                 c.bundled_headers_cuda + ")";
+    }
+    std::cout << pad("NVRTC", label_width) << "Tile IR: " << yes_no(c.tile_ir)
+              << "; bundled headers: " << bundled << '\n';
+  }
+  if (r.nvjitlink.found) {
+    std::cout << pad("nvJitLink", label_width) << "linked LTO-IR: " << yes_no(c.linked_ltoir)
+              << "; relocatable LTO link (-r -lto): " << yes_no(c.relocatable_lto_link) << '\n';
+  }
+  if (r.nvvm.found) {
+    std::cout << pad("libNVVM", label_width) << "LLVM version: "
+              << (c.llvm_version ? llvm_versions_text(c)
+                                 : std::string("unknown (no nvvmLLVMVersion)"))
+              << '\n';
   }
   std::cout << pad("linker", label_width) << to_string(backend) << '\n';
   if (r.devices.empty()) {
