@@ -51,10 +51,14 @@ struct uninitialized_bytes {
 };
 }  // namespace detail
 
-enum class code_type { ptx, cubin, ltoir, fatbin, object, library };
+// tile_ir: NVRTC's Tile IR (cuda_tile bytecode, NVRTC 13.1+), the code of a program's Tile
+// functions
+// (__tile_global__), which the PTX and cubin never hold.
+enum class code_type { ptx, cubin, ltoir, fatbin, object, library, tile_ir };
 
 std::string_view to_string(code_type type) noexcept;
-// Parses "ptx", "cubin", "ltoir", "fatbin", "object", "library"; throws invalid_argument otherwise.
+// Parses "ptx", "cubin", "ltoir", "fatbin", "object", "library", "tile_ir" (also "tile-ir");
+// throws invalid_argument otherwise.
 code_type parse_code_type(std::string_view text);  // case-insensitive; throws invalid_argument
 
 // Name expression (as given to compile) → lowered (mangled) name.
@@ -110,10 +114,19 @@ class object_code {
   // include to use the result. Thread-safe.
   kernel get_kernel(std::string_view name_or_expression) const;
 
+  // The Tile IR NVRTC made in the same compile as this PTX, cubin or LTO-IR: a C++ program with
+  // Tile code (enable_tile, tile_only) holds its Tile functions only there. nullopt when the
+  // compile made none (no Tile code enabled, simt_only, or no Tile function in the program). A
+  // cached result carries it too (same cache entry).
+  std::optional<object_code> tile_ir() const;
+  // This code with `tile_ir` (of type code_type::tile_ir) alongside; both share their bytes with
+  // the originals. Throws invalid_argument when `tile_ir` is not Tile IR or this code is.
+  object_code with_tile_ir(const object_code& tile_ir) const;
+
   // Writes the raw bytes to `path` (for cuobjdump, nvdisasm, ...).
   void write(const std::string& path) const;
 
-  // Same bytes, type, name and symbols.
+  // Same bytes, type, name, symbols and Tile IR alongside.
   friend bool operator==(const object_code& a, const object_code& b) noexcept;
 
  private:
@@ -130,6 +143,7 @@ class object_code {
     mutable detail::loaded_library_slot loaded;
   };
   std::shared_ptr<const state> state_;
+  std::shared_ptr<const state> tile_ir_;  // the Tile IR alongside, or null
 };
 
 }  // namespace cucore

@@ -127,6 +127,19 @@ struct program_options {
   std::vector<nvvm_module> extra_sources;  // NVVM only
   std::optional<bool> use_libdevice;       // NVVM only
   std::optional<bool> numba_debug;
+  // NVRTC 13.1+ (NVRTC 13.0 fails the compile: "unrecognized option ... found";
+  // docs/compilation.md, "Tile code"). Warning kinds NVRTC makes errors: "all-warnings", "reorder",
+  // "deprecated-declarations", "conversion" (NVRTC 13.5's list; NVRTC checks the names).
+  std::vector<std::string> warning_as_error;  // --warning-as-error=KIND,... (-Werror)
+  std::optional<bool> wreorder;               // --Wreorder: warn when member initializers reorder
+  // Tile code (__tile__, __tile_global__; C++20): its code goes to the Tile IR, which compile()
+  // returns with the PTX, cubin or LTO-IR (object_code::tile_ir()), or alone (code_type::tile_ir).
+  std::optional<bool> enable_tile;  // --enable-tile: Tile and SIMT code
+  std::optional<bool> tile_only;    // --tile-only: Tile code only (no PTX, cubin or LTO-IR)
+  std::optional<bool> simt_only;    // --simt-only: parses Tile code, generates only SIMT code
+  std::optional<bool>
+      default_tile;  // --default-tile: unannotated functions and variables are __tile__
+  std::optional<bool> diagnose_implicit_tile_var;  // --diagnose-implicit-tile-var
   // c++ only: NVRTC options no field above covers (newer ones, e.g. "--jump-table-density=50",
   // "--device-stack-protector=true"), passed to NVRTC as given, in order, after every other flag;
   // the cache key hashes them the same way. An option that takes a value is written "-opt=VALUE",

@@ -36,6 +36,12 @@ class ObjectCode:
     def name(self) -> str: ...
 
     @property
+    def tile_ir(self) -> ObjectCode | None:
+        """
+        The Tile IR NVRTC made in the same compile as this PTX, cubin or LTO-IR (a program with Tile code compiled with enable_tile), an ObjectCode of code_type "tile_ir"; None when it made none.
+        """
+
+    @property
     def symbol_mapping(self) -> dict[str | bytes, str]:
         """
         Name expression -> mangled name. A name expression the compile was given as bytes is a bytes key, as in cuda.core.
@@ -225,7 +231,7 @@ class Program:
 
     def compile(self, target_type: str, name_expressions: Iterable[str | bytes] = (), *, cache: ProgramCache | Any | None = None) -> ObjectCode:
         """
-        Compiles to "ptx", "cubin" or "ltoir". With a cache: a hit returns the stored code (symbol mapping included), a miss compiles and stores. Raises CompileError with the log when the compiler rejects the code.
+        Compiles to "ptx", "cubin", "ltoir" or "tile_ir" (c++). With a cache: a hit returns the stored code (symbol mapping included), a miss compiles and stores. Raises CompileError with the log when the compiler rejects the code.
         """
 
     @property

@@ -82,4 +82,12 @@ class ProgramOptions:
     extra_sources: Sequence[Tuple[str, Union[str, bytes]]] | None = field(default=None)
     use_libdevice: bool | None = None
     numba_debug: bool | None = None
+    # NVRTC 13.1+ (docs/compilation.md, "Tile code").
+    warning_as_error: _StrList = None
+    wreorder: bool | None = None
+    enable_tile: bool | None = None
+    tile_only: bool | None = None
+    simt_only: bool | None = None
+    default_tile: bool | None = None
+    diagnose_implicit_tile_var: bool | None = None
     extra_nvrtc_options: _StrList = None

@@ -203,5 +203,8 @@ def to_object_code(code: _cucore.ObjectCode) -> _CudaCoreObjectCode:
     """
     if not isinstance(code, _cucore.ObjectCode):
         raise TypeError(f"to_object_code() takes a cucore.ObjectCode, got {type(code).__name__}")
-    make = getattr(_CudaCoreObjectCode, f"from_{code.code_type}")
+    make = getattr(_CudaCoreObjectCode, f"from_{code.code_type}", None)
+    if make is None:  # "tile_ir": cuda.core has no ObjectCode for Tile IR
+        raise ValueError(f"cuda.core's ObjectCode has no from_{code.code_type}: convert the PTX or cubin "
+                         "compiled alongside it instead")
     return make(code.code, name=code.name, symbol_mapping=dict(code.symbol_mapping) or None)

@@ -256,6 +256,13 @@ program_options options_from(nb::handle o) {
   read_extra_sources(o, p.extra_sources);
   read_bool(o, "use_libdevice", p.use_libdevice);
   read_bool(o, "numba_debug", p.numba_debug);
+  read_strings(o, "warning_as_error", p.warning_as_error);
+  read_bool(o, "wreorder", p.wreorder);
+  read_bool(o, "enable_tile", p.enable_tile);
+  read_bool(o, "tile_only", p.tile_only);
+  read_bool(o, "simt_only", p.simt_only);
+  read_bool(o, "default_tile", p.default_tile);
+  read_bool(o, "diagnose_implicit_tile_var", p.diagnose_implicit_tile_var);
   read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
   return p;
 }

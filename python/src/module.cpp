@@ -668,6 +668,10 @@ void bind_object_code(nb::module_& m) {
       .def_prop_ro("code_type",
                    [](const object_code& c) { return std::string(to_string(c.type())); })
       .def_prop_ro("name", &object_code::name)
+      .def_prop_ro("tile_ir", &object_code::tile_ir,
+                   "The Tile IR NVRTC made in the same compile as this PTX, cubin or LTO-IR (a "
+                   "program with Tile code compiled with enable_tile), an ObjectCode of code_type "
+                   "\"tile_ir\"; None when it made none.")
       .def_prop_ro("symbol_mapping", &symbol_mapping_of,
                    nb::sig("def symbol_mapping(self) -> dict[str | bytes, str]"),
                    "Name expression -> mangled name. A name expression the compile was given as "
@@ -859,7 +863,8 @@ void bind_program(nb::module_& m) {
                   "typing.Any | None = None) -> ObjectCode"),
           "target_type"_a, "name_expressions"_a = nb::tuple(), nb::kw_only(),
           "cache"_a = nb::none(),
-          "Compiles to \"ptx\", \"cubin\" or \"ltoir\". With a cache: a hit returns the stored "
+          "Compiles to \"ptx\", \"cubin\", \"ltoir\" or \"tile_ir\" (c++). With a cache: a hit "
+          "returns the stored "
           "code (symbol mapping included), a miss compiles and stores. Raises CompileError with "
           "the log when the compiler rejects the code.")
       .def_prop_ro(

@@ -9,7 +9,8 @@
 namespace cucore::detail {
 namespace {
 
-constexpr std::uint8_t kCodeTypeCount = 6;
+constexpr std::uint8_t kCodeTypeCount = 7;
+constexpr std::uint8_t kFlagTileIr = 1;
 
 // Appends to a buffer sized up front (the exact entry size is known before writing).
 class writer {
@@ -94,6 +95,7 @@ struct parsed {
   symbol_map symbols;
   std::uint64_t checksum = 0;
   std::size_t checksum_offset = 0;
+  std::span<const std::byte> tile_ir;  // into the data parsed; empty without the flag
 };
 
 // A decode needs the symbols but compares the key in place; a header read wants a copy of the key.
@@ -121,7 +123,10 @@ parsed parse(std::span<const std::byte> data, bool with_symbols, bool with_key_c
   if (!r.u8(type) || !r.u8(reserved[0]) || !r.u8(reserved[1]) || !r.u8(reserved[2])) {
     return p.status = entry_status::truncated, p;
   }
-  if (type >= kCodeTypeCount || reserved[0] || reserved[1] || reserved[2]) return p;
+  const std::uint8_t flags = reserved[0];
+  if (type >= kCodeTypeCount || (flags & ~kFlagTileIr) != 0 || reserved[1] || reserved[2]) return p;
+  // Tile IR carries no Tile IR alongside.
+  if ((flags & kFlagTileIr) != 0 && type == static_cast<std::uint8_t>(code_type::tile_ir)) return p;
   p.header.type = static_cast<code_type>(type);
 
   std::uint32_t key_length = 0;
@@ -146,6 +151,15 @@ parsed parse(std::span<const std::byte> data, bool with_symbols, bool with_key_c
       p.symbols.emplace_hint(p.symbols.end(), std::move(expr), std::move(mangled));
     } else {
       previous = std::move(expr);
+    }
+  }
+  if ((flags & kFlagTileIr) != 0) {
+    std::uint64_t tile_length = 0;
+    if (!r.u64(tile_length)) return p.status = entry_status::truncated, p;
+    if (tile_length == 0) return p;  // the flag says there is some
+    if (r.remaining() < tile_length) return p.status = entry_status::truncated, p;
+    if (!r.bytes(static_cast<std::size_t>(tile_length), p.tile_ir)) {
+      return p.status = entry_status::truncated, p;
     }
   }
   if (!r.u64(p.header.payload_length)) return p.status = entry_status::truncated, p;
@@ -190,13 +204,15 @@ std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object
   for (const auto& [expr, mangled] : code.symbol_mapping()) {
     symbols_size += 8 + expr.size() + mangled.size();
   }
-  const std::size_t header_size =
-      kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 + symbols_size + 16;
+  const std::optional<object_code> tile_ir = code.tile_ir();
+  const std::size_t tile_size = tile_ir ? 8 + tile_ir->size() : 0;
+  const std::size_t header_size = kEntryFixedHeaderSize + key.size() + 4 + code.name().size() + 4 +
+                                  symbols_size + tile_size + 16;
   writer w(header_size + code.size());
   w.raw(std::as_bytes(std::span<const char>(kEntryMagic.data(), kEntryMagic.size())));
   w.u32(kEntryFormatVersion);
   w.u8(static_cast<std::uint8_t>(code.type()));
-  w.u8(0);
+  w.u8(tile_ir ? kFlagTileIr : 0);
   w.u8(0);
   w.u8(0);
   w.sized(key);
@@ -205,6 +221,10 @@ std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object
   for (const auto& [expr, mangled] : code.symbol_mapping()) {
     w.text(expr);
     w.text(mangled);
+  }
+  if (tile_ir) {
+    w.u64(tile_ir->size());
+    w.raw(tile_ir->code());
   }
   w.u64(code.size());
   const std::size_t checksum_offset = w.pos();
@@ -242,8 +262,15 @@ decoded_entry decode(Buffer&& buffer, std::span<const std::byte> view,
   }
   const std::size_t offset = p.header.payload_offset;
   const auto length = static_cast<std::size_t>(p.header.payload_length);
+  // The Tile IR (a few KB next to its cubin) is copied out; the payload adopts the buffer.
+  std::optional<object_code> tile_ir;
+  if (!p.tile_ir.empty()) {
+    tile_ir.emplace(code_type::tile_ir, std::vector<std::byte>(p.tile_ir.begin(), p.tile_ir.end()),
+                    p.header.name);
+  }
   result.code.emplace(p.header.type, std::forward<Buffer>(buffer), offset, length,
                       std::move(p.header.name), std::move(p.symbols));
+  if (tile_ir) result.code = result.code->with_tile_ir(*tile_ir);
   result.status = entry_status::ok;
   return result;
 }

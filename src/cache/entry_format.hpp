@@ -3,17 +3,22 @@
 //   offset  size  field
 //   0       8     magic "CUCOREPC"
 //   8       4     format version (little-endian u32), currently 1
-//   12      1     code type (0 ptx, 1 cubin, 2 ltoir, 3 fatbin, 4 object, 5 library)
-//   13      3     reserved, zero
+//   12      1     code type (0 ptx, 1 cubin, 2 ltoir, 3 fatbin, 4 object, 5 library, 6 tile_ir)
+//   13      1     flags: bit 0 = Tile IR alongside (object_code::tile_ir()); other bits zero
+//   14      2     reserved, zero
 //   16      4     key length K, then K key bytes (the full key, echoed so a hash collision of
 //                 file names or a misplaced file is detected)
 //   ...     4     name length N, then N bytes
 //   ...     4     symbol count S, then S × (u32 length + expression, u32 length + mangled name)
+//   (flag 0) 8    Tile IR length T (u64, > 0), then T bytes
 //   ...     8     payload length P (u64)
 //   ...     8     XXH3-64 of every byte before this field, then of the payload
 //   ...     P     payload: the code, contiguous, so `cucore cache export` can write it as is
 //
-// All integers little-endian. Decoding verifies everything; any mismatch is a miss.
+// All integers little-endian. Decoding verifies everything; any mismatch is a miss. An entry
+// without Tile IR is byte for byte what cucore wrote before the flag existed; a cucore that
+// predates it reads an entry with the flag or code type 6 as malformed (a miss), never as another
+// code.
 #pragma once
 
 #include <cstddef>

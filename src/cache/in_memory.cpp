@@ -8,6 +8,15 @@
 #include "cucore/error.hpp"
 
 namespace cucore {
+namespace {
+
+// What an entry holds: the code and the Tile IR compiled alongside it.
+std::size_t held_bytes(const object_code& code) {
+  const auto tile_ir = code.tile_ir();
+  return code.size() + (tile_ir ? tile_ir->size() : 0);
+}
+
+}  // namespace
 
 // Erases its key from the cache's claimed set when destroyed, if it put it there.
 class in_memory_claim final : public cache_claim {
@@ -105,7 +114,7 @@ void in_memory_program_cache::put(cache_key_ref key, const object_code& code) {
   ++stats_.puts;
   auto it = index_.find(key.as_string_view());
   if (it != index_.end()) {
-    total_bytes_ -= it->second->code.size();
+    total_bytes_ -= held_bytes(it->second->code);
     it->second->code = code;
     lru_.splice(lru_.begin(), lru_, it->second);
   } else {
@@ -117,7 +126,7 @@ void in_memory_program_cache::put(cache_key_ref key, const object_code& code) {
       throw;
     }
   }
-  total_bytes_ += code.size();
+  total_bytes_ += held_bytes(code);
   evict_locked([&] {
     return (options_.max_entries && lru_.size() > *options_.max_entries) ||
            (options_.max_size_bytes && total_bytes_ > *options_.max_size_bytes);
@@ -133,7 +142,7 @@ std::size_t in_memory_program_cache::evict_locked(Over over) {
   std::size_t evicted = 0;
   while (!lru_.empty() && over()) {
     const entry& victim = lru_.back();
-    total_bytes_ -= victim.code.size();
+    total_bytes_ -= held_bytes(victim.code);
     index_.erase(victim.key);
     lru_.pop_back();
     ++stats_.evictions;
@@ -146,7 +155,7 @@ bool in_memory_program_cache::erase(cache_key_ref key) {
   std::lock_guard lock(mutex_);
   auto it = index_.find(key.as_string_view());
   if (it == index_.end()) return false;
-  total_bytes_ -= it->second->code.size();
+  total_bytes_ -= held_bytes(it->second->code);
   lru_.erase(it->second);
   index_.erase(it);
   return true;

@@ -96,7 +96,7 @@ bool has_option(std::span<const std::string> flags, std::span<const std::string_
 }  // namespace
 
 bool embeds_working_directory(std::span<const std::string> flags, code_type target) {
-  if (target == code_type::ltoir) return true;
+  if (target == code_type::ltoir || target == code_type::tile_ir) return true;
   // Line information (-lineinfo), debug information (-G), LTO-IR (-dlto, --gen-opt-lto) and Tile
   // IR (-enable-tile, -tile-only) name getcwd() + the program name.
   constexpr std::array<std::string_view, 6> kEmbedding{"lineinfo",    "G",           "dlto",

@@ -591,6 +591,12 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   h.add_content("code", in.code);
   h.add("option_count", flags.size());
   for (const auto& flag : flags) h.add("option", flag);
+  // Its entry holds the Tile IR alongside the PTX, cubin or LTO-IR: apart from the entries of a
+  // cucore that stored these flags' outputs without it.
+  if (type == source_type::cxx && in.target != cucore::code_type::tile_ir &&
+      detail::compiles_tile_code(flags)) {
+    h.add("tile_ir", "alongside");
+  }
 
   if (type == source_type::cxx) {
     // compile() maps each distinct expression once: order and repeats do not change the output.

@@ -86,10 +86,13 @@ library_table<nvrtc_api> load_nvrtc() {
       return mark_missing(table, std::move(why));
     }
     table.status.version = v.to_string();
+    // Optional entry points of later releases: a table without them is still whole.
     optional_symbol(*table.api, table.api->nvrtcInstallBundledHeaders,
                     "nvrtcInstallBundledHeaders");
     optional_symbol(*table.api, table.api->nvrtcGetBundledHeadersInfo,
                     "nvrtcGetBundledHeadersInfo");
+    optional_symbol(*table.api, table.api->nvrtcGetTileIRSize, "nvrtcGetTileIRSize");
+    optional_symbol(*table.api, table.api->nvrtcGetTileIR, "nvrtcGetTileIR");
   }
   return table;
 }

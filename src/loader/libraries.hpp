@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 #include <nvvm.h>
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -216,6 +217,10 @@ struct nvrtc_api {
   CUCORE_NVRTC_FUNCTIONS(CUCORE_DECLARE_POINTER)
   nvrtc_install_bundled_headers_fn nvrtcInstallBundledHeaders = nullptr;   // 13.3+
   nvrtc_get_bundled_headers_info_fn nvrtcGetBundledHeadersInfo = nullptr;  // 13.3+
+  // NVRTC 13.1+ (Tile code; declared here, since the nvrtc.h cucore builds with may predate them):
+  // null where the loaded NVRTC lacks them.
+  nvrtcResult (*nvrtcGetTileIRSize)(nvrtcProgram, std::size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetTileIR)(nvrtcProgram, char*) = nullptr;
   std::optional<shared_library> library;  // always engaged once the table is built
   version nvrtc_version;
 };

@@ -13,6 +13,10 @@ namespace {
 using detail::c_strings;
 using detail::trim_nul;
 
+constexpr const char* kTileIrNotLinked =
+    "Tile IR is not a linker input (nvJitLink and the driver linker take PTX, cubin, LTO-IR, "
+    "fatbin, object and library code): load it with the driver, or link the program's PTX or cubin";
+
 nvJitLinkInputType nvjitlink_input(code_type type) {
   switch (type) {
     case code_type::ptx:
@@ -27,6 +31,8 @@ nvJitLinkInputType nvjitlink_input(code_type type) {
       return NVJITLINK_INPUT_OBJECT;
     case code_type::library:
       return NVJITLINK_INPUT_LIBRARY;
+    case code_type::tile_ir:
+      throw invalid_argument(kTileIrNotLinked);
   }
   return NVJITLINK_INPUT_ANY;
 }
@@ -141,6 +147,8 @@ CUjitInputType driver_input(code_type type) {
       return CU_JIT_INPUT_OBJECT;
     case code_type::library:
       return CU_JIT_INPUT_LIBRARY;
+    case code_type::tile_ir:
+      throw invalid_argument(kTileIrNotLinked);
     case code_type::ltoir:
       break;
   }

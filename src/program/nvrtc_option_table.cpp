@@ -48,9 +48,15 @@ constexpr auto kTable = std::to_array<nvrtc_option>({
     {"no-cache", "no-cache", N, keyed, "no_cache", "--no-compiler-cache"},
     {"frandom-seed", "frandom-seed", V, keyed, "frandom_seed", "--frandom-seed"},
     {"split-compile", "split-compile", V, keyed, "split_compile", "--split-compile"},
-    // Tile code (13.1+): -enable-tile adds it, -tile-only compiles nothing else.
-    {"enable-tile", "enable-tile", N, tile, "", ""},
-    {"tile-only", "tile-only", N, tile, "", ""},
+    // Tile code (13.1+): -enable-tile adds it, -tile-only compiles nothing else; its code goes to
+    // the Tile IR. -simt-only parses it but generates none (no Tile IR); -default-tile makes
+    // unannotated functions and variables Tile ones (with -enable-tile or -tile-only).
+    {"enable-tile", "enable-tile", N, tile, "enable_tile", "--enable-tile"},
+    {"tile-only", "tile-only", N, tile, "tile_only", "--tile-only"},
+    {"simt-only", "simt-only", N, keyed, "simt_only", "--simt-only"},
+    {"default-tile", "default-tile", N, keyed, "default_tile", "--default-tile"},
+    {"diagnose-implicit-tile-var", "diagnose-implicit-tile-var", N, keyed,
+     "diagnose_implicit_tile_var", "--diagnose-implicit-tile-var"},
     // Preprocessing.
     {"define-macro D", "D", V, include_input, "define_macro", "-D"},
     {"undefine-macro U", "U", V, include_input, "undefine_macro", "-U"},
@@ -106,6 +112,11 @@ constexpr auto kTable = std::to_array<nvrtc_option>({
      "fdevice_syntax_only", "--fdevice-syntax-only"},
     {"minimal", "minimal", N, keyed, "minimal", "--minimal"},
     {"numba-debug", "numba-debug", N, keyed, "numba_debug", "--numba-debug"},
+    // Diagnostics (13.1+).
+    {"warning-as-error Werror", "Werror", V, keyed, "warning_as_error", "--warning-as-error"},
+    {"Wreorder", "Wreorder", N, keyed, "wreorder", "--Wreorder"},
+    {"Wconversion", "Wconversion", N, keyed, "", ""},
+    {"fmax-errors", "fmax-errors", V, keyed, "", ""},
     // Options for tools inside NVRTC: its front end and its optimizer.
     {"Xcudafe", "Xcudafe", V, tool_options, "", ""},
     {"Xnvvm", "Xnvvm", V, tool_options, "", ""},
@@ -256,7 +267,31 @@ std::string nvrtc_options_uncacheable(std::span<const std::string> options) {
   return {};
 }
 
+bool compiles_tile_code(std::span<const std::string> flags) {
+  bool tile = false;
+  for (const auto& p : parse_nvrtc_option_list(flags)) {
+    if (p.option == nullptr) continue;
+    if (p.option->canonical == "simt-only") return false;
+    if (p.option->use == nvrtc_option_use::tile) tile = true;
+  }
+  return tile;
+}
+
 std::string empty_output_cause(std::span<const std::string> flags, std::string_view target) {
+  if (target == "tile_ir") {
+    for (const auto& p : parse_nvrtc_option_list(flags)) {
+      if (p.option != nullptr && p.option->canonical == "simt-only") {
+        return quoted_option(p.element) +
+               " generated no Tile code, so NVRTC produced no Tile IR: drop it to get the Tile IR";
+      }
+    }
+    if (!compiles_tile_code(flags)) {
+      return "Tile code is not enabled, so NVRTC produced no Tile IR: set enable_tile or tile_only "
+             "(--enable-tile, --tile-only)";
+    }
+    return "NVRTC produced no Tile IR: the program has no Tile function (__tile_global__) to "
+           "compile";
+  }
   for (const auto& p : parse_nvrtc_option_list(flags)) {
     if (p.option != nullptr && nvrtc_option_name(p.element) == "tile-only") {
       return quoted_option(p.element) + " compiled only Tile code, so NVRTC produced no " +

@@ -20,7 +20,7 @@ enum class nvrtc_option_use : unsigned char {
   unseen_input,   // reads precompiled headers the key cannot see (bypass unless an extra_digest)
   tool_options,   // hands options to a tool inside NVRTC, which may read or write any file (bypass)
   other_output,   // makes NVRTC emit an output kind cucore does not compile to (OptiX IR)
-  tile,           // Tile code (13.1+): its output, the Tile IR, is not a cucore target
+  tile,           // Tile code (13.1+): its code goes to the Tile IR (the drop-in bypasses)
   toolkit_root,   // --use-bundled-headers=DIR (13.3+): installs headers into DIR, reads them
                   // (bypass)
 };
@@ -72,6 +72,10 @@ std::string nvrtc_options_uncacheable(std::span<const std::string> options);
 // An option list's element as a message quotes it: printable ASCII as is, other bytes as \xHH,
 // at most 80 characters.
 std::string quoted_option(std::string_view element);
+
+// Whether `flags` make NVRTC generate Tile code, whose code goes to the Tile IR: -enable-tile or
+// -tile-only, without -simt-only (13.1+).
+bool compiles_tile_code(std::span<const std::string> flags);
 
 // The option among `flags` that explains why NVRTC produced no bytes of the asked-for output, and
 // what to do instead, or "" when none does (-tile-only compiles Tile code only).

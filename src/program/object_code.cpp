@@ -31,6 +31,8 @@ std::string_view to_string(code_type type) noexcept {
       return "object";
     case code_type::library:
       return "library";
+    case code_type::tile_ir:
+      return "tile_ir";
   }
   return "unknown";
 }
@@ -39,12 +41,13 @@ code_type parse_code_type(std::string_view text) {
   // Case-insensitive, as parse_source_type: "CUBIN" and "cubin" are the same type.
   std::string lowered(text);
   for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lowered == "tile-ir") return code_type::tile_ir;
   for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
-                 code_type::object, code_type::library}) {
+                 code_type::object, code_type::library, code_type::tile_ir}) {
     if (lowered == to_string(t)) return t;
   }
   throw invalid_argument("unknown code type \"" + std::string(text) +
-                         "\": use ptx, cubin, ltoir, fatbin, object or library");
+                         "\": use ptx, cubin, ltoir, fatbin, object, library or tile_ir");
 }
 
 object_code::object_code(code_type type, std::vector<std::byte> code, std::string name,
@@ -125,13 +128,38 @@ void object_code::write(const std::string& path) const {
   if (!out) throw error("error while writing \"" + path + "\"");
 }
 
+std::optional<object_code> object_code::tile_ir() const {
+  if (!tile_ir_) return std::nullopt;
+  object_code ir = *this;
+  ir.state_ = tile_ir_;
+  ir.tile_ir_ = nullptr;
+  return ir;
+}
+
+object_code object_code::with_tile_ir(const object_code& tile_ir) const {
+  if (tile_ir.type() != code_type::tile_ir) {
+    throw invalid_argument("with_tile_ir takes Tile IR (code_type::tile_ir), not " +
+                           std::string(to_string(tile_ir.type())));
+  }
+  if (type() == code_type::tile_ir) {
+    throw invalid_argument(
+        "Tile IR cannot carry Tile IR alongside: attach it to PTX, cubin or LTO-IR");
+  }
+  object_code out = *this;
+  out.tile_ir_ = tile_ir.state_;
+  return out;
+}
+
 bool operator==(const object_code& a, const object_code& b) noexcept {
-  if (a.state_ == b.state_) return true;
-  auto ca = a.code();
-  auto cb = b.code();
-  return a.state_->type == b.state_->type &&
-         std::equal(ca.begin(), ca.end(), cb.begin(), cb.end()) &&
-         a.state_->name == b.state_->name && a.state_->symbols == b.state_->symbols;
+  auto same = [](const object_code::state& x, const object_code::state& y) {
+    const std::span<const std::byte> cx(x.bytes, x.length);
+    const std::span<const std::byte> cy(y.bytes, y.length);
+    return x.type == y.type && std::equal(cx.begin(), cx.end(), cy.begin(), cy.end()) &&
+           x.name == y.name && x.symbols == y.symbols;
+  };
+  if (a.state_ != b.state_ && !same(*a.state_, *b.state_)) return false;
+  if (!a.tile_ir_ || !b.tile_ir_) return a.tile_ir_ == b.tile_ir_;
+  return a.tile_ir_ == b.tile_ir_ || same(*a.tile_ir_, *b.tile_ir_);
 }
 
 }  // namespace cucore

@@ -183,6 +183,13 @@ std::vector<field_check> set_fields(const program_options& o) {
       {"extra_sources", l(o.extra_sources)},
       {"use_libdevice", b(o.use_libdevice)},
       {"numba_debug", b(o.numba_debug)},
+      {"warning_as_error", l(o.warning_as_error)},
+      {"wreorder", b(o.wreorder)},
+      {"enable_tile", b(o.enable_tile)},
+      {"tile_only", b(o.tile_only)},
+      {"simt_only", b(o.simt_only)},
+      {"default_tile", b(o.default_tile)},
+      {"diagnose_implicit_tile_var", b(o.diagnose_implicit_tile_var)},
       {"extra_nvrtc_options", l(o.extra_nvrtc_options)},
   };
 }
@@ -394,6 +401,27 @@ std::vector<std::string> nvrtc_flags(const program_options& o, code_type target)
   f.boolean(o.pch_messages, "--pch-messages=");
   f.boolean(o.instantiate_templates_in_pch, "--instantiate-templates-in-pch=");
   f.truthy(o.numba_debug, "--numba-debug");
+  // NVRTC 13.1+.
+  if (!o.warning_as_error.empty()) {
+    std::string kinds;
+    for (const auto& kind : o.warning_as_error) {
+      f.require_text(kind, "warning_as_error");
+      if (kind.find_first_of(", ") != std::string::npos) {
+        throw invalid_argument("warning_as_error kind \"" + kind +
+                               "\" contains ',' or a space: give each kind as its own element");
+      }
+      if (!kinds.empty()) kinds += ',';
+      kinds += kind;
+    }
+    f.add("--warning-as-error=" + kinds);
+  }
+  f.truthy(o.wreorder, "--Wreorder");
+  f.truthy(o.enable_tile, "--enable-tile");
+  f.truthy(o.tile_only, "--tile-only");
+  f.truthy(o.simt_only, "--simt-only");
+  // One dash: NVRTC 13.5 rejects "--default-tile" (unrecognized option), its nvrtc.h's spelling.
+  f.truthy(o.default_tile, "-default-tile");
+  f.truthy(o.diagnose_implicit_tile_var, "--diagnose-implicit-tile-var");
   // Last, as given: the key hashes what NVRTC gets.
   check_extra_nvrtc_options(o.extra_nvrtc_options);
   for (const auto& option : o.extra_nvrtc_options) f.add(option);
@@ -467,7 +495,7 @@ std::string_view to_string(compiler_backend backend) noexcept {
 std::vector<code_type> supported_targets(source_type source) {
   switch (source) {
     case source_type::cxx:
-      return {code_type::ptx, code_type::cubin, code_type::ltoir};
+      return {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::tile_ir};
     // Not ptx: nvJitLink's -ptx needs LTO-IR inputs ("-ptx requires that all inputs have
     // LTOIR") and the driver linker only emits cubin, so no backend turns PTX into PTX.
     case source_type::ptx:

@@ -79,6 +79,11 @@ std::vector<std::byte> nvrtc_output(const detail::nvrtc_api& api, nvrtcProgram p
     get = api.nvrtcGetLTOIR;
     what = "nvrtcGetLTOIR";
   }
+  if (target == code_type::tile_ir) {  // compile_nvrtc checked that NVRTC has them
+    get_size = api.nvrtcGetTileIRSize;
+    get = api.nvrtcGetTileIR;
+    what = "nvrtcGetTileIR";
+  }
   std::size_t size = 0;
   check_nvrtc(api, get_size(prog, &size), what);
   std::vector<std::byte> out(size);
@@ -251,6 +256,13 @@ object_code program::compile_uncached(code_type target,
 object_code program::compile_nvrtc(code_type target,
                                    std::span<const std::string> name_expressions) {
   const auto& api = detail::nvrtc("compiling CUDA C++ (program with source_type c++)");
+  if (target == code_type::tile_ir &&
+      (api.nvrtcGetTileIRSize == nullptr || api.nvrtcGetTileIR == nullptr)) {
+    throw invalid_argument(
+        "the tile_ir target needs NVRTC 13.1 or newer (nvrtcGetTileIR); the "
+        "loaded NVRTC is " +
+        api.nvrtc_version.to_string() + ": point CUCORE_CUDA_HOME at a newer toolkit's root");
+  }
   program_options options = options_;
   options.arch = resolve_arch(options.arch);
   const auto flags = compiler_flags(options, source_type::cxx, target);
@@ -354,7 +366,17 @@ object_code program::compile_nvrtc(code_type target,
       }
       throw compile_error("NVRTC", cause, log_);
     }
-    return object_code(target, std::move(bytes), options.name, std::move(symbols));
+    object_code out(target, std::move(bytes), options.name, std::move(symbols));
+    // Tile code's own output, from the same compile: carried alongside the PTX, cubin or LTO-IR
+    // (and cached in its entry), so a mixed program needs one compile for both.
+    if (target != code_type::tile_ir && detail::compiles_tile_code(flags) &&
+        api.nvrtcGetTileIRSize != nullptr && api.nvrtcGetTileIR != nullptr) {
+      std::vector<std::byte> tile = nvrtc_output(api, prog.get(), code_type::tile_ir);
+      if (!tile.empty()) {
+        out = out.with_tile_ir(object_code(code_type::tile_ir, std::move(tile), options.name));
+      }
+    }
+    return out;
   }
 }
 

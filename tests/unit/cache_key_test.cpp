@@ -597,6 +597,20 @@ std::vector<field_case> field_cases() {
        set_bool(&po::numba_debug),
        {{S::cxx, E::truthy}, {S::ptx, E::ignored}, {S::nvvm, E::truthy}},
        {}},
+      {"warning_as_error",
+       set_to(&po::warning_as_error, std::vector<std::string>{"reorder"},
+              std::vector<std::string>{"all-warnings"}),
+       {{S::cxx, E::changes}},
+       {}},
+      {"wreorder", set_bool(&po::wreorder), {{S::cxx, E::truthy}}, {}},
+      {"enable_tile", set_bool(&po::enable_tile), {{S::cxx, E::truthy}}, {}},
+      {"tile_only", set_bool(&po::tile_only), {{S::cxx, E::truthy}}, {}},
+      {"simt_only", set_bool(&po::simt_only), {{S::cxx, E::truthy}}, {}},
+      {"default_tile", set_bool(&po::default_tile), {{S::cxx, E::truthy}}, {}},
+      {"diagnose_implicit_tile_var",
+       set_bool(&po::diagnose_implicit_tile_var),
+       {{S::cxx, E::truthy}},
+       {}},
       {"extra_nvrtc_options",
        set_to(&po::extra_nvrtc_options, std::vector<std::string>{"-jtd=50"},
               std::vector<std::string>{"--device-stack-protector=true"}),
@@ -1125,8 +1139,9 @@ TEST(MakeProgramCacheKey, ExtraNvrtcOptionsOutsideTheTableAreRefused) {
     }
   }
   auto in = base();
-  in.options.extra_nvrtc_options = {"--jump-table-density", "50", "--device-stack-protector=true",
-                                    "-err-no", "-tile-only"};
+  in.options.extra_nvrtc_options = {
+      "--jump-table-density", "50", "--device-stack-protector=true", "-err-no", "-Wconversion",
+      "-fmax-errors=3"};
   EXPECT_NO_THROW((void)key(in));
 }
 

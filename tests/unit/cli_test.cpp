@@ -497,12 +497,13 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 15u) << r.out;
+  EXPECT_EQ(j.keys.size(), 16u) << r.out;
   EXPECT_EQ(j.keys.front(), "ok");
   EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
   EXPECT_EQ(j["bytes"].number, static_cast<double>(fs::file_size(work_ / "k.ptx")));
+  EXPECT_TRUE(j["tile_ir_bytes"].is(json::kind::null)) << "no Tile code, no Tile IR alongside";
   EXPECT_EQ(j["source_type"].string, "c++");
   EXPECT_EQ(j["code_type"].string, "ptx");
   EXPECT_EQ(j["backend"].string, "NVRTC");
@@ -718,6 +719,113 @@ TEST_F(Compile, XnvrtcReachesNvrtcAndTheKey) {
   EXPECT_TRUE(std::regex_search(
       r.out, std::regex(R"(\n  option +-jtd=0\n  option +--modify-stack-limit=false\n  name)")))
       << r.out;
+}
+
+// NVRTC 13.5's toolkit root (scripts/fetch-cuda-versions.sh), or "" after failing the test.
+std::string cuda_13_5_root() {
+  const char* dir = std::getenv("CUCORE_CUDA_VERSIONS_DIR");
+  const fs::path versions = dir != nullptr && *dir != '\0' ? fs::path(dir)
+                                                           : fs::path(CUCORE_TEST_DATA_DIR) / ".." /
+                                                                 ".." / ".cache" / "cuda-versions";
+  const fs::path root = versions / "13.5" / "root";
+  if (!fs::exists(root / "lib" / "libnvrtc.so.13")) {
+    ADD_FAILURE() << "no NVRTC 13.5 toolkit root at " << root
+                  << ": run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR to a "
+                     "directory holding 13.5/root)";
+    return {};
+  }
+  return root.string();
+}
+
+constexpr const char* kMixedTile = R"(#include <cuda_tile.h>
+namespace ct = ::cuda::tiles;
+__tile_global__ void tile_copy(float* out, const float* in, long n) {
+  auto bx = ct::bid().x;
+  auto src = ct::partition_view{ct::tensor_span{in, ct::extents<long, ct::dynamic_extent>{n}},
+                                ct::shape<128>{}};
+  auto dst = ct::partition_view{ct::tensor_span{out, ct::extents<long, ct::dynamic_extent>{n}},
+                                ct::shape<128>{}};
+  dst.store_masked(src.load_masked(bx), bx);
+}
+__global__ void simt_scale(float* out, const float* in) { out[threadIdx.x] = 2.0f * in[threadIdx.x]; }
+)";
+
+// --target tile-ir and --tile-ir-output with NVRTC 13.5: miss then hit, the bytes of an uncached
+// compile, the Tile IR of a cubin compile from the same entry.
+TEST_F(Compile, TileIrWithNvrtc13_5MissThenHitWithTheUncachedBytes) {
+  const std::string root = cuda_13_5_root();
+  if (root.empty()) return;
+  const environment nvrtc_13_5 = {{"CUCORE_CUDA_HOME", root}, {"CUCORE_CUDA_HOME_ONLY", "1"}};
+  file("k.cu", kMixedTile);
+  const std::vector<std::string> base = {"compile", "k.cu",  "--arch",        "sm_100",
+                                         "--std",   "c++20", "--enable-tile", "--json"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const json plain_ir =
+      json_of(with({"--target", "tile-ir", "--cache", "none", "-o", "plain.tile_ir"}), nvrtc_13_5);
+  EXPECT_EQ(plain_ir["code_type"].string, "tile_ir");
+  EXPECT_TRUE(output("plain.tile_ir").starts_with(std::string_view("\x7fTileIR", 7)));
+  EXPECT_TRUE(contains(output("plain.tile_ir"), "tile_copy"));
+  for (const char* outcome : {"miss", "hit"}) {
+    SCOPED_TRACE(outcome);
+    const json j = json_of(with({"--target", "tile-ir"}), nvrtc_13_5);
+    EXPECT_EQ(j["cache"].string, outcome);
+    EXPECT_EQ(j["output"].string, "k.tile_ir");
+    EXPECT_EQ(output("k.tile_ir"), output("plain.tile_ir"));
+  }
+  const json plain = json_of(
+      with({"--cache", "none", "-o", "plain.cubin", "--tile-ir-output", "plain-alongside.tile_ir"}),
+      nvrtc_13_5);
+  EXPECT_EQ(plain["tile_ir_bytes"].number, static_cast<double>(output("plain.tile_ir").size()));
+  EXPECT_EQ(output("plain-alongside.tile_ir"), output("plain.tile_ir"));
+  std::string cubin_key;
+  for (const char* outcome : {"miss", "hit"}) {
+    SCOPED_TRACE(outcome);
+    const json j = json_of(with({"--tile-ir-output", "k.alongside"}), nvrtc_13_5);
+    EXPECT_EQ(j["cache"].string, outcome);
+    EXPECT_EQ(j["code_type"].string, "cubin");
+    EXPECT_EQ(output("k.cubin"), output("plain.cubin"));
+    EXPECT_EQ(output("k.alongside"), output("plain.tile_ir")) << "Tile IR from the same entry";
+    cubin_key = j["key"].string;
+  }
+  // A cubin of the same program without Tile code has another key, and no Tile IR to write.
+  const json simt =
+      json_of({"compile", "k.cu", "--arch", "sm_100", "--std", "c++20", "--simt-only", "--json"},
+              nvrtc_13_5);
+  EXPECT_NE(simt["key"].string, cubin_key);
+  EXPECT_TRUE(simt["tile_ir_bytes"].is(json::kind::null));
+  const auto none = cucore({"compile", "k.cu", "--arch", "sm_100", "--std", "c++20", "--simt-only",
+                            "--tile-ir-output", "none.tile_ir"},
+                           nvrtc_13_5);
+  EXPECT_EQ(none.status, 1) << describe(none);
+  EXPECT_TRUE(contains(none.err, "--tile-ir-output: the compile made no Tile IR")) << none.err;
+  const auto both = cucore(with({"--target", "tile-ir", "--tile-ir-output", "x"}), nvrtc_13_5);
+  EXPECT_EQ(both.status, 2) << describe(both);
+}
+
+// The options of NVRTC 13.1+ reach the key as NVRTC's flags; NVRTC 13.0 (the default toolkit)
+// refuses each by name, and the tile-ir target names the version it needs.
+TEST_F(Compile, Nvrtc13_1OptionsReachTheKeyAndNvrtc13_0RefusesThem) {
+  file("k.cu", kSaxpy);
+  const auto r = cucore({"key", "k.cu", "--arch", kArch, "--Wreorder", "--warning-as-error",
+                         "reorder", "--warning-as-error", "conversion", "--enable-tile",
+                         "--default-tile", "--diagnose-implicit-tile-var", "--explain"});
+  ASSERT_EQ(r.status, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(
+      r.out,
+      std::regex(R"(\n  option +--warning-as-error=reorder,conversion\n  option +--Wreorder\n)"
+                 R"(  option +--enable-tile\n  option +-default-tile\n)"
+                 R"(  option +--diagnose-implicit-tile-var\n  tile_ir +alongside\n)")))
+      << r.out;
+  const auto tile = cucore({"compile", "k.cu", "--arch", kArch, "--enable-tile"});
+  EXPECT_EQ(tile.status, 1) << describe(tile);
+  EXPECT_TRUE(contains(tile.err, "unrecognized option --enable-tile found")) << tile.err;
+  const auto target = cucore({"compile", "k.cu", "--arch", kArch, "--target", "tile-ir"});
+  EXPECT_EQ(target.status, 2) << describe(target);
+  EXPECT_TRUE(contains(target.err, "the tile_ir target needs NVRTC 13.1 or newer")) << target.err;
 }
 
 // An -Xnvrtc option that an option of the tool covers is a usage error naming both; one that hands
@@ -1680,12 +1788,21 @@ TEST_F(Key, EveryCompilerOptionGivesItsNvrtcFlag) {
       {{"--no-compiler-cache"}, {"--no-cache"}},
       {{"--fdevice-syntax-only"}, {"--fdevice-syntax-only"}},
       {{"--numba-debug"}, {"--numba-debug"}},
+      // Tile code (NVRTC 13.1+)
+      {{"--enable-tile"}, {"--enable-tile"}},
+      {{"--tile-only"}, {"--tile-only"}},
+      {{"--simt-only"}, {"--simt-only"}},
+      {{"--default-tile"}, {"-default-tile"}},
+      {{"--diagnose-implicit-tile-var"}, {"--diagnose-implicit-tile-var"}},
       // Diagnostics
       {{"--disable-warnings"}, {"--disable-warnings"}},
       {{"--diag-error", "20", "--diag-error", "21"}, {"--diag-error=20,21"}},
       {{"--diag-suppress", "177"}, {"--diag-suppress=177"}},
       {{"--diag-warn", "3"}, {"--diag-warn=3"}},
       {{"--no-display-error-number"}, {"--no-display-error-number"}},
+      {{"--warning-as-error", "reorder", "--warning-as-error", "conversion"},
+       {"--warning-as-error=reorder,conversion"}},
+      {{"--Wreorder"}, {"--Wreorder"}},
       {{"--brief-diagnostics", "true"}, {"--brief-diagnostics=true"}},
       {{"--optimization-info", "inline"}, {"--optimization-info=inline"}},
       // Precompiled headers (the ones the key can take without an --extra-digest)

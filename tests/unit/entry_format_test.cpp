@@ -11,6 +11,7 @@
 
 #include "cache/checksum.hpp"
 #include "cache/entry_format.hpp"
+#include "cucore/error.hpp"
 #include "test_support.hpp"
 
 namespace cucore::detail {
@@ -27,12 +28,76 @@ object_code sample() {
                                 {"saxpy<double>", "_Z5saxpyIdEvT_PKS0_PS0_i"}});
 }
 
+// A cubin with the Tile IR NVRTC made in the same compile alongside (object_code::tile_ir()).
+object_code sample_with_tile_ir() {
+  std::vector<std::byte> ir = {std::byte{0x7f}, std::byte{'T'}, std::byte{'i'}, std::byte{'l'},
+                               std::byte{'e'},  std::byte{'I'}, std::byte{'R'}, std::byte{0}};
+  return sample().with_tile_ir(object_code(code_type::tile_ir, std::move(ir), "saxpy.cu"));
+}
+
 TEST(EntryFormat, RoundTrip) {
   auto bytes = encode_entry(as_key("the-key"), sample());
   auto decoded = decode_entry(bytes, as_key("the-key"));
   ASSERT_EQ(decoded.status, entry_status::ok);
   EXPECT_EQ(*decoded.code, sample());
   EXPECT_EQ(decoded.code->symbol("saxpy<float>"), "_Z5saxpyIfEvT_PKS0_PS0_i");
+}
+
+// The Tile IR travels in the same entry (flag bit 0 of byte 13, its bytes before the payload
+// length): the payload stays contiguous at the end, every damage is still detected.
+TEST(EntryFormat, TileIrAlongsideRoundTripsInTheSameEntry) {
+  const object_code code = sample_with_tile_ir();
+  auto bytes = encode_entry(as_key("k"), code);
+  EXPECT_EQ(bytes[13], std::byte{1});
+  auto decoded = decode_entry(bytes, as_key("k"));
+  ASSERT_EQ(decoded.status, entry_status::ok);
+  EXPECT_EQ(*decoded.code, code);
+  ASSERT_TRUE(decoded.code->tile_ir());
+  EXPECT_EQ(*decoded.code->tile_ir(), *code.tile_ir());
+  EXPECT_EQ(decoded.code->tile_ir()->type(), code_type::tile_ir);
+  auto header = read_entry_header(bytes);
+  ASSERT_TRUE(header);
+  EXPECT_EQ(header->payload_offset + header->payload_length, bytes.size());
+  EXPECT_EQ(bytes[header->payload_offset], std::byte{0x7f});
+  // Without the Tile IR the entry is another one (operator== compares it too).
+  EXPECT_NE(*decoded.code, sample());
+  // Every bit flip and truncation is caught, the Tile IR's bytes included.
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    auto cut =
+        std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(i));
+    EXPECT_NE(decode_entry(cut, as_key("k")).status, entry_status::ok) << "truncated to " << i;
+    for (int bit = 0; bit < 8; ++bit) {
+      auto flipped = bytes;
+      flipped[i] ^= static_cast<std::byte>(1 << bit);
+      EXPECT_NE(decode_entry(flipped, as_key("k")).status, entry_status::ok)
+          << "byte " << i << " bit " << bit;
+    }
+  }
+}
+
+TEST(EntryFormat, TileIrTargetAndMalformedFlags) {
+  const object_code ir(code_type::tile_ir, std::vector<std::byte>(9, std::byte{0x5a}), "t.cu");
+  auto bytes = encode_entry(as_key("k"), ir);
+  EXPECT_EQ(bytes[12], std::byte{6});
+  EXPECT_EQ(bytes[13], std::byte{0});
+  auto decoded = decode_entry(bytes, as_key("k"));
+  ASSERT_EQ(decoded.status, entry_status::ok);
+  EXPECT_EQ(*decoded.code, ir);
+  EXPECT_FALSE(decoded.code->tile_ir());
+  // Bits other than the Tile IR flag, or the flag on Tile IR itself, are not entries cucore
+  // writes (the checksum would pass: it is recomputed here).
+  auto with_flags = [](std::vector<std::byte> b, std::byte flags) {
+    b[13] = flags;
+    return b;
+  };
+  for (const std::byte flags : {std::byte{2}, std::byte{0x80}}) {
+    EXPECT_EQ(
+        decode_entry(with_flags(encode_entry(as_key("k"), sample()), flags), std::nullopt).status,
+        entry_status::malformed);
+  }
+  // with_tile_ir refuses what it cannot mean.
+  EXPECT_THROW((void)ir.with_tile_ir(ir), invalid_argument);
+  EXPECT_THROW((void)sample().with_tile_ir(sample()), invalid_argument);
 }
 
 TEST(EntryFormat, EmptyPayloadAndNoSymbols) {
@@ -202,6 +267,10 @@ std::vector<golden_case> golden_cases() {
        object_code(code_type::ptx, ptx_bytes, "default_program")},
       {"v1_ltoir_empty_name.entry", "k",
        object_code(code_type::ltoir, std::vector<std::byte>(17, std::byte{0xab}), "")},
+      // Format version 1 with the Tile IR flag (older entries are unchanged by it).
+      {"v1_cubin_with_tile_ir.entry", binary_key, sample_with_tile_ir()},
+      {"v1_tile_ir.entry", "k",
+       object_code(code_type::tile_ir, std::vector<std::byte>(11, std::byte{0x5a}), "t.cu")},
   };
 }
 

@@ -122,6 +122,49 @@ TEST(NvrtcOptionTable, AnEmptyOutputNamesTheOptionThatCausedIt) {
   EXPECT_EQ(detail::empty_output_cause(lto, "ltoir"), "");
   const std::vector<std::string> plain = {"-arch=sm_90"};
   EXPECT_EQ(detail::empty_output_cause(plain, "cubin"), "");
+  // The tile_ir target: which option kept NVRTC from making Tile IR.
+  EXPECT_TRUE(contains(detail::empty_output_cause(plain, "tile_ir"), "Tile code is not enabled"));
+  const std::vector<std::string> simt = {"-arch=sm_90", "--enable-tile", "--simt-only"};
+  EXPECT_TRUE(contains(detail::empty_output_cause(simt, "tile_ir"),
+                       "\"--simt-only\" generated no Tile code"));
+}
+
+// Which option lists make NVRTC generate Tile code (whose output, the Tile IR, compile() then
+// fetches and the key marks): -enable-tile or -tile-only in any spelling, unless -simt-only.
+TEST(NvrtcOptionTable, TileCodeIsEnabledOrTileOnlyWithoutSimtOnly) {
+  using list = std::vector<std::string>;
+  EXPECT_TRUE(detail::compiles_tile_code(list{"-arch=sm_100", "--enable-tile"}));
+  EXPECT_TRUE(detail::compiles_tile_code(list{"-enable-tile"}));
+  EXPECT_TRUE(detail::compiles_tile_code(list{"-tile-only"}));
+  EXPECT_TRUE(detail::compiles_tile_code(list{"--tile-only", "-default-tile"}));
+  EXPECT_FALSE(detail::compiles_tile_code(list{"--enable-tile", "--simt-only"}));
+  EXPECT_FALSE(detail::compiles_tile_code(list{"-default-tile"}));
+  EXPECT_FALSE(detail::compiles_tile_code(list{"-arch=sm_100"}));
+  EXPECT_FALSE(detail::compiles_tile_code(list{"-DENABLE_TILE", "--enable-tiles"}));
+}
+
+// NVRTC 13.1+'s options: in the table (keyed, not bypassed), each covered by its field.
+TEST(NvrtcOptionTable, Nvrtc13OptionsAreKnownAndCoveredByTheirFields) {
+  for (const auto& [element, field] : std::vector<std::pair<std::string, std::string>>{
+           {"--warning-as-error=all-warnings", "warning_as_error"},
+           {"-Werror=reorder", "warning_as_error"},
+           {"--Wreorder", "wreorder"},
+           {"-enable-tile", "enable_tile"},
+           {"-tile-only", "tile_only"},
+           {"-simt-only", "simt_only"},
+           {"-default-tile", "default_tile"},
+           {"-diagnose-implicit-tile-var", "diagnose_implicit_tile_var"}}) {
+    const auto* option = detail::find_nvrtc_option(element);
+    ASSERT_NE(option, nullptr) << element;
+    EXPECT_EQ(option->field, field) << element;
+    EXPECT_EQ(detail::nvrtc_options_uncacheable(std::vector<std::string>{element}), "") << element;
+  }
+  for (const std::string element : {"-Wconversion", "-fmax-errors=3"}) {
+    const auto* option = detail::find_nvrtc_option(element);
+    ASSERT_NE(option, nullptr) << element;
+    EXPECT_EQ(option->use, detail::nvrtc_option_use::keyed) << element;
+    EXPECT_EQ(option->field, "") << element;
+  }
 }
 
 }  // namespace

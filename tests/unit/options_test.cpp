@@ -93,6 +93,13 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
   o.pch_messages = false;
   o.instantiate_templates_in_pch = true;
   o.numba_debug = true;
+  o.warning_as_error = {"reorder", "conversion"};
+  o.wreorder = true;
+  o.enable_tile = true;
+  o.tile_only = true;
+  o.simt_only = true;
+  o.default_tile = true;
+  o.diagnose_implicit_tile_var = true;
   o.extra_nvrtc_options = {"-jtd=50", "--device-stack-protector=true"};
   std::vector<std::string> expected = {
       "-arch=sm_90",
@@ -148,6 +155,13 @@ TEST(ProgramOptions, EveryNvrtcFieldInTheReferenceOrder) {
       "--pch-messages=false",
       "--instantiate-templates-in-pch=true",
       "--numba-debug",
+      "--warning-as-error=reorder,conversion",
+      "--Wreorder",
+      "--enable-tile",
+      "--tile-only",
+      "--simt-only",
+      "-default-tile",  // NVRTC 13.5 takes only one dash here
+      "--diagnose-implicit-tile-var",
       "-jtd=50",
       "--device-stack-protector=true",
   };
@@ -266,6 +280,8 @@ TEST(ProgramOptions, MalformedValuesAreRefusedByName) {
   refused([](auto& o) { o.include_path = {""}; }, "include_path");
   refused([](auto& o) { o.extra_sources = {{"m", "x"}}; }, "extra_sources");
   refused([](auto& o) { o.use_libdevice = true; }, "use_libdevice");
+  refused([](auto& o) { o.warning_as_error = {""}; }, "warning_as_error");
+  refused([](auto& o) { o.warning_as_error = {"reorder,conversion"}; }, "its own element");
 }
 
 // extra_nvrtc_options: verbatim and last; every spelling of an option a field covers is refused,
@@ -326,6 +342,16 @@ TEST(ProgramOptions, ExtraNvrtcOptionsThatAFieldCoversAreRefusedNamingTheField) 
        "--fdevice-time-trace"},
       {"-no-cache", "program_options::no_cache", "--no-compiler-cache"},
       {"-split-compile=2", "program_options::split_compile", "--split-compile"},
+      {"-enable-tile", "program_options::enable_tile", "--enable-tile"},
+      {"--tile-only", "program_options::tile_only", "--tile-only"},
+      {"-simt-only", "program_options::simt_only", "--simt-only"},
+      {"-default-tile", "program_options::default_tile", "--default-tile"},
+      {"--diagnose-implicit-tile-var", "program_options::diagnose_implicit_tile_var",
+       "--diagnose-implicit-tile-var"},
+      {"-Werror=reorder", "program_options::warning_as_error", "--warning-as-error"},
+      {"--warning-as-error=all-warnings", "program_options::warning_as_error",
+       "--warning-as-error"},
+      {"-Wreorder", "program_options::wreorder", "--Wreorder"},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.option);
@@ -513,13 +539,15 @@ TEST(Targets, MatrixIsEnforced) {
     bool ok;
   };
   const row rows[] = {
-      {source_type::cxx, code_type::ptx, true},     {source_type::cxx, code_type::cubin, true},
-      {source_type::cxx, code_type::ltoir, true},   {source_type::cxx, code_type::fatbin, false},
-      {source_type::cxx, code_type::object, false}, {source_type::cxx, code_type::library, false},
-      {source_type::ptx, code_type::cubin, true},   {source_type::ptx, code_type::ptx, false},
-      {source_type::ptx, code_type::ltoir, false},  {source_type::ptx, code_type::fatbin, false},
-      {source_type::nvvm, code_type::ptx, true},    {source_type::nvvm, code_type::ltoir, true},
-      {source_type::nvvm, code_type::cubin, false}, {source_type::nvvm, code_type::fatbin, false},
+      {source_type::cxx, code_type::ptx, true},       {source_type::cxx, code_type::cubin, true},
+      {source_type::cxx, code_type::ltoir, true},     {source_type::cxx, code_type::fatbin, false},
+      {source_type::cxx, code_type::object, false},   {source_type::cxx, code_type::library, false},
+      {source_type::cxx, code_type::tile_ir, true},   {source_type::ptx, code_type::tile_ir, false},
+      {source_type::nvvm, code_type::tile_ir, false}, {source_type::ptx, code_type::cubin, true},
+      {source_type::ptx, code_type::ptx, false},      {source_type::ptx, code_type::ltoir, false},
+      {source_type::ptx, code_type::fatbin, false},   {source_type::nvvm, code_type::ptx, true},
+      {source_type::nvvm, code_type::ltoir, true},    {source_type::nvvm, code_type::cubin, false},
+      {source_type::nvvm, code_type::fatbin, false},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(std::string(to_string(r.source)) + " -> " + std::string(to_string(r.target)));
@@ -550,6 +578,10 @@ TEST(Names, ParseAndPrint) {
   EXPECT_EQ(parse_code_type("CUBIN"), code_type::cubin);
   EXPECT_EQ(parse_code_type("Ptx"), code_type::ptx);
   EXPECT_EQ(parse_code_type("LtoIR"), code_type::ltoir);
+  // Tile IR: "tile_ir" as cucore prints it, "tile-ir" as the command line writes it.
+  EXPECT_EQ(to_string(code_type::tile_ir), "tile_ir");
+  EXPECT_EQ(parse_code_type("tile_ir"), code_type::tile_ir);
+  EXPECT_EQ(parse_code_type("Tile-IR"), code_type::tile_ir);
 }
 
 // ---- an arch the compiler does not know -----------------------------------------------------

@@ -36,6 +36,8 @@ namespace fs = std::filesystem;
 constexpr auto options = join_options(
     std::to_array<option_spec>({
         {"-o", "--output", "OUT", "output file (default: FILE's stem + \".\" + target, here)"},
+        {"--tile-ir-output", "", "OUT",
+         "also write the Tile IR compiled with the target (c++ with --enable-tile)"},
     }),
     compilation_options,
     std::to_array<option_spec>({
@@ -248,6 +250,7 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
       {"ok", true},
       {"output", output},
       {"bytes", result.size()},
+      {"tile_ir_bytes", result.tile_ir() ? json(result.tile_ir()->size()) : json(nullptr)},
       {"source_type", to_string(in.source)},
       {"code_type", to_string(result.type())},
       {"backend", backend},
@@ -278,6 +281,11 @@ int compile_and_report(const arguments& args) {
   if (std::error_code ec; fs::equivalent(in.file, output, ec)) {
     throw usage_error("the output \"" + output + "\" is FILE itself: name another with -o");
   }
+  if (args.has("--tile-ir-output") && in.target == code_type::tile_ir) {
+    throw usage_error(
+        "--tile-ir-output is for the ptx, cubin and ltoir targets: with --target tile-ir the "
+        "output (-o) is the Tile IR");
+  }
 
   program prog(in.code, in.source, in.options);
   const auto start = std::chrono::steady_clock::now();
@@ -294,6 +302,16 @@ int compile_and_report(const arguments& args) {
   const std::chrono::duration<double, std::milli> elapsed =
       std::chrono::steady_clock::now() - start;
   c.code.write(output);
+  if (const auto tile_output = args.last("--tile-ir-output")) {
+    const std::optional<object_code> tile_ir = c.code.tile_ir();
+    if (!tile_ir) {
+      throw error("--tile-ir-output: the compile made no Tile IR alongside the " +
+                  std::string(to_string(in.target)) +
+                  ": the program needs Tile code (__tile_global__) and --enable-tile (or --target "
+                  "tile-ir with --tile-only)");
+    }
+    tile_ir->write(*tile_output);
+  }
   const std::string backend = backend_name(prog, c.cache, in.source);
 
   if (args.has("--json")) {

@@ -156,11 +156,18 @@ program_options options_from(const arguments& args, const std::string& file) {
   flag("--no-compiler-cache", o.no_cache);
   flag("--fdevice-syntax-only", o.fdevice_syntax_only);
   flag("--numba-debug", o.numba_debug);
+  flag("--enable-tile", o.enable_tile);
+  flag("--tile-only", o.tile_only);
+  flag("--simt-only", o.simt_only);
+  flag("--default-tile", o.default_tile);
+  flag("--diagnose-implicit-tile-var", o.diagnose_implicit_tile_var);
   // Diagnostics.
   flag("--disable-warnings", o.disable_warnings);
   numbers("--diag-error", o.diag_error);
   numbers("--diag-suppress", o.diag_suppress);
   numbers("--diag-warn", o.diag_warn);
+  o.warning_as_error = args.all("--warning-as-error");
+  flag("--Wreorder", o.wreorder);
   flag("--no-display-error-number", o.no_display_error_number);
   boolean("--brief-diagnostics", o.brief_diagnostics);
   o.optimization_info = args.last("--optimization-info");
