@@ -29,6 +29,7 @@
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/program.hpp"
+#include "cucore/toolkit.hpp"
 #include "scratch_directory.hpp"
 
 namespace {
@@ -360,7 +361,9 @@ cucore::program_options small_options() {
 cucore::program_options cccl_options() {
   cucore::program_options o = small_options();
   o.std = "c++17";
-  o.include_path = {"/usr/local/cuda/include/cccl", "/usr/local/cuda/include"};
+  // The toolkit's own (/usr/local/cuda/include/cccl and include/ on a default machine), so that a
+  // run against another root (CUCORE_CUDA_HOME: the NVRTC version matrix) takes its headers.
+  o.include_path = cucore::toolkit::include_directories();
   return o;
 }
 

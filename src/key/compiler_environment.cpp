@@ -40,11 +40,24 @@ constexpr std::array kTable{
                          "libNVVM's NV_NVVM_VERSION (read by libNVVM 13.0, found by the oracle)"},
     environment_variable{"NVJITLINK_TRACE_MESSAGES", keyed,
                          "not measured (read by nvJitLink 13.0, found by the oracle)"},
+    environment_variable{"FINALIZER_USE_LEGACY_ELF_BUILDER", keyed,
+                         "measured: changes the cubin (read by NVRTC 13.5, found by the version "
+                         "matrix's context oracle)"},
     environment_variable{"DUMP_KNOBS_TO_FILE", bypass, "writes the compiler's knobs to a file"},
+    environment_variable{"FINALIZER_CUBIE", bypass,
+                         "measured: NVRTC 13.5 writes the cubin to a file it names"},
     environment_variable{"AS_SECURE_LOG_FILE", bypass, "names a log file the compiler writes"},
     environment_variable{"PWD", harmless,
                          "measured: NVRTC writes getcwd(), never $PWD (the working directory "
                          "is keyed where it is embedded)"},
+    // Read by NVRTC 13.5 (the version matrix's context oracle); measured: PTX, cubin, -G cubin
+    // and LTO-IR unchanged. Keying MAKEFLAGS would also cost every compile under make a miss:
+    // make 4.4's jobserver names a per-run fifo there.
+    environment_variable{"MAKEFLAGS", harmless, "measured: outputs unchanged (NVRTC 13.5)"},
+    environment_variable{"OPENSSL_ia32cap", harmless,
+                         "measured: outputs unchanged (NVRTC 13.5; OpenSSL's CPU feature mask)"},
+    environment_variable{"LLVM_IGNORED_ENV_VAR", harmless,
+                         "measured: outputs unchanged (NVRTC 13.5)"},
 };
 
 }  // namespace

@@ -209,14 +209,25 @@ const Api& require(const library_table<Api>& table, std::string_view feature) {
 }  // namespace
 
 const library_spec& library_spec_of(toolkit::library lib) {
-  static const library_spec nvrtc{
-      "NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12"}, {"lib64", "lib", kTargetLibDir}};
-  static const library_spec nvjitlink{
-      "nvJitLink", {"libnvJitLink.so.13", "libnvJitLink.so.12"}, {"lib64", "lib", kTargetLibDir}};
+  static const library_spec nvrtc{"NVRTC",
+                                  {"libnvrtc.so.13", "libnvrtc.so.12"},
+                                  {"lib64", "lib", kTargetLibDir},
+                                  true,
+                                  {"cuda_nvrtc/lib/libnvrtc.so.12"}};
+  static const library_spec nvjitlink{"nvJitLink",
+                                      {"libnvJitLink.so.13", "libnvJitLink.so.12"},
+                                      {"lib64", "lib", kTargetLibDir},
+                                      true,
+                                      {"nvjitlink/lib/libnvJitLink.so.12"}};
+  // CUDA 12's nvidia-cuda-nvcc-cu12 ships libnvvm.so alone (no .so.4 name).
   static const library_spec nvvm{
-      "libNVVM", {"libnvvm.so.4"}, {"nvvm/lib64", "lib64", "lib", kTargetLibDir}};
+      "libNVVM",
+      {"libnvvm.so.4"},
+      {"nvvm/lib64", "lib64", "lib", kTargetLibDir},
+      true,
+      {"cuda_nvcc/nvvm/lib64/libnvvm.so.4", "cuda_nvcc/nvvm/lib64/libnvvm.so"}};
   // Only the loader path: the toolkit's lib64/stubs/libcuda.so must never be picked up.
-  static const library_spec driver{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false};
+  static const library_spec driver{"CUDA driver", {"libcuda.so.1"}, {}, /*search_roots=*/false, {}};
   switch (lib) {
     case toolkit::library::nvrtc:
       return nvrtc;

@@ -195,12 +195,12 @@ void add_wheel_directory(std::string site_packages) {
 
 std::vector<cuda_root> cuda_roots() {
   std::vector<cuda_root> roots;
-  auto add = [&](std::string path, std::string source) {
+  auto add = [&](std::string path, std::string source, bool cu12_wheels = false) {
     if (path.empty()) return;
     for (const auto& existing : roots) {
       if (existing.path == path) return;
     }
-    roots.push_back({std::move(path), std::move(source)});
+    roots.push_back({std::move(path), std::move(source), cu12_wheels});
   };
   for (const auto& source : read_search_order().sources) {
     if (source == "CUCORE_CUDA_HOME" || source == "CUDA_HOME" || source == "CUDA_PATH") {
@@ -211,12 +211,40 @@ std::vector<cuda_root> cuda_roots() {
       // CUDA 13 wheels (nvidia-cuda-nvrtc, nvidia-nvjitlink, nvidia-nvvm, nvidia-cuda-runtime,
       // nvidia-cuda-cccl, ...) all install into nvidia/cu13, laid out like a toolkit: lib/,
       // include/, include/cccl/, nvvm/libdevice/.
-      for (const auto& site : wheel_site_packages()) {
-        add(site + "/nvidia/cu13", "pip wheel in " + site);
-      }
+      const std::vector<std::string> sites = wheel_site_packages();
+      for (const auto& site : sites) add(site + "/nvidia/cu13", "pip wheel in " + site);
+      // Then CUDA 12's wheels (nvidia-cuda-nvrtc-cu12, nvidia-nvjitlink-cu12,
+      // nvidia-cuda-nvcc-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-cccl-cu12): one directory per
+      // package under nvidia/. After every cu13 directory, so that they never displace a CUDA 13
+      // wheel that was found before them.
+      for (const auto& site : sites) add(site + "/nvidia", "pip wheel in " + site, true);
     }
   }
   return roots;
+}
+
+std::vector<root_candidate> candidates_in(const cuda_root& root, const library_spec& spec) {
+  std::vector<root_candidate> out;
+  if (root.cu12_wheels) {
+    for (auto file : spec.cu12_wheel_files) {
+      out.push_back({root.path + "/" + std::string(file),
+                     {root.path + "/cuda_cccl/include", root.path + "/cuda_runtime/include",
+                      root.path + "/cuda_nvcc/include"}});
+    }
+    return out;
+  }
+  for (auto subdir : spec.subdirs) {
+    // targets/<arch>-linux/lib keeps its headers in targets/<arch>-linux/include.
+    std::string base = root.path;
+    if (subdir.starts_with("targets/") && subdir.ends_with("/lib")) {
+      base = root.path + "/" + std::string(subdir.substr(0, subdir.size() - 4));
+    }
+    for (auto soname : spec.sonames) {
+      out.push_back({root.path + "/" + std::string(subdir) + "/" + std::string(soname),
+                     {base + "/include/cccl", base + "/include"}});
+    }
+  }
+  return out;
 }
 
 bool search_loader_path() {
@@ -255,16 +283,13 @@ std::vector<std::string> files_in_roots(const library_spec& spec) {
   std::vector<std::string> files;
   if (!spec.search_roots || !search_error().empty()) return files;
   for (const auto& root : cuda_roots()) {
-    for (auto subdir : spec.subdirs) {
-      for (auto soname : spec.sonames) {
-        std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
-        if (!is_regular_file(candidate)) continue;
-        std::error_code ec;
-        auto canonical = std::filesystem::canonical(candidate, ec);
-        std::string file = ec ? candidate : canonical.string();
-        if (std::find(files.begin(), files.end(), file) == files.end()) {
-          files.push_back(std::move(file));
-        }
+    for (const auto& [candidate, includes] : candidates_in(root, spec)) {
+      if (!is_regular_file(candidate)) continue;
+      std::error_code ec;
+      auto canonical = std::filesystem::canonical(candidate, ec);
+      std::string file = ec ? candidate : canonical.string();
+      if (std::find(files.begin(), files.end(), file) == files.end()) {
+        files.push_back(std::move(file));
       }
     }
   }
@@ -290,16 +315,13 @@ located_library locate(const library_spec& spec) {
       return result;
     }
     for (const auto& root : cuda_roots()) {
-      for (auto subdir : spec.subdirs) {
-        for (auto soname : spec.sonames) {
-          std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
-          result.searched.push_back(candidate);
-          if (!is_regular_file(candidate)) continue;
-          if (auto lib = shared_library::open(candidate, last_error)) {
-            result.library = std::move(lib);
-            result.source = root.source;
-            return result;
-          }
+      for (const auto& [candidate, includes] : candidates_in(root, spec)) {
+        result.searched.push_back(candidate);
+        if (!is_regular_file(candidate)) continue;
+        if (auto lib = shared_library::open(candidate, last_error)) {
+          result.library = std::move(lib);
+          result.source = root.source;
+          return result;
         }
       }
     }
@@ -331,14 +353,11 @@ std::optional<std::string> find_in_roots(const library_spec& spec) {
   }
   if (!spec.search_roots || !search_error().empty()) return std::nullopt;
   for (const auto& root : cuda_roots()) {
-    for (auto subdir : spec.subdirs) {
-      for (auto soname : spec.sonames) {
-        std::string candidate = root.path + "/" + std::string(subdir) + "/" + std::string(soname);
-        if (!is_regular_file(candidate)) continue;
-        std::error_code ec;
-        auto canonical = std::filesystem::canonical(candidate, ec);
-        return ec ? candidate : canonical.string();
-      }
+    for (const auto& [candidate, includes] : candidates_in(root, spec)) {
+      if (!is_regular_file(candidate)) continue;
+      std::error_code ec;
+      auto canonical = std::filesystem::canonical(candidate, ec);
+      return ec ? candidate : canonical.string();
     }
   }
   return std::nullopt;

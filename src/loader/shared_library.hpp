@@ -59,6 +59,9 @@ struct library_spec {
   std::vector<std::string_view> sonames;
   std::vector<std::string_view> subdirs;
   bool search_roots = true;  // false for the driver: only the loader path
+  // Where CUDA 12's pip wheels keep it, relative to <site-packages>/nvidia (one directory per
+  // package: cuda_nvrtc/lib/libnvrtc.so.12, ...); empty where they have none.
+  std::vector<std::string_view> cu12_wheel_files;
 };
 
 struct located_library {
@@ -70,17 +73,31 @@ struct located_library {
 
 // One place a CUDA toolkit may be: a directory laid out like a toolkit (lib64/ or lib/, include/,
 // nvvm/), and where it came from, as `cucore info` prints it.
+// Or CUDA 12's per-package pip wheels: path is <site-packages>/nvidia, each library and header
+// set in its package's directory (cu12_wheels).
 struct cuda_root {
   std::string path;
   std::string source;  // "CUCORE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH", "/usr/local/cuda",
                        // "pip wheel in <site-packages>"
+  bool cu12_wheels = false;
 };
 
 // The CUDA roots, in search order. By default: $CUCORE_CUDA_HOME, $CUDA_HOME, $CUDA_PATH,
-// /usr/local/cuda, then the pip wheels' nvidia/cu13 in each site-packages directory of
-// wheel_site_packages(). CUCORE_CUDA_SEARCH chooses and orders the sources; with
-// CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME.
+// /usr/local/cuda, then the pip wheels: nvidia/cu13 in each site-packages directory of
+// wheel_site_packages(), then CUDA 12's nvidia/ in each. CUCORE_CUDA_SEARCH chooses and orders
+// the sources; with CUCORE_CUDA_HOME_ONLY=1 only $CUCORE_CUDA_HOME. In every root the first
+// library file that exists wins, whatever its major version (a CUDA 12 toolkit is found as a 13
+// one is).
 std::vector<cuda_root> cuda_roots();
+
+// One file `spec`'s library may be under a root, in the search's order, and the include
+// directories (include/cccl, then include/, for a toolkit) that go with it: NVRTC's headers come
+// from the root it was found in. Nothing is checked on disk.
+struct root_candidate {
+  std::string file;
+  std::vector<std::string> include_dirs;
+};
+std::vector<root_candidate> candidates_in(const cuda_root& root, const library_spec& spec);
 // Whether the dynamic loader's own path is searched after the roots (not with
 // CUCORE_CUDA_HOME_ONLY, nor when CUCORE_CUDA_SEARCH leaves out "loader").
 bool search_loader_path();

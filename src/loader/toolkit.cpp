@@ -56,33 +56,27 @@ include_search find_include_directories() {
   const auto& spec = detail::library_spec_of(library::nvrtc);
   if (!detail::search_error().empty()) return {};
   for (const auto& root : detail::cuda_roots()) {
-    for (auto subdir : spec.subdirs) {
-      for (auto soname : spec.sonames) {
-        const std::string lib_dir = root.path + "/" + std::string(subdir);
-        if (!is_file(lib_dir + "/" + std::string(soname))) continue;
-        // targets/<arch>-linux/lib keeps its headers in targets/<arch>-linux/include.
-        std::string base = root.path;
-        if (subdir.starts_with("targets/") && subdir.ends_with("/lib")) {
-          base = root.path + "/" + std::string(subdir.substr(0, subdir.size() - 4));
-        }
-        include_search found;
-        found.source = root.source;
-        for (const char* leaf : {"/include/cccl", "/include"}) {
-          if (is_directory(base + leaf)) found.dirs.push_back(base + leaf);
-        }
-        // No CCCL in this toolkit (NVRTC's wheel alone): NVRTC's own bundled headers, which are
-        // the toolkit's and CCCL's of its release, stand in for the whole include tree.
-        if (!is_directory(base + "/include/cccl") &&
-            detail::may_have_bundled_headers(lib_dir + "/" + std::string(soname))) {
-          try {
-            found.dirs = bundled_include_directories();
-            found.source = "NVRTC's bundled headers (no include/cccl under " + root.source + ")";
-          } catch (const std::exception& e) {
-            found.bundled_error = e.what();
-          }
-        }
-        return found;
+    for (const auto& candidate : detail::candidates_in(root, spec)) {
+      if (!is_file(candidate.file)) continue;
+      include_search found;
+      found.source = root.source;
+      bool has_cccl = false;
+      for (const auto& dir : candidate.include_dirs) {
+        if (!is_directory(dir)) continue;
+        found.dirs.push_back(dir);
+        has_cccl = has_cccl || is_file(dir + "/cub/version.cuh");
       }
+      // No CCCL in this toolkit (NVRTC's wheel alone): NVRTC's own bundled headers, which are
+      // the toolkit's and CCCL's of its release, stand in for the whole include tree.
+      if (!has_cccl && detail::may_have_bundled_headers(candidate.file)) {
+        try {
+          found.dirs = bundled_include_directories();
+          found.source = "NVRTC's bundled headers (no CCCL under " + root.source + ")";
+        } catch (const std::exception& e) {
+          found.bundled_error = e.what();
+        }
+      }
+      return found;
     }
   }
   return {};

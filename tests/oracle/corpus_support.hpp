@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -63,6 +64,21 @@ inline std::vector<corpus_kernel> corpus_kernels() {
   const auto spec = nlohmann::json::parse(in);
   for (const auto& k : spec.at("kernels")) out.push_back({k.at("name").get<std::string>(), k});
   return out;
+}
+
+// Why corpus.json says the kernel's library does not compile with NVRTC `version` ("13.5"), or
+// nothing.
+inline std::optional<std::string> unsupported_with(const nlohmann::json& kernel,
+                                                   const std::string& version) {
+  std::ifstream in(spec_dir() / "corpus.json");
+  if (!in) return std::nullopt;
+  const auto spec = nlohmann::json::parse(in);
+  for (const auto& u : spec.value("unsupported", nlohmann::json::array())) {
+    if (u.at("library") == kernel.value("library", "") && u.at("nvrtc") == version) {
+      return u.at("why").get<std::string>();
+    }
+  }
+  return std::nullopt;
 }
 
 inline oracle_case case_of(const nlohmann::json& k, const std::filesystem::path& cwd) {

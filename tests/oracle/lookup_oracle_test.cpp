@@ -111,7 +111,14 @@ TEST(LookupOracle, IncludeNextContinuesFromWhereThisRouteFoundTheIncluder) {
       case_in(t.path(), "#include \"x.h\"\n#include <x.h>\n#include <nx>\n" + kStoresFoo);
   c.include_path = {(t.path() / "A").string(), (t.path() / "B").string(),
                     (t.path() / "A").string()};  // not de-duplicated: A again after B
-  expect_tracked(c, t.path());
+  // Where NVRTC refuses __has_include_next in #if (13.5), nx fails to compile after the lookups
+  // before it, which are checked all the same; the rest of the case is checked without nx.
+  const bool has_next = nvrtc_has_include_next();
+  expect_tracked(c, t.path(), /*compiles=*/has_next);
+  if (!has_next) {
+    c.code = "#include \"x.h\"\n#include <x.h>\n" + kStoresFoo;
+    expect_tracked(c, t.path());
+  }
 }
 
 TEST(LookupOracle, HasIncludeSeesStdhAndMacroNamedHeaders) {

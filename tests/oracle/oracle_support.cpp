@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,10 +17,19 @@
 
 #include "cucore/cache/key.hpp"
 #include "cucore/toolkit.hpp"
+#include "nvrtc_versions.hpp"  // CUCORE_TEST_NVRTC: the version matrix
 
 namespace cucore::oracle {
 
 namespace fs = std::filesystem;
+
+namespace {
+std::string first_line(const std::string& text) {
+  const auto start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return {};
+  return text.substr(start, text.find('\n', start) - start);
+}
+}  // namespace
 
 std::string normalized(const std::string& path, const fs::path& cwd) {
   std::string p = !path.empty() && path.front() == '/' ? path : cwd.string() + "/" + path;
@@ -264,6 +274,36 @@ class scoped_chdir {
 };
 
 }  // namespace
+
+bool nvrtc_has_include_next() {
+  static const bool supported = [] {
+    std::string dir_template = (fs::temp_directory_path() / "cucore-probe-XXXXXX").string();
+    if (::mkdtemp(dir_template.data()) == nullptr) {
+      throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
+    }
+    const fs::path dir = dir_template;
+    oracle_case c;
+    c.code =
+        "#if __has_include_next(<cucore_probe_absent.h>)\n#endif\n"
+        "extern \"C\" __global__ void k(int* o) { *o = 1; }\n";
+    c.cwd = dir;
+    c.name = (dir / "probe.cu").string();
+    c.target = "ptx";
+    c.toolkit_include_path = false;
+    const file_accesses seen = trace_compile(c, dir / "scratch");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (seen.exit_status != 0 && seen.exit_status != 1) {
+      throw std::runtime_error("the __has_include_next probe did not run: " + seen.errors);
+    }
+    const bool yes = seen.exit_status == 0;
+    std::printf("[ nvrtc    ] NVRTC %s: __has_include_next %s\n",
+                toolkit::nvrtc_version().to_string().c_str(),
+                yes ? "supported" : ("refused in #if (" + first_line(seen.errors) + ")").c_str());
+    return yes;
+  }();
+  return supported;
+}
 
 tracked_paths tracked_by_key(const oracle_case& c) {
   const scoped_chdir in_case(c.cwd);

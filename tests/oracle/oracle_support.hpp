@@ -60,6 +60,13 @@ struct oracle_report {
 oracle_report compare(const oracle_case& c, const file_accesses& seen, const tracked_paths& tracked,
                       std::vector<std::string> roots = {});
 
+// Whether the NVRTC under test (the one oracle_compile loads: the process's search, so
+// CUCORE_TEST_NVRTC's root in a matrix run) accepts __has_include_next in #if: measured once per
+// process by a traced compile of a probe (NVRTC 12.9 and 13.0 do; 13.5 dropped it: "function call
+// is not allowed in a constant expression"). The cases that use it follow what this says, so the
+// expectations of each version are derived from that version, not written per version.
+bool nvrtc_has_include_next();
+
 // Absolute, with "//" and "/./" collapsed, against `cwd` for a relative path.
 std::string normalized(const std::string& path, const std::filesystem::path& cwd);
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 #include <stdexcept>
@@ -2648,6 +2649,125 @@ TEST_F(Info, FindsTheWheelsInCucoreCudaWheelsAndInTheVirtualEnvironment) {
                           compile_env);
     EXPECT_EQ(r.status, 0) << describe(r);
   }
+}
+
+// A CUDA 12 root is selected as a 13 one is: the first root that has the library wins, whatever
+// its major version, with no CUCORE_CUDA_HOME_ONLY (the 12.9 root of the version matrix,
+// scripts/fetch-cuda-versions.sh). Its headers come with it, and it compiles.
+TEST_F(Info, ACuda12RootIsSelectedAsA13OneIs) {
+  const fs::path root = cucore::testing::cuda_version_root("12.9");
+  for (const char* variable : {"CUCORE_CUDA_HOME", "CUDA_HOME"}) {
+    SCOPED_TRACE(variable);
+    // The default search order (the wheels-only CI stage sets CUCORE_CUDA_SEARCH=wheels).
+    environment env = {
+        {variable, root.string()}, {"CUCORE_CUDA_HOME_ONLY", ""}, {"CUCORE_CUDA_SEARCH", ""}};
+    if (std::string(variable) != "CUCORE_CUDA_HOME") env.emplace_back("CUCORE_CUDA_HOME", "");
+    const json j = json_of({"info", "--json"}, env);
+    for (const char* library : {"nvrtc", "nvjitlink", "nvvm"}) {
+      EXPECT_TRUE(j[library]["found"].boolean) << library << ": " << j[library]["error"].string;
+      EXPECT_EQ(j[library]["source"].string, variable) << library;
+    }
+    EXPECT_EQ(j["nvrtc"]["version"].string, "12.9");
+    EXPECT_EQ(j["nvjitlink"]["version"].string, "12.9");
+    EXPECT_EQ(j["include_source"].string, variable);
+    ASSERT_EQ(j["include_directories"].items.size(), 2u);
+    EXPECT_EQ(j["include_directories"].items[0].string, (root / "include/cccl").string());
+    temp_dir work;
+    std::ofstream(work.path() / "k.cu") << "#include <cuda/std/cstdint>\n"
+                                           "extern \"C\" __global__ void k(cuda::std::uint32_t* x) "
+                                           "{ *x = 1; }\n";
+    environment compile_env = env;
+    compile_env.emplace_back("CUCORE_CACHE_DIR", (work.path() / "cache").string());
+    const auto r = cucore({"key", "--explain", (work.path() / "k.cu").string(), "--arch", "sm_80"},
+                          compile_env);
+    ASSERT_EQ(r.status, 0) << describe(r);
+    EXPECT_TRUE(contains(r.out, "\n  nvrtc          12.9;")) << r.out;
+    const auto c = cucore({"compile", (work.path() / "k.cu").string(), "--arch", "sm_80",
+                           "--target", "ptx", "-o", (work.path() / "k.ptx").string()},
+                          compile_env);
+    EXPECT_EQ(c.status, 0) << describe(c);
+  }
+}
+
+// CUDA 12's pip wheels, one directory per package under <site-packages>/nvidia (the 12.9 site of
+// the version matrix is such a directory): searched after every CUDA 13 wheel directory, each
+// library from its package, the headers from nvidia-cuda-cccl-cu12, -runtime-cu12, -nvcc-cu12.
+TEST_F(Info, FindsCuda12PerPackageWheelsAfterTheCuda13Wheels) {
+  const fs::path site = cucore::testing::cuda_versions_dir() / "12.9" / "site";
+  ASSERT_TRUE(fs::is_directory(site / "nvidia/cuda_nvrtc/lib"))
+      << site << ": run scripts/fetch-cuda-versions.sh";
+  const std::string source = "pip wheel in " + site.string();
+  const environment env = {{"CUCORE_CUDA_SEARCH", "wheels"},
+                           {"CUCORE_CUDA_WHEELS", site.string()},
+                           {"VIRTUAL_ENV", ""},
+                           {"CONDA_PREFIX", ""}};
+  // A build that took its headers from CUDA 13 wheels searches that site-packages last among the
+  // wheels' directories (CI's wheels-only stage): its cu13 comes before every CUDA 12 directory.
+  const json built_in = json_of({"info", "--json"}, {{"CUCORE_CUDA_SEARCH", "wheels"},
+                                                     {"CUCORE_CUDA_WHEELS", ""},
+                                                     {"VIRTUAL_ENV", ""},
+                                                     {"CONDA_PREFIX", ""}});
+  const json j = json_of({"info", "--json"}, env);
+  if (built_in["nvrtc"]["found"].boolean) {
+    EXPECT_EQ(j["nvrtc"]["path"].string, built_in["nvrtc"]["path"].string)
+        << "a CUDA 12 wheel displaced the build's CUDA 13 wheels";
+    GTEST_SKIP() << "this build searches its own CUDA 13 wheels ("
+                 << built_in["nvrtc"]["source"].string
+                 << "), which come before any CUDA 12 wheel: checked that they still win; the "
+                    "CUDA 12 layout is checked in a build from a toolkit (the default preset)";
+  }
+  const std::map<std::string, std::string> files = {
+      {"nvrtc", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"},
+      {"nvjitlink", "nvidia/nvjitlink/lib/libnvJitLink.so.12"},
+      {"nvvm", "nvidia/cuda_nvcc/nvvm/lib64/libnvvm.so"}};
+  for (const auto& [library, file] : files) {
+    EXPECT_TRUE(j[library]["found"].boolean) << library << ": " << j[library]["error"].string;
+    EXPECT_EQ(j[library]["source"].string, source) << library;
+    EXPECT_EQ(j[library]["path"].string, fs::canonical(site / file).string()) << library;
+  }
+  EXPECT_EQ(j["nvrtc"]["version"].string, "12.9");
+  EXPECT_EQ(j["include_source"].string, source);
+  std::vector<std::string> includes;
+  for (const auto& d : j["include_directories"].items) includes.push_back(d.string);
+  EXPECT_EQ(includes, (std::vector<std::string>{(site / "nvidia/cuda_cccl/include").string(),
+                                                (site / "nvidia/cuda_runtime/include").string(),
+                                                (site / "nvidia/cuda_nvcc/include").string()}));
+  EXPECT_EQ(j["libdevice"].string,
+            fs::canonical(site / "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc").string());
+  temp_dir work;
+  std::ofstream(work.path() / "k.cu") << "#include <cub/block/block_reduce.cuh>\n"
+                                         "extern \"C\" __global__ void k(int* x) {\n"
+                                         "  using R = cub::BlockReduce<int, 32>;\n"
+                                         "  __shared__ R::TempStorage s;\n"
+                                         "  *x = R(s).Sum(x[threadIdx.x]);\n}\n";
+  environment compile_env = env;
+  compile_env.emplace_back("CUCORE_CACHE_DIR", (work.path() / "cache").string());
+  const std::vector<std::string> args = {
+      "compile", (work.path() / "k.cu").string(),   "--arch", "sm_80", "--json",
+      "-o",      (work.path() / "k.cubin").string()};
+  const json miss = json_of(args, compile_env);
+  EXPECT_EQ(miss["cache"].string, "miss");
+  EXPECT_EQ(json_of(args, compile_env)["cache"].string, "hit");
+
+  // A CUDA 13 wheel directory wins even where the CUDA 12 one is listed first, and adding CUDA
+  // 12's wheels changes nothing for the default search of this machine.
+  const fs::path site13 = cucore::testing::cuda_versions_dir() / "13.5" / "site";
+  ASSERT_TRUE(fs::is_directory(site13 / "nvidia/cu13/lib"))
+      << site13 << ": run scripts/fetch-cuda-versions.sh";
+  const json both =
+      json_of({"info", "--json"}, {{"CUCORE_CUDA_SEARCH", "wheels"},
+                                   {"CUCORE_CUDA_WHEELS", site.string() + ":" + site13.string()}});
+  EXPECT_EQ(both["nvrtc"]["version"].string, "13.5");
+  EXPECT_EQ(both["nvrtc"]["source"].string, "pip wheel in " + site13.string());
+  const json plain = json_of({"info", "--json"});
+  const char* wheels = std::getenv("CUCORE_CUDA_WHEELS");
+  const json with12 =
+      json_of({"info", "--json"},
+              {{"CUCORE_CUDA_WHEELS", site.string() + ":" + (wheels != nullptr ? wheels : "")}});
+  for (const char* library : {"nvrtc", "nvjitlink", "nvvm"}) {
+    EXPECT_EQ(with12[library]["path"].string, plain[library]["path"].string) << library;
+  }
+  EXPECT_EQ(with12["include_source"].string, plain["include_source"].string);
 }
 
 TEST_F(Info, AnUnknownSearchSourceIsNamed) {

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -28,6 +29,33 @@ inline std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
+
+#ifdef CUCORE_SOURCE_DIR
+// The NVRTC version matrix's toolkit roots (scripts/fetch-cuda-versions.sh; docs/development.md,
+// "NVRTC versions"): VERSION's root is <source dir>/.cache/cuda-versions/VERSION/root, unless
+// CUCORE_CUDA_VERSIONS_DIR names another directory holding VERSION/root.
+// Where the versions' roots are: $CUCORE_CUDA_VERSIONS_DIR, else <source dir>/.cache/cuda-versions.
+inline std::filesystem::path cuda_versions_dir() {
+  if (const char* d = std::getenv("CUCORE_CUDA_VERSIONS_DIR"); d != nullptr && *d != '\0') {
+    return d;
+  }
+  return std::filesystem::path(CUCORE_SOURCE_DIR) / ".cache" / "cuda-versions";
+}
+
+// The toolkit root of `version` ("13.5", "12.9"); throws, naming the fetch script, when it is not
+// there.
+inline std::filesystem::path cuda_version_root(const std::string& version) {
+  const std::filesystem::path root = cuda_versions_dir() / version / "root";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) {
+    throw std::runtime_error("the CUDA " + version + " root is not at " + root.string() +
+                             ": run scripts/fetch-cuda-versions.sh (scripts/setup.sh all does), "
+                             "or point CUCORE_CUDA_VERSIONS_DIR at a directory holding " +
+                             version + "/root");
+  }
+  return root;
+}
+#endif
 
 #ifdef CUCORE_TEST_DATA_DIR
 inline std::string data_file(const std::string& name) {

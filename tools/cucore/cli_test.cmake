@@ -7,7 +7,8 @@ if(TARGET cucore_cli)
   target_compile_features(cli_test PRIVATE cxx_std_20)
   target_compile_definitions(cli_test PRIVATE CUCORE_VERSION="${PROJECT_VERSION}")
   cucore_path_macros(cli_test CUCORE_CLI_PATH $<TARGET_FILE:cucore_cli>
-                     CUCORE_TEST_DATA_DIR ${PROJECT_SOURCE_DIR}/tests/data)
+                     CUCORE_TEST_DATA_DIR ${PROJECT_SOURCE_DIR}/tests/data
+                     CUCORE_SOURCE_DIR ${PROJECT_SOURCE_DIR})
   # The test runs the tool, so building the test must build the tool.
   add_dependencies(cli_test cucore_cli)
   # Test names start with "cli." so `ctest -R cli` selects them.
