@@ -49,14 +49,15 @@ def main() -> int:
 
 
 def real_nvrtc_files() -> list[str]:
-    """The libnvrtc.so.13 files mapped into this process, but for cucore's drop-in."""
+    """The libnvrtc.so.13 and .so.12 files mapped into this process, but for cucore's drop-ins."""
     files = set()
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(None, 5)
             path = fields[5].strip() if len(fields) == 6 else ""
             in_dropin_dir = os.path.basename(os.path.dirname(path)) == "cucore-run"
-            if os.path.basename(path).startswith("libnvrtc.so.13") and not in_dropin_dir:
+            name = os.path.basename(path)
+            if name.startswith(("libnvrtc.so.13", "libnvrtc.so.12")) and not in_dropin_dir:
                 files.add(path)
     return sorted(files)
 
