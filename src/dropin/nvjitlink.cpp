@@ -108,6 +108,10 @@ struct output {
 struct recorded_link {
   nvJitLinkResult complete = NVJITLINK_SUCCESS;
   output outputs[4];
+  // The linked LTO-IR getters' answers (nvJitLink 13.3+, which has nvJitLinkGetLinkedLTOIR; the
+  // LTO-IR exists under -lto). Absent in a record an older drop-in wrote: a hit of such a record
+  // completes the real link when the linked LTO-IR is asked for (link_state::real_completed).
+  std::optional<output> ltoir;
 };
 
 constexpr std::string_view kEntryMagic = "cucore-dropin-nvjitlink-entry-1";
@@ -136,6 +140,11 @@ recorded_link record(const real_nvjitlink& r, nvJitLinkHandle handle) {
   out.outputs[1] = record_output(handle, api.nvJitLinkGetLinkedPtxSize, api.nvJitLinkGetLinkedPtx);
   out.outputs[2] = record_output(handle, api.nvJitLinkGetErrorLogSize, api.nvJitLinkGetErrorLog);
   out.outputs[3] = record_output(handle, api.nvJitLinkGetInfoLogSize, api.nvJitLinkGetInfoLog);
+  if (api.nvJitLinkGetLinkedLTOIRSize != nullptr && api.nvJitLinkGetLinkedLTOIR != nullptr) {
+    out.ltoir = record_output(
+        handle, api.nvJitLinkGetLinkedLTOIRSize,
+        [&](nvJitLinkHandle h, char* p) { return api.nvJitLinkGetLinkedLTOIR(h, p); });
+  }
   return out;
 }
 
@@ -148,6 +157,13 @@ std::vector<std::byte> serialize(const recorded_link& link) {
     w.number(o.get_code);
     w.bytes(o.bytes);
   }
+  // Appended, so that a record without it (an older drop-in's) still reads.
+  if (link.ltoir) {
+    w.number(link.ltoir->size_code);
+    w.number(static_cast<std::int64_t>(link.ltoir->size));
+    w.number(link.ltoir->get_code);
+    w.bytes(link.ltoir->bytes);
+  }
   return w.take();
 }
 
@@ -155,7 +171,7 @@ recorded_link deserialize(std::span<const std::byte> data) {
   dropin::record_reader r(data, kEntryMagic);
   recorded_link link;
   link.complete = static_cast<nvJitLinkResult>(r.number());
-  for (auto& o : link.outputs) {
+  const auto read = [&r](output& o) {
     o.size_code = static_cast<nvJitLinkResult>(r.number());
     o.size = static_cast<std::size_t>(r.number());
     o.get_code = static_cast<nvJitLinkResult>(r.number());
@@ -163,7 +179,9 @@ recorded_link deserialize(std::span<const std::byte> data) {
     if (o.get_code == NVJITLINK_SUCCESS && o.bytes.size() != o.size) {
       throw dropin::format_error{};
     }
-  }
+  };
+  for (auto& o : link.outputs) read(o);
+  if (!r.done()) read(link.ltoir.emplace());
   if (!r.done()) throw dropin::format_error{};
   return link;
 }
@@ -173,6 +191,9 @@ struct link_state {
   dropin::record_writer inputs{"cucore-dropin-nvjitlink-inputs-1"};
   std::string uncacheable;
   std::optional<recorded_link> hit;
+  // After a hit: the real link was completed for a getter its record cannot answer, and its result.
+  bool real_completed = false;
+  nvJitLinkResult real_complete_result = NVJITLINK_SUCCESS;
 };
 
 struct link_table {
@@ -427,6 +448,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkComplete_13_0(nvJitLinkHandle handle) {
   auto state = state_of(handle);
   if (!state) return r->api->nvJitLinkComplete(handle);
   state->hit.reset();
+  state->real_completed = false;
   try {
     return complete_through_cache(*r, handle, *state);
   } catch (...) {
@@ -475,6 +497,53 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLogSize_13_0(nvJitLinkHandle han
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLog_13_0(nvJitLinkHandle handle, char* log) {
   const auto* r = real();
   return r ? answer_bytes<3>(handle, log, r->api->nvJitLinkGetInfoLog) : kNoLibrary;
+}
+
+// nvJitLink 13.3+. A hit whose record has no linked LTO-IR (an older drop-in's) completes the real
+// link once, every input having been forwarded to it, and the getters go to it: never an answer
+// from a handle that was not completed.
+namespace {
+
+template <class FromRecord, class FromReal>
+nvJitLinkResult answer_ltoir(const real_nvjitlink& r, nvJitLinkHandle handle, bool given,
+                             FromRecord from_record, FromReal from_real) {
+  if (auto s = state_of(handle); s && s->hit && given) {
+    if (s->hit->ltoir) return from_record(*s->hit->ltoir);
+    if (!s->real_completed) {
+      s->real_complete_result = r.api->nvJitLinkComplete(handle);
+      s->real_completed = true;
+      dropin::note(log_level::info, "completed a link for the linked LTO-IR its entry lacks");
+    }
+    if (s->real_complete_result != NVJITLINK_SUCCESS) return s->real_complete_result;
+  }
+  return from_real();
+}
+
+}  // namespace
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedLTOIRSize_13_0(nvJitLinkHandle handle,
+                                                                 size_t* size) {
+  const auto* r = real();
+  if (r == nullptr || r->api->nvJitLinkGetLinkedLTOIRSize == nullptr) return kNoLibrary;
+  return answer_ltoir(
+      *r, handle, size != nullptr,
+      [&](const output& o) {
+        if (o.size_code == NVJITLINK_SUCCESS) *size = o.size;
+        return o.size_code;
+      },
+      [&] { return r->api->nvJitLinkGetLinkedLTOIRSize(handle, size); });
+}
+
+CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedLTOIR_13_0(nvJitLinkHandle handle, void* ltoir) {
+  const auto* r = real();
+  if (r == nullptr || r->api->nvJitLinkGetLinkedLTOIR == nullptr) return kNoLibrary;
+  return answer_ltoir(
+      *r, handle, ltoir != nullptr,
+      [&](const output& o) {
+        if (o.get_code == NVJITLINK_SUCCESS) std::memcpy(ltoir, o.bytes.data(), o.bytes.size());
+        return o.get_code;
+      },
+      [&] { return r->api->nvJitLinkGetLinkedLTOIR(handle, ltoir); });
 }
 
 CUCORE_EXPORT nvJitLinkResult nvJitLinkVersion(unsigned int* major, unsigned int* minor) {

@@ -11,6 +11,9 @@
 // point it cannot read) and any internal failure goes to the real library as if the drop-in were
 // not there.
 #include <nvrtc.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -138,6 +141,10 @@ struct recorded_result {
   nvrtcResult pch_status = NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED;
   nvrtcResult pch_required_code = NVRTC_SUCCESS;
   std::size_t pch_required = 0;
+  // The Tile IR getters' answers (NVRTC 13.1+, which has nvrtcGetTileIR). Absent in a record an
+  // older drop-in wrote (no Tile compile then, all bypassed): a hit of such a record compiles the
+  // real program when the Tile IR is asked for (program_state::options).
+  std::optional<output> tile;
 };
 
 constexpr std::string_view kEntryMagic = "cucore-dropin-nvrtc-entry-1";
@@ -189,6 +196,9 @@ recorded_result record(const real_nvrtc& r, nvrtcProgram prog,
   // Refused after a compile (NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION): nothing is added.
   out.add_after_code = api.nvrtcAddNameExpression(prog, "cucore_never_used_expression");
   out.pch_required_code = api.nvrtcGetPCHHeapSizeRequired(prog, &out.pch_required);
+  if (api.nvrtcGetTileIRSize != nullptr && api.nvrtcGetTileIR != nullptr) {
+    out.tile = record_output(prog, api.nvrtcGetTileIRSize, api.nvrtcGetTileIR);
+  }
   return out;
 }
 
@@ -225,6 +235,8 @@ std::vector<std::byte> serialize(const recorded_result& res) {
   w.number(res.pch_status);
   w.number(res.pch_required_code);
   w.number(static_cast<std::int64_t>(res.pch_required));
+  // Appended, so that a record without it (an older drop-in's) still reads.
+  if (res.tile) write_output(w, *res.tile);
   return w.take();
 }
 
@@ -246,6 +258,7 @@ recorded_result deserialize(std::span<const std::byte> data) {
   res.pch_status = static_cast<nvrtcResult>(r.number());
   res.pch_required_code = static_cast<nvrtcResult>(r.number());
   res.pch_required = static_cast<std::size_t>(r.number());
+  if (!r.done()) res.tile = read_output(r);
   if (!r.done()) throw dropin::format_error{};
   return res;
 }
@@ -259,6 +272,11 @@ struct program_state {
   std::vector<std::string> name_expressions;  // those the real library accepted, in order
   std::string uncacheable;                    // non-empty: why no compile of it is cached
   std::optional<recorded_result> hit;         // the last compile was answered from the cache
+  // The options of the last compile, when it was a hit: a getter the hit's record cannot answer
+  // (the Tile IR of an older record) compiles the real program with them first.
+  std::vector<std::string> options;
+  bool real_compiled = false;  // that compile ran (its result in real_compile_result)
+  nvrtcResult real_compile_result = NVRTC_SUCCESS;
 };
 
 struct program_table {
@@ -359,6 +377,53 @@ std::string extra_digest(const real_nvrtc& r, const dropin::parsed_nvrtc_options
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+// --use-bundled-headers=DIR: what NVRTC does before it compiles, done here first, so that DIR holds
+// what the program expects on a hit too and the key walks the headers NVRTC will read. The real
+// nvrtcInstallBundledHeaders, as NVRTC's compile calls it (flags 0: skipped when DIR's marker names
+// this NVRTC; else it installs, under NVRTC's lock DIR/.nvrtc_install.lock). Returns why the
+// compile must bypass the cache instead: an NVRTC without bundled headers (which rejects the
+// option itself), an install that fails, or a DIR that is not a directory of the user's that
+// others cannot write.
+std::optional<std::string> install_bundled_headers(const real_nvrtc& r,
+                                                   const std::vector<std::string>& dirs) {
+  const auto& api = *r.api;
+  if (api.nvrtcInstallBundledHeaders == nullptr) {
+    return "--use-bundled-headers: this NVRTC has no bundled headers (13.3+)";
+  }
+  for (const auto& dir : dirs) {
+    const char* log = nullptr;
+    const nvrtcResult result = api.nvrtcInstallBundledHeaders(dir.c_str(), 0, &log);
+    if (result != NVRTC_SUCCESS) {
+      return "--use-bundled-headers=" + dir + ": installing NVRTC's bundled headers failed (" +
+             std::to_string(result) + (log ? std::string(": ") + log : std::string()) + ")";
+    }
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & S_IWOTH) != 0) {
+      return "--use-bundled-headers=" + dir +
+             ": not a directory of the user's that others cannot write";
+    }
+    // Just installed: the key refuses to store a compile that read files changed within their
+    // timestamps' granularity (program_cache_key::check_store), so the first compile after an
+    // install would go unstored. Until the marker is 30 ms old (over any file system's granularity
+    // and the coarse clock file times come from), wait: once per install.
+    struct stat marker {};
+    if (::stat((dir + "/.nvrtc_headers_version").c_str(), &marker) == 0) {
+      timespec now{};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      const long long age = (now.tv_sec - marker.st_mtim.tv_sec) * 1'000'000'000LL +
+                            (now.tv_nsec - marker.st_mtim.tv_nsec);
+      constexpr long long kSettled = 30'000'000;
+      if (age > -kSettled && age < kSettled) {
+        const long long wait_ns = kSettled - std::max(age, 0LL);
+        const timespec wait{0, static_cast<long>(wait_ns)};
+        ::nanosleep(&wait, nullptr);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, program_state& s,
                                   int num_options, const char* const* options) {
   const auto& api = *r.api;
@@ -377,6 +442,11 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
     return bypass(parsed.bypass, parsed.bypass_needs_digest
                                      ? cache_skip_reason::needs_extra_digest
                                      : cache_skip_reason::uncacheable_options);
+  }
+  if (!parsed.bundled_headers.empty()) {
+    if (auto why = install_bundled_headers(r, parsed.bundled_headers)) {
+      return bypass(*why, cache_skip_reason::uncacheable_options);
+    }
   }
   program_cache_key_inputs inputs;
   inputs.code = s.source;
@@ -461,6 +531,14 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
       } catch (...) {
       }
       return forward();
+    }
+    if (!s.hit->tile && r.api->nvrtcGetTileIRSize != nullptr) {
+      try {
+        s.options.assign(options, options + num_options);
+      } catch (...) {
+        s.hit.reset();  // without its options the program could not answer the Tile IR
+        return forward();
+      }
     }
     if (dropin::log_enabled(log_level::info)) {
       dropin::note(log_level::info, "hit " + s.name + " " + key->hex().substr(0, 16));
@@ -567,6 +645,8 @@ CUCORE_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options
   auto state = state_of(prog);
   if (!state) return r->api->nvrtcCompileProgram(prog, num_options, options);
   state->hit.reset();
+  state->options.clear();
+  state->real_compiled = false;
   try {
     return compile_through_cache(*r, prog, *state, num_options, options);
   } catch (...) {
@@ -600,6 +680,55 @@ CUCORE_OUTPUT_GETTERS(OptiXIR, optix, r->GetOptiXIRSize, r->GetOptiXIR)
 CUCORE_OUTPUT_GETTERS(ProgramLog, log, r->api->nvrtcGetProgramLogSize, r->api->nvrtcGetProgramLog)
 
 #undef CUCORE_OUTPUT_GETTERS
+
+namespace {
+
+// A hit whose record has no Tile IR (written by an older drop-in): the real program is compiled
+// with the hit's options, once, and the Tile IR getters go to it. Its result, when it fails.
+std::optional<nvrtcResult> compile_real_for(const real_nvrtc& r, nvrtcProgram prog,
+                                            program_state& s) {
+  if (!s.real_compiled) {
+    std::vector<const char*> options;
+    for (const auto& o : s.options) options.push_back(o.c_str());
+    s.real_compile_result = r.api->nvrtcCompileProgram(prog, static_cast<int>(options.size()),
+                                                       options.empty() ? nullptr : options.data());
+    s.real_compiled = true;
+    dropin::note(log_level::info, "compiled " + s.name + " for the Tile IR its entry lacks");
+  }
+  if (s.real_compile_result != NVRTC_SUCCESS) return s.real_compile_result;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// NVRTC 13.1+ (declared here: the nvrtc.h the drop-in builds with may predate them).
+CUCORE_EXPORT nvrtcResult nvrtcGetTileIRSize(nvrtcProgram prog, size_t* size) {
+  const auto* r = real();
+  if (r == nullptr || r->api->nvrtcGetTileIRSize == nullptr) return kNoLibrary;
+  if (auto s = state_of(prog); s != nullptr && s->hit && size != nullptr) {
+    if (s->hit->tile) return answer_size(*s->hit->tile, size);
+    try {
+      if (const auto failed = compile_real_for(*r, prog, *s)) return *failed;
+    } catch (...) {
+      return kNoLibrary;  // out of memory: the real program could not be compiled
+    }
+  }
+  return r->api->nvrtcGetTileIRSize(prog, size);
+}
+
+CUCORE_EXPORT nvrtcResult nvrtcGetTileIR(nvrtcProgram prog, char* out) {
+  const auto* r = real();
+  if (r == nullptr || r->api->nvrtcGetTileIR == nullptr) return kNoLibrary;
+  if (auto s = state_of(prog); s != nullptr && s->hit && out != nullptr) {
+    if (s->hit->tile) return answer_bytes(*s->hit->tile, out);
+    try {
+      if (const auto failed = compile_real_for(*r, prog, *s)) return *failed;
+    } catch (...) {
+      return kNoLibrary;
+    }
+  }
+  return r->api->nvrtcGetTileIR(prog, out);
+}
 
 CUCORE_EXPORT nvrtcResult nvrtcAddNameExpression(nvrtcProgram prog, const char* name_expression) {
   const auto* r = real();

@@ -100,18 +100,35 @@ parsed_nvrtc_options parse_nvrtc_options(int count, const char* const* options) 
              "\" passes options to a tool inside NVRTC, which may read or write any file");
       break;
     }
+    const std::string_view canonical = known->canonical;
     if (known->use == toolkit_root) {
-      bypass("option \"" + std::string(e) +
-             "\" makes NVRTC install its bundled headers into that directory and read them from "
-             "there, which the key does not walk");
-      break;
+      // --use-bundled-headers=DIR (13.3+): NVRTC installs its bundled headers into DIR and searches
+      // -I DIR -I DIR/cccl here. The drop-in installs them first (nvrtc.cpp), and the walk follows
+      // both directories; the option stays in the key as written, apart from plain -I's.
+      if (!has_value || value.empty() || value.front() != '/') {
+        bypass("option \"" + std::string(e) +
+               "\" installs NVRTC's bundled headers into a directory that is not an absolute "
+               "path, which the drop-in does not follow");
+        break;
+      }
+      std::string dir = value;
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+      out.canonical.push_back("-" + std::string(canonical) + "=" + dir);
+      out.fields.include_path.push_back(dir);
+      out.fields.include_path.push_back(dir == "/" ? "/cccl" : dir + "/cccl");
+      out.bundled_headers.push_back(dir);
+      continue;
     }
     if (known->use == tile) {
-      bypass("option \"" + std::string(e) +
-             "\" compiles Tile code, whose Tile IR the drop-in does not record");
-      break;
+      // Keyed through its field as the library keys it (tile_ir: alongside): the entry holds the
+      // Tile IR.
+      if (canonical == "tile-only") {
+        out.fields.tile_only = true;
+      } else {
+        out.fields.enable_tile = true;
+      }
     }
-    const std::string_view canonical = known->canonical;
+    if (canonical == "simt-only") out.fields.simt_only = true;
     if (canonical == "D" || canonical == "U" || canonical == "I" || canonical == "include") {
       if (!has_value || value.empty()) {
         bypass("\"" + std::string(e) + "\" without its value attached");

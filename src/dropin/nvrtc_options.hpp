@@ -16,6 +16,10 @@ struct parsed_nvrtc_options {
   // What include tracking needs: include_path, pre_include, define_macro, undefine_macro,
   // no_source_include (and arch, when one is given), in the program's order.
   program_options fields;
+  // The directories of --use-bundled-headers=DIR (absolute, without a trailing slash), in order:
+  // NVRTC installs its bundled headers there and searches DIR and DIR/cccl at the option's place
+  // (fields.include_path has both there).
+  std::vector<std::string> bundled_headers;
   // Non-empty: the compile must bypass the cache, and why (an option with a side effect, one that
   // makes NVRTC read files the key cannot see, or one the drop-in cannot read unambiguously).
   std::string bypass;

@@ -20,7 +20,7 @@ enum class nvrtc_option_use : unsigned char {
   unseen_input,   // reads precompiled headers the key cannot see (bypass unless an extra_digest)
   tool_options,   // hands options to a tool inside NVRTC, which may read or write any file (bypass)
   other_output,   // makes NVRTC emit an output kind cucore does not compile to (OptiX IR)
-  tile,           // Tile code (13.1+): its code goes to the Tile IR (the drop-in bypasses)
+  tile,           // Tile code (13.1+): its code goes to the Tile IR (kept alongside in an entry)
   toolkit_root,   // --use-bundled-headers=DIR (13.3+): installs headers into DIR, reads them
                   // (bypass)
 };

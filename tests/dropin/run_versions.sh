@@ -73,6 +73,13 @@ expect "$(grep -c 'leaving out the drop-in libnvrtc.so.13: .*nvrtcFutureFunction
 CUCORE_RUN_LD_LIBRARY_PATH=$work/future LD_LIBRARY_PATH=$(dirname "$(readlink -f "$cucore")")/../lib/cucore-run:$work/future \
   "$work/future-program" >/dev/null 2>&1
 expect "$?" 127 "future: with the drop-in in its way the program cannot start"
+# cucore env makes the same check (for python3 and for any program the loader serves).
+env_out=$(LD_LIBRARY_PATH=$work/future "$cucore" env)
+expect "$(grep -c 'LD_PRELOAD=.*/libnvrtc.so.13' <<<"$env_out")" 0 "future: cucore env leaves out the NVRTC drop-in"
+expect "$(grep -c 'LD_PRELOAD=.*/libnvJitLink.so.13' <<<"$env_out")" 1 "future: cucore env keeps the others"
+(eval "$env_out" && "$work/future-program" >"$work/env-future" 2>&1)
+expect "$?" 0 "future: the program runs in cucore env's environment"
+expect "$(cat "$work/env-future")" "$plain" "future: prints what the plain run prints in cucore env's environment"
 under=$(LD_LIBRARY_PATH=$work/future "$cucore" run -- "$work/future-program" 2>&1)
 expect "$under" "$plain" "future: quiet without CUCORE_LOG"
 

@@ -154,15 +154,16 @@ std::optional<std::string> filtered_dropin_directory(const std::string& dir,
 }
 
 // The variables `cucore run` sets, in order.
-// `cache_spec`: the CUCORE_RUN_CACHE to set; nullopt: cache_spec_from(args). `program`: the
-// program `cucore run` starts (nullptr for `cucore env`): the drop-ins are checked against the
-// libraries it would load. A drop-in that lacks a name its real library exports (a release newer
-// than the drop-ins) is left out, so the program runs uncached for that library rather than fail
-// to load; of NVRTC and nvJitLink only the major the program would load is preloaded (a preloaded
-// libnvrtc.so.13 would capture cuda.pathfinder's RTLD_NOLOAD probe in a CUDA 12 program).
+// `cache_spec`: the CUCORE_RUN_CACHE to set; nullopt: cache_spec_from(args). `programs`: the
+// program `cucore run` starts (for `cucore env`, python3 and any program): the drop-ins are
+// checked against the libraries each would load. A drop-in that lacks a name its real library
+// exports (a release newer than the drop-ins) is left out, so the program runs uncached for that
+// library rather than fail to load; of NVRTC and nvJitLink only the major the program would load is
+// preloaded (a preloaded libnvrtc.so.13 would capture cuda.pathfinder's RTLD_NOLOAD probe in a CUDA
+// 12 program).
 std::vector<std::pair<std::string, std::string>> run_environment(
     const arguments& args, const std::optional<std::string>& cache_spec = std::nullopt,
-    const std::string* program = nullptr) {
+    const std::vector<std::string>& programs = {}) {
   std::string dir = dropin_directory().string();
   std::vector<std::pair<std::string, std::string>> vars;
   // The program's own library path, for the drop-ins' search for the real libraries (kept from an
@@ -172,26 +173,32 @@ std::vector<std::pair<std::string, std::string>> run_environment(
                                    : env_or_empty("LD_LIBRARY_PATH");
   std::vector<std::string> left_out;
   int nvrtc_major = 13, nvjitlink_major = 13;
-  if (program != nullptr) {
-    const program_libraries libs(*program, dir, original);
-    std::optional<std::pair<std::string, std::string>> found[std::size(dropin_sonames)];
+  // The first program decides the majors; a drop-in is left out when any program's library of its
+  // soname exports a name it lacks.
+  std::optional<std::pair<std::string, std::string>> found[std::size(dropin_sonames)];
+  for (std::size_t p = 0; p < programs.size(); ++p) {
+    const program_libraries libs(programs[p], dir, original);
     for (std::size_t i = 0; i < std::size(dropin_sonames); ++i) {
       const auto soname = dropin_sonames[i];
-      found[i] = libs.find(soname);
-      if (!found[i]) continue;
-      const auto exports = elf_exports(found[i]->first);
+      auto where = libs.find(soname);
+      if (p == 0) found[i] = where;
+      if (!where) continue;
+      const auto exports = elf_exports(where->first);
       if (!exports) continue;
       const auto missing = missing_exports(soname, *exports);
       if (missing.empty()) continue;
+      if (std::find(left_out.begin(), left_out.end(), soname) != left_out.end()) continue;
       left_out.emplace_back(soname);
       run_note(log_level::warning,
                "leaving out the drop-in " + std::string(soname) + ": the program's " +
-                   found[i]->first + " (" + found[i]->second + ") exports " + missing.front() +
+                   where->first + " (" + where->second + ") exports " + missing.front() +
                    (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more"
                                        : std::string()) +
                    ", which the drop-in lacks (a newer release than this cucore knows); the "
                    "program runs uncached for it");
     }
+  }
+  if (!programs.empty()) {
     // The major the program would load: a wheel in its site-packages before the loader's
     // search before $CUDA_PATH/$CUDA_HOME; 13 before 12 at the same step (cuda.pathfinder).
     const auto rank = [](const auto& f) {
@@ -312,7 +319,7 @@ int run_program(const arguments& args, std::span<const std::string> program) {
                       "\" before --: write cucore run [options] -- PROGRAM [ARGS...]");
   }
   const std::string spec = usable_cache_spec(args);
-  for (const auto& [name, value] : run_environment(args, spec, &program.front())) {
+  for (const auto& [name, value] : run_environment(args, spec, {program.front()})) {
     ::setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
   }
   std::vector<char*> argv;
@@ -335,7 +342,11 @@ int run_env(const arguments& args) {
                       "\")");
   }
   check_cache(args);
-  for (const auto& [name, value] : run_environment(args)) {
+  // No program to look at: the check `cucore run` makes, for the programs a shell of this
+  // environment is likeliest to run — the `python3` on PATH (cuda.pathfinder's order, which also
+  // decides the NVRTC/nvJitLink major preloaded) and any program (the loader's search by soname).
+  // A drop-in either would find a newer library for is left out.
+  for (const auto& [name, value] : run_environment(args, std::nullopt, {"python3", "/bin/sh"})) {
     std::cout << "export " << name << "=" << shell_quoted(value) << "\n";
   }
   return exit_success;
@@ -368,7 +379,9 @@ constexpr std::string_view run_description =
 
 constexpr std::string_view env_description =
     "Prints, as shell `export` lines, the environment `cucore run` gives a program (the same\n"
-    "options): for `eval \"$(cucore env)\"` in a shell, or ENV lines of a container image.\n"
+    "options): for `eval \"$(cucore env)\"` in a shell, or ENV lines of a container image. The\n"
+    "drop-ins are checked as `cucore run` checks them, for the python3 on PATH and for any\n"
+    "program the loader's search serves: one whose real library is newer is left out.\n"
     "\n" CUCORE_CLI_CACHE_SPEC_HELP;
 
 }  // namespace
