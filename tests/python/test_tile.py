@@ -19,6 +19,9 @@ import pytest
 import cucore
 from conftest import ARCH, KERNEL
 
+# One Tile kernel and one SIMT kernel, shared with tile_test and cli_test.
+MIXED_TILE = Path(__file__).resolve().parents[1] / "data" / "mixed_tile.cu"
+
 
 def cuda_13_5_root() -> Path:
     versions = os.environ.get("CUCORE_CUDA_VERSIONS_DIR")
@@ -34,18 +37,7 @@ CHILD = textwrap.dedent(r'''
     import sys
     import cucore
 
-    MIXED = r"""#include <cuda_tile.h>
-    namespace ct = ::cuda::tiles;
-    __tile_global__ void tile_copy(float* out, const float* in, long n) {
-      auto bx = ct::bid().x;
-      auto src = ct::partition_view{ct::tensor_span{in, ct::extents<long, ct::dynamic_extent>{n}},
-                                    ct::shape<128>{}};
-      auto dst = ct::partition_view{ct::tensor_span{out, ct::extents<long, ct::dynamic_extent>{n}},
-                                    ct::shape<128>{}};
-      dst.store_masked(src.load_masked(bx), bx);
-    }
-    __global__ void simt_scale(float* out, const float* in) { out[threadIdx.x] = 2.0f * in[threadIdx.x]; }
-    """
+    MIXED = open(sys.argv[2]).read()
     tmp = sys.argv[1]
     options = cucore.ProgramOptions(name="mixed.cu", arch="sm_100", std="c++20", enable_tile=True)
 
@@ -98,7 +90,7 @@ def test_tile_ir_with_nvrtc_13_5_cached_together(tmp_path):
     env = dict(os.environ, CUCORE_CUDA_HOME=str(root), CUCORE_CUDA_HOME_ONLY="1",
                PYTHONPATH=os.pathsep.join([str(Path(cucore.__file__).resolve().parents[1]),
                                            os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), str(MIXED_TILE)], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 

@@ -738,26 +738,13 @@ std::string cuda_13_5_root() {
   return root.string();
 }
 
-constexpr const char* kMixedTile = R"(#include <cuda_tile.h>
-namespace ct = ::cuda::tiles;
-__tile_global__ void tile_copy(float* out, const float* in, long n) {
-  auto bx = ct::bid().x;
-  auto src = ct::partition_view{ct::tensor_span{in, ct::extents<long, ct::dynamic_extent>{n}},
-                                ct::shape<128>{}};
-  auto dst = ct::partition_view{ct::tensor_span{out, ct::extents<long, ct::dynamic_extent>{n}},
-                                ct::shape<128>{}};
-  dst.store_masked(src.load_masked(bx), bx);
-}
-__global__ void simt_scale(float* out, const float* in) { out[threadIdx.x] = 2.0f * in[threadIdx.x]; }
-)";
-
 // --target tile-ir and --tile-ir-output with NVRTC 13.5: miss then hit, the bytes of an uncached
 // compile, the Tile IR of a cubin compile from the same entry.
 TEST_F(Compile, TileIrWithNvrtc13_5MissThenHitWithTheUncachedBytes) {
   const std::string root = cuda_13_5_root();
   if (root.empty()) return;
   const environment nvrtc_13_5 = {{"CUCORE_CUDA_HOME", root}, {"CUCORE_CUDA_HOME_ONLY", "1"}};
-  file("k.cu", kMixedTile);
+  file("k.cu", testing::data_file("mixed_tile.cu"));
   const std::vector<std::string> base = {"compile", "k.cu",  "--arch",        "sm_100",
                                          "--std",   "c++20", "--enable-tile", "--json"};
   auto with = [&](std::vector<std::string> extra) {

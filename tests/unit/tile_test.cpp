@@ -73,19 +73,8 @@ std::string_view bytes_text(const object_code& c) {
   return {reinterpret_cast<const char*>(c.code().data()), c.size()};
 }
 
-// One Tile kernel (a tiled copy) and one SIMT kernel.
-constexpr const char* kMixed = R"(#include <cuda_tile.h>
-namespace ct = ::cuda::tiles;
-__tile_global__ void tile_copy(float* out, const float* in, long n) {
-  auto bx = ct::bid().x;
-  auto src = ct::partition_view{ct::tensor_span{in, ct::extents<long, ct::dynamic_extent>{n}},
-                                ct::shape<128>{}};
-  auto dst = ct::partition_view{ct::tensor_span{out, ct::extents<long, ct::dynamic_extent>{n}},
-                                ct::shape<128>{}};
-  dst.store_masked(src.load_masked(bx), bx);
-}
-__global__ void simt_scale(float* out, const float* in) { out[threadIdx.x] = 2.0f * in[threadIdx.x]; }
-)";
+// One Tile kernel (a tiled copy) and one SIMT kernel (tests/data/mixed_tile.cu).
+const std::string kMixed = testing::data_file("mixed_tile.cu");
 
 program_options tile_options() {
   program_options o;
