@@ -4,6 +4,9 @@
 // NVRTC's own compile. A driver with its own timing loop: each sample is a whole call sequence.
 //
 // Usage: dropin_hit_bench DROPIN_LIBNVRTC REAL_LIBNVRTC [ITERATIONS]
+// Another NVRTC (the version matrix): point both sides at it, e.g. for 12.9
+//   CUCORE_CUDA_HOME=ROOT CUCORE_CUDA_HOME_ONLY=1 dropin_hit_bench lib/cucore-run/libnvrtc.so.12
+//   ROOT/lib/libnvrtc.so.12   (program::compile finds NVRTC and CCCL under ROOT)
 #include <dlfcn.h>
 #include <nvrtc.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 
 #include "cucore/cache/open.hpp"
 #include "cucore/program.hpp"
+#include "cucore/toolkit.hpp"
 
 namespace {
 
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(work);
   ::setenv("CUCORE_RUN_CACHE", ("dir:" + (work / "dropin").string()).c_str(), 1);
   ::setenv("CUCORE_RUN_NVRTC", argv[2], 1);
+  ::setenv("CUCORE_RUN_NVRTC12", argv[2], 1);  // the .so.12 drop-in's real library
   const nvrtc_calls dropin = load(argv[1]);
   const nvrtc_calls real = load(argv[2]);
   auto cache = cucore::open_program_cache("dir:" + (work / "program").string());
@@ -95,9 +100,14 @@ int main(int argc, char** argv) {
     std::string code;
     std::vector<std::string> include_path;
   };
-  const std::string cccl = std::filesystem::exists("/usr/local/cuda/include/cccl/cuda/std")
-                               ? "/usr/local/cuda/include/cccl"
-                               : "/usr/local/cuda/include";
+  // CCCL of the toolkit whose NVRTC is measured (the first toolkit include directory with it).
+  std::string cccl = "/usr/local/cuda/include";
+  for (const auto& dir : cucore::toolkit::include_directories()) {
+    if (std::filesystem::exists(dir + "/cuda/std/complex")) {
+      cccl = dir;
+      break;
+    }
+  }
   const std::vector<kernel> kernels = {
       {"saxpy (no headers)",
        "extern \"C\" __global__ void saxpy(float a, const float* x, float* y, int n) {\n"

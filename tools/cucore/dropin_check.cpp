@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string_view>
 
 namespace cucore::cli {
@@ -158,6 +160,9 @@ std::optional<std::vector<std::string>> elf_exports(const std::string& path) {
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) return std::nullopt;
+  // Unmapped on every way out, a throwing emplace_back included.
+  const std::unique_ptr<void, std::function<void(void*)>> mapping(
+      map, [size](void* p) { ::munmap(p, size); });
   const auto* bytes = static_cast<const unsigned char*>(map);
   std::optional<std::vector<std::string>> names;
   const auto& eh = *reinterpret_cast<const Elf64_Ehdr*>(bytes);
@@ -188,7 +193,6 @@ std::optional<std::vector<std::string>> elf_exports(const std::string& path) {
       }
     }
   }
-  ::munmap(map, size);
   return names;
 }
 
