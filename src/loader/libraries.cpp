@@ -1,5 +1,7 @@
 #include "loader/libraries.hpp"
 
+#include <unistd.h>
+
 #include <cudaTypedefs.h>
 
 #include <atomic>
@@ -86,6 +88,15 @@ library_table<nvrtc_api> load_nvrtc() {
       return mark_missing(table, std::move(why));
     }
     table.status.version = v.to_string();
+    {
+      const std::string& file = table.api->library->path();
+      const std::string builtins = file.substr(0, file.rfind('/') + 1) + "libnvrtc-builtins.so." +
+                                   std::to_string(v.major) + "." + std::to_string(v.minor);
+      std::string ignored;
+      if (file.find('/') != std::string::npos && ::access(builtins.c_str(), R_OK) == 0) {
+        table.api->builtins = shared_library::open(builtins, ignored);
+      }
+    }
     // Optional entry points of later releases: a table without them is still whole.
     optional_symbol(*table.api, table.api->nvrtcInstallBundledHeaders,
                     "nvrtcInstallBundledHeaders");

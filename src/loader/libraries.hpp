@@ -222,6 +222,11 @@ struct nvrtc_api {
   nvrtcResult (*nvrtcGetTileIRSize)(nvrtcProgram, std::size_t*) = nullptr;
   nvrtcResult (*nvrtcGetTileIR)(nvrtcProgram, char*) = nullptr;
   std::optional<shared_library> library;  // always engaged once the table is built
+  // NVRTC's builtins library (libnvrtc-builtins.so.MAJOR.MINOR beside it), opened by path right
+  // after NVRTC: NVRTC dlopens it by soname through its $ORIGIN rpath, which a dlopen interceptor
+  // (ASan's, TSan's) hides, so that a NVRTC outside the loader's search could not compile under
+  // one; opened first, NVRTC's dlopen finds it loaded. Empty where there is no such file.
+  std::optional<shared_library> builtins;
   version nvrtc_version;
 };
 
