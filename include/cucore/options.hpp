@@ -22,6 +22,15 @@ std::string_view to_string(source_type type) noexcept;  // "c++", "ptx", "nvvm"
 source_type parse_source_type(std::string_view text);   // case-insensitive; throws invalid_argument
 
 enum class compiler_backend { nvrtc, nvvm, nvjitlink, driver };
+
+// Whether a c++ miss compiles in a compile server's worker process (docs/compile-server.md):
+// off; on (use the user's server, starting one when none runs); automatic (use one that runs,
+// never start one). Whatever happens there, the result is the in-process compile's, and any
+// trouble with the server makes the compile run in-process.
+enum class compile_server_mode { off, on, automatic };
+std::string_view to_string(compile_server_mode mode) noexcept;  // "off", "on", "auto"
+// "off", "on", "auto" (case-insensitive); throws invalid_argument naming the word.
+compile_server_mode parse_compile_server_mode(std::string_view text);
 std::string_view to_string(
     compiler_backend backend) noexcept;  // "NVRTC", "NVVM", "nvJitLink", "driver"
 
@@ -152,6 +161,9 @@ struct program_options {
   // passed, but the cache key refuses them: they can make NVRTC read and write files the key
   // cannot see. An option NVRTC does not know fails the compile with NVRTC's own message.
   std::vector<std::string> extra_nvrtc_options;
+  // Where a c++ miss compiles (never keyed: the output is the same). Unset: CUCORE_COMPILE_SERVER
+  // (off / on / auto), else off (docs/compile-server.md, "Clients").
+  std::optional<compile_server_mode> compile_server;
 };
 
 struct linker_options {

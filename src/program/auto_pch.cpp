@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -46,7 +47,10 @@ constexpr std::uint64_t kMaxHeap = 4ull << 30;
 constexpr std::size_t kMaxRemembered = 4096;
 // The compile that makes a prefix's image is its Nth in the process (the first compiles plain:
 // making an image costs more than a plain compile, and one-off prefixes never repay it).
+// A compile server's worker makes it at the first (set_auto_pch_create_at_first_sight): its later
+// requests come from many processes, so a prefix seen once is likely to be seen again.
 constexpr std::uint32_t kCreateAtSighting = 2;
+std::atomic<bool> g_create_at_first_sight{false};
 
 // Debug messages wait until no lock of this file is held (a log handler may compile): within a
 // log_scope they are kept, and said when the outermost scope ends.
@@ -584,6 +588,10 @@ void resize_pch_heap(const nvrtc_api& api, std::size_t bytes) {
   }
 }
 
+void set_auto_pch_create_at_first_sight(bool on) {
+  g_create_at_first_sight = on;
+}
+
 auto_pch_totals auto_pch_state() {
   return registry::get().totals();
 }
@@ -616,7 +624,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   options_ = options;
   try {
     sighting_ = sighting_key(prefix, options, target);
-    if (reg.sighting(sighting_) < kCreateAtSighting) {
+    if (reg.sighting(sighting_) < (g_create_at_first_sight ? 1u : kCreateAtSighting)) {
       status_ = auto_pch_status::first_seen;
       return;
     }

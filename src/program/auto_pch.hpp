@@ -104,4 +104,8 @@ struct auto_pch_totals {
 };
 auto_pch_totals auto_pch_state();
 
+// Makes a prefix's image at its first compile in this process instead of its second (a compile
+// server's worker, whose requests come from many processes).
+void set_auto_pch_create_at_first_sight(bool on);
+
 }  // namespace cucore::detail

@@ -18,6 +18,7 @@
 #include "program/auto_pch.hpp"
 #include "program/compiler_handles.hpp"
 #include "program/nvrtc_option_table.hpp"
+#include "server/client.hpp"
 
 namespace cucore {
 namespace {
@@ -267,6 +268,36 @@ object_code program::compile_nvrtc(code_type target,
   options.arch = resolve_arch(options.arch);
   const auto flags = compiler_flags(options, source_type::cxx, target);
   const bool wants_pch = options.pch.value_or(false) || options.create_pch.has_value();
+  // The compile server (docs/compile-server.md): not for the caller's own PCH or options that
+  // write files (they stay this process's), and only its own answer (else compiled here).
+  if (!wants_pch && !options.use_pch && !options.pch_dir && !options.time &&
+      !options.fdevice_time_trace) {
+    if (const auto mode = server::effective_mode(options); mode != compile_server_mode::off) {
+      auto served =
+          server::compile_through_server(mode, code_, options, flags, target, name_expressions);
+      // An invalid option is reported here (it may name the arch), as a local compile would.
+      if (served && (served->compiled || served->status != "NVRTC_ERROR_INVALID_OPTION")) {
+        log_ = std::move(served->log);
+        auto_pch_ = served->auto_pch;
+        pch_status_ = served->pch;
+        if (!served->compiled) throw compile_error(served->backend, served->status, log_);
+        symbol_map symbols;
+        for (std::size_t i = 0; i + 1 < served->symbols.size(); i += 2) {
+          symbols.emplace(served->symbols[i], served->symbols[i + 1]);
+        }
+        const auto* data = reinterpret_cast<const std::byte*>(served->code.data());
+        object_code out(target, std::vector<std::byte>(data, data + served->code.size()),
+                        options.name, std::move(symbols));
+        if (served->tile_ir) {
+          const auto* tile = reinterpret_cast<const std::byte*>(served->tile_ir->data());
+          out = out.with_tile_ir(object_code(
+              code_type::tile_ir, std::vector<std::byte>(tile, tile + served->tile_ir->size()),
+              options.name));
+        }
+        return out;
+      }
+    }
+  }
   // NVRTC's PCH heap is one per process: a compile with the caller's PCH options holds it.
   std::unique_lock<std::mutex> pch_heap;
   if (wants_pch || options.use_pch || options.pch_dir) pch_heap = detail::lock_pch_heap();

@@ -44,5 +44,6 @@ extern const command cache_command;
 extern const command info_command;
 extern const command run_command;
 extern const command env_command;
+extern const command server_command;
 
 }  // namespace cucore::cli

@@ -1,4 +1,5 @@
 #include "compile_options.hpp"
+#include <cstdlib>
 
 #include <algorithm>
 #include <cctype>
@@ -182,6 +183,18 @@ program_options options_from(const arguments& args, const std::string& file) {
   boolean("--pch-messages", o.pch_messages);
   boolean("--instantiate-templates-in-pch", o.instantiate_templates_in_pch);
   if (args.has("--no-auto-pch")) o.auto_pch = false;
+  // The compile server (docs/compile-server.md, "Clients"): a one-shot command uses a running
+  // server but starts none unless asked (--server, CUCORE_COMPILE_SERVER=on).
+  if (args.has("--server") && args.has("--no-server")) {
+    throw usage_error("--server and --no-server exclude each other");
+  }
+  if (args.has("--server")) {
+    o.compile_server = compile_server_mode::on;
+  } else if (args.has("--no-server")) {
+    o.compile_server = compile_server_mode::off;
+  } else if (const char* env = std::getenv("CUCORE_COMPILE_SERVER"); env == nullptr || !*env) {
+    o.compile_server = compile_server_mode::automatic;
+  }
   // Anything newer.
   o.extra_nvrtc_options = args.all("-Xnvrtc");
   // NVVM IR.

@@ -119,6 +119,8 @@ inline constexpr auto compiler_options = std::to_array<option_spec>({
     {"--instantiate-templates-in-pch", "", "true|false",
      "instantiate templates before creating a PCH (default true)"},
     {"--no-auto-pch", "", "", "no automatic precompiled headers (same output; faster repeats)"},
+    {"--server", "", "", "compile a miss in the compile server, starting it if none runs"},
+    {"--no-server", "", "", "compile in this process (default: a running server, if any)"},
     {"", "", "", "Any other NVRTC option"},
     {"-Xnvrtc", "", "OPT", "pass OPT to NVRTC verbatim, after all else (repeatable)"},
     {"", "", "", "NVVM IR"},

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "cucore/error.hpp"
+#include "cucore/server.hpp"
 
 #ifndef CUCORE_VERSION
 #error "CUCORE_VERSION must be defined by the build (see tools/cucore/CMakeLists.txt)"
@@ -20,8 +22,8 @@
 namespace cucore::cli {
 namespace {
 
-constexpr std::array all_commands = {&compile_command, &key_command, &cache_command,
-                                     &info_command,    &run_command, &env_command};
+constexpr std::array all_commands = {&compile_command, &key_command, &cache_command, &info_command,
+                                     &run_command,     &env_command, &server_command};
 
 const command* find_command(std::string_view name) {
   for (const command* c : all_commands) {
@@ -159,6 +161,11 @@ int main(int argc, char** argv) {
   // exit-time tracer in ASan builds.)
   ::setenv("OPENSSL_CONF", "/dev/null", /*overwrite=*/0);
   try {
+    // A compile with --server starts this very program as the server.
+    std::error_code ec;
+    if (auto self = std::filesystem::read_symlink("/proc/self/exe", ec); !ec) {
+      cucore::set_compile_server_program(std::move(self));
+    }
     const std::vector<std::string> args(argv + 1, argv + argc);
     return cucore::cli::run(args);
   } catch (...) {

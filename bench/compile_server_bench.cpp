@@ -1,0 +1,206 @@
+// The compile server against in-process compiles (docs/compile-server.md, "Measured"). A driver of
+// compiles, not Google Benchmark (samples are seconds). Parts:
+//   fresh:    a fresh `cucore compile` process misses a CUB kernel whose #include prefix another
+//             process compiled before: --no-server against --server (medians, interleaved);
+//   threads:  K distinct CUB kernels, sharing a prefix, compiled by K threads of this process
+//             through the server, against the same K compiled serially in-process;
+//   overhead: a small kernel with no #include (no PCH) through the server against in-process;
+//   memory:   each worker's peak resident memory after the above.
+// Usage: compile_server_bench [--rounds N] [--kernels K] [--workers W]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cucore/program.hpp"
+#include "cucore/server.hpp"
+
+#ifndef CUCORE_CLI_PATH
+#error "CUCORE_CLI_PATH must point at the cucore tool"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+std::string cub_kernel(int i, const std::string& key = "int") {
+  return "#include <cub/block/block_radix_sort.cuh>\n#include <cuda/std/complex>\n"
+         "__global__ void sort" +
+         std::to_string(i) +
+         "(int* d) {\n"
+         "  using S = cub::BlockRadixSort<" +
+         key + ", 128, " + std::to_string(1 + i % 8) +
+         ">;\n"
+         "  __shared__ typename S::TempStorage t;\n"
+         "  " +
+         key + " k[" + std::to_string(1 + i % 8) +
+         "];\n"
+         "  for (int j = 0; j < " +
+         std::to_string(1 + i % 8) + "; ++j) k[j] = d[threadIdx.x * 8 + j] + " + std::to_string(i) +
+         ";\n"
+         "  S(t).Sort(k);\n"
+         "  d[threadIdx.x] = k[0];\n"
+         "}\n";
+}
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double run_timed(const std::string& command) {
+  const auto t = clock_type::now();
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "failed: %s\n", command.c_str());
+    std::exit(1);
+  }
+  return seconds_since(t);
+}
+
+cucore::program_options options(cucore::compile_server_mode mode, int i) {
+  cucore::program_options o;
+  o.arch = "sm_90";
+  // One name for every kernel, as a program compiling many kernels gives (NVRTC's
+  // default_program in cuda.core): an automatic PCH image is per prefix, options and name.
+  o.name = "bench.cu";
+  (void)i;
+  o.compile_server = mode;
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 5, kernels = 6, workers = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--kernels")) kernels = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--workers")) workers = std::atoi(argv[i + 1]);
+  }
+  char pattern[] = "/tmp/cucore-server-bench-XXXXXX";
+  const fs::path root = ::mkdtemp(pattern);
+  const fs::path dir = root / "server";
+  ::setenv("CUCORE_SERVER_DIR", dir.c_str(), 1);
+  const std::string cli = CUCORE_CLI_PATH;
+  const std::string start = cli + " server start --dir " + dir.string() + " --workers " +
+                            std::to_string(workers) + " >/dev/null";
+  run_timed(start);
+
+  // fresh: kernel 0 once through the server (its worker makes the prefix's image), then each
+  // round a fresh process compiles another kernel of the prefix, plain and through the server.
+  // One file name (kernel.cu, rewritten), as a script that compiles its kernel does: an image is
+  // per prefix, options and program name.
+  const std::string kernel_file = (root / "kernel.cu").string();
+  auto write_kernel = [&](int i) { std::ofstream(kernel_file) << cub_kernel(100 + i); };
+  const std::string compile =
+      cli + " compile --arch sm_90 --cache none -o /dev/null " + kernel_file + " >/dev/null ";
+  write_kernel(0);
+  run_timed(compile + "--server");
+  std::vector<double> plain, served;
+  for (int r = 1; r <= rounds; ++r) {
+    write_kernel(r);
+    if (r % 2) plain.push_back(run_timed(compile + "--no-server"));
+    served.push_back(run_timed(compile + "--server"));
+    if (!(r % 2)) plain.push_back(run_timed(compile + "--no-server"));
+  }
+  std::printf(
+      "fresh process, CUB prefix compiled before by another process (median of %d):\n"
+      "  plain %.3f s, through the server %.3f s: %.2fx\n",
+      rounds, median(plain), median(served), median(served) / median(plain));
+
+  // threads: K kernels of a new prefix (a radix sort over another key type: no image yet).
+  auto threads_kernel = [](int i) {
+    return "#include <cub/block/block_scan.cuh>\n" + cub_kernel(200 + i, "unsigned");
+  };
+  cucore::clear_auto_pch();
+  auto t = clock_type::now();
+  for (int i = 0; i < kernels; ++i) {
+    cucore::program p(threads_kernel(i), cucore::source_type::cxx,
+                      options(cucore::compile_server_mode::off, i));
+    p.compile(cucore::code_type::cubin);
+  }
+  const double serial = seconds_since(t);
+  // Another prefix for the server (its workers have none of it either).
+  auto server_kernel = [&](int i) {
+    return "#include <cub/block/block_reduce.cuh>\n" + threads_kernel(i);
+  };
+  cucore::clear_auto_pch();
+  t = clock_type::now();
+  for (int i = 0; i < kernels; ++i) {
+    cucore::program p(server_kernel(i), cucore::source_type::cxx,
+                      options(cucore::compile_server_mode::off, i));
+    p.compile(cucore::code_type::cubin);
+  }
+  const double serial2 = seconds_since(t);
+  t = clock_type::now();
+  std::vector<std::thread> pool;
+  for (int i = 0; i < kernels; ++i) {
+    pool.emplace_back([&, i] {
+      cucore::program p(server_kernel(i), cucore::source_type::cxx,
+                        options(cucore::compile_server_mode::on, i));
+      const auto t0 = clock_type::now();
+      p.compile(cucore::code_type::cubin);
+      if (std::getenv("CUCORE_BENCH_VERBOSE") != nullptr) {
+        std::printf("  thread %d: %.2f s, %s\n", i, seconds_since(t0),
+                    std::string(cucore::to_string(p.last_auto_pch())).c_str());
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double threaded = seconds_since(t);
+  std::printf(
+      "%d distinct CUB kernels, new prefix: serial in-process %.2f s (again, the server's "
+      "prefix: %.2f s); %d threads through the server (%d workers) %.2f s: %.2fx\n",
+      kernels, serial, serial2, kernels, workers, threaded, threaded / serial2);
+
+  // overhead: no #include, so no PCH anywhere; distinct kernels, interleaved.
+  std::vector<double> local_small, served_small;
+  for (int i = 0; i < 20; ++i) {
+    const std::string code = "extern \"C\" __global__ void s" + std::to_string(i) +
+                             "(int* p) { p[threadIdx.x] *= " + std::to_string(i + 2) + "; }\n";
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool via_server = (pass + i) % 2 == 1;
+      cucore::program p(
+          code, cucore::source_type::cxx,
+          options(via_server ? cucore::compile_server_mode::on : cucore::compile_server_mode::off,
+                  1000 + i));
+      const auto t0 = clock_type::now();
+      p.compile(cucore::code_type::cubin);
+      (via_server ? served_small : local_small).push_back(seconds_since(t0));
+    }
+  }
+  std::printf(
+      "no-PCH miss (median of 20): in-process %.2f ms, through the server %.2f ms: "
+      "+%.2f ms\n",
+      median(local_small) * 1e3, median(served_small) * 1e3,
+      (median(served_small) - median(local_small)) * 1e3);
+
+  if (const auto s = cucore::query_compile_server(dir)) {
+    std::uint64_t total = 0;
+    for (const auto& w : s->workers) {
+      std::printf("worker %d: %llu requests, peak %.0f MiB, now %.0f MiB\n", w.pid,
+                  static_cast<unsigned long long>(w.requests), w.peak_bytes / 1048576.0,
+                  w.resident_bytes / 1048576.0);
+      total += w.peak_bytes;
+    }
+    std::printf("workers' peaks together: %.0f MiB\n", total / 1048576.0);
+  }
+  cucore::stop_compile_server(dir);
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  return 0;
+}

@@ -1,0 +1,141 @@
+#include "server/client.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "cucore/log.hpp"
+#include "cucore/server.hpp"
+#include "server/internal.hpp"
+
+namespace cucore {
+
+std::string_view to_string(compile_server_mode mode) noexcept {
+  switch (mode) {
+    case compile_server_mode::off:
+      return "off";
+    case compile_server_mode::on:
+      return "on";
+    case compile_server_mode::automatic:
+      return "auto";
+  }
+  return "unknown";
+}
+
+compile_server_mode parse_compile_server_mode(std::string_view text) {
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (lower == "off") return compile_server_mode::off;
+  if (lower == "on") return compile_server_mode::on;
+  if (lower == "auto") return compile_server_mode::automatic;
+  throw invalid_argument("compile server mode \"" + std::string(text) +
+                         "\": expected off, on or auto");
+}
+
+namespace server {
+namespace {
+
+// A failed start is not retried by every later compile of the process (for that directory and
+// program: the settings a test or a user changes are tried afresh).
+std::mutex g_failed_mutex;
+std::string g_failed_start;
+
+std::string start_identity(const std::filesystem::path& dir) {
+  const char* program = std::getenv("CUCORE_SERVER_PROGRAM");
+  const char* path = std::getenv("PATH");
+  return dir.string() + '\0' + (program ? program : "") + '\0' + (path ? path : "");
+}
+
+void say(const std::string& why) {
+  cucore::log(log_level::debug, "compile server not used, compiling in-process: " + why);
+}
+
+}  // namespace
+
+compile_server_mode effective_mode(const program_options& options) {
+  if (options.compile_server) return *options.compile_server;
+  const char* env = std::getenv("CUCORE_COMPILE_SERVER");
+  if (env == nullptr || *env == '\0') return compile_server_mode::off;
+  try {
+    return parse_compile_server_mode(env);
+  } catch (const invalid_argument& e) {
+    cucore::log(log_level::warning, std::string("CUCORE_COMPILE_SERVER: ") + e.what());
+    return compile_server_mode::off;
+  }
+}
+
+std::optional<compile_reply> compile_through_server(compile_server_mode mode, std::string_view code,
+                                                    const program_options& options,
+                                                    const std::vector<std::string>& flags,
+                                                    code_type target,
+                                                    std::span<const std::string> name_expressions) {
+  if (mode == compile_server_mode::off) return std::nullopt;
+  try {
+    const auto dir = default_directory();
+    std::string why;
+    unique_fd fd = connect_to_server(dir, why);
+    if (!fd && mode == compile_server_mode::on) {
+      const std::string attempt = start_identity(dir);
+      bool failed_before = false;
+      {
+        const std::lock_guard lock(g_failed_mutex);
+        failed_before = g_failed_start == attempt;
+      }
+      if (failed_before) {
+        why += "; starting one failed before";
+      } else if (start_compile_server(dir)) {
+        fd = connect_to_server(dir, why);
+      } else {
+        const std::lock_guard lock(g_failed_mutex);
+        g_failed_start = attempt;
+        why = "could not start a compile server (cucore server start)";
+      }
+    }
+    if (!fd) {
+      say(why);
+      return std::nullopt;
+    }
+    compile_request q;
+    q.view = current_view();
+    q.code = std::string(code);
+    q.options = options;
+    q.options.compile_server.reset();
+    q.target = target;
+    q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
+    q.flags = flags;
+    const auto bound = client_silence_bound();
+    write_frame(fd.get(), frame_type::compile_request, encode(q), bound);
+    for (;;) {
+      std::optional<frame> f = read_frame(fd.get(), bound);
+      if (!f) {
+        say("the server closed the connection");
+        return std::nullopt;
+      }
+      if (f->type == frame_type::heartbeat) continue;
+      if (f->type == frame_type::refusal) {
+        say(f->payload);
+        return std::nullopt;
+      }
+      if (f->type != frame_type::compile_reply) {
+        say("an unexpected answer");
+        return std::nullopt;
+      }
+      compile_reply a = decode_reply(f->payload);
+      if (a.compiled && (a.target != target || a.name != options.name)) {
+        say("the reply is for another target or program");
+        return std::nullopt;
+      }
+      cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
+      return a;
+    }
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    say(e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace server
+}  // namespace cucore

@@ -1,0 +1,407 @@
+#include "server/wire.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/sha256.hpp"
+#include "program/pch_prefix.hpp"
+
+namespace cucore::server {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// Waits for `events` on fd until `deadline`; throws wire_error past it.
+void wait_for(int fd, short events, clock::time_point deadline, const char* what) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    if (left <= 0) throw wire_error(std::string("timed out ") + what);
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (r > 0) return;  // ready, or an error/hang-up the next call reports
+    if (r < 0 && errno != EINTR) throw wire_error(std::string("poll: ") + std::strerror(errno));
+  }
+}
+
+// Reads exactly n bytes. Returns false when the peer closed before the first byte and
+// `eof_ok`; throws wire_error for anything else short.
+bool read_exact(int fd, char* out, std::size_t n, std::chrono::milliseconds timeout, bool eof_ok) {
+  std::size_t got = 0;
+  auto deadline = clock::now() + timeout;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, out + got, n - got, MSG_DONTWAIT);
+    if (r > 0) {
+      got += static_cast<std::size_t>(r);
+      deadline = clock::now() + timeout;  // the bound is on silence, not on the whole frame
+      continue;
+    }
+    if (r == 0) {
+      if (got == 0 && eof_ok) return false;
+      throw wire_error("the peer closed the connection inside a frame");
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (got == 0 && eof_ok && errno == ECONNRESET) return false;
+      throw wire_error(std::string("recv: ") + std::strerror(errno));
+    }
+    wait_for(fd, POLLIN, deadline, "waiting for the peer");
+  }
+  return true;
+}
+
+void put32(char* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+std::uint32_t get32(const char* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+void write_frame(int fd, frame_type type, std::string_view payload,
+                 std::chrono::milliseconds timeout) {
+  if (payload.size() > kMaxPayload) throw wire_error("a frame's payload is over the limit");
+  std::string out(16, '\0');
+  put32(out.data(), kMagic);
+  put32(out.data() + 4, kProtocolVersion);
+  put32(out.data() + 8, static_cast<std::uint32_t>(type));
+  put32(out.data() + 12, static_cast<std::uint32_t>(payload.size()));
+  out.append(payload);
+  std::size_t sent = 0;
+  auto deadline = clock::now() + timeout;
+  while (sent < out.size()) {
+    const ssize_t r = ::send(fd, out.data() + sent, out.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r > 0) {
+      sent += static_cast<std::size_t>(r);
+      deadline = clock::now() + timeout;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_for(fd, POLLOUT, deadline, "waiting for room on the socket");
+      continue;
+    }
+    throw wire_error(std::string("send: ") + std::strerror(errno));
+  }
+}
+
+std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout) {
+  char header[16];
+  if (!read_exact(fd, header, sizeof header, timeout, true)) return std::nullopt;
+  if (get32(header) != kMagic) throw wire_error("not a cucore compile server frame");
+  if (get32(header + 4) != kProtocolVersion) {
+    throw wire_error("protocol version " + std::to_string(get32(header + 4)) + ", expected " +
+                     std::to_string(kProtocolVersion));
+  }
+  const std::uint32_t type = get32(header + 8);
+  if (type < 1 || type > 8) throw wire_error("unknown frame type " + std::to_string(type));
+  const std::uint32_t length = get32(header + 12);
+  if (length > kMaxPayload) throw wire_error("a frame's payload is over the limit");
+  frame f;
+  f.type = static_cast<frame_type>(type);
+  f.payload.resize(length);
+  if (length > 0) read_exact(fd, f.payload.data(), length, timeout, false);
+  return f;
+}
+
+void writer::u32(std::uint32_t v) {
+  char b[4];
+  put32(b, v);
+  out_.append(b, 4);
+}
+void writer::u64(std::uint64_t v) {
+  u32(static_cast<std::uint32_t>(v));
+  u32(static_cast<std::uint32_t>(v >> 32));
+}
+void writer::str(std::string_view s) {
+  u64(s.size());
+  out_.append(s);
+}
+void writer::strings(std::span<const std::string> v) {
+  u32(static_cast<std::uint32_t>(v.size()));
+  for (const auto& s : v) str(s);
+}
+
+std::string_view reader::take(std::size_t n) {
+  if (n > in_.size() - pos_) throw wire_error("a payload field runs past the end of its frame");
+  auto out = in_.substr(pos_, n);
+  pos_ += n;
+  return out;
+}
+std::uint32_t reader::u32() {
+  return get32(take(4).data());
+}
+std::uint64_t reader::u64() {
+  const std::uint64_t lo = u32();
+  return lo | (static_cast<std::uint64_t>(u32()) << 32);
+}
+std::string reader::str() {
+  const std::uint64_t n = u64();
+  if (n > in_.size() - pos_) throw wire_error("a payload field runs past the end of its frame");
+  return std::string(take(static_cast<std::size_t>(n)));
+}
+std::vector<std::string> reader::strings() {
+  const std::uint32_t n = u32();
+  // Each element takes 8 bytes at least: a count the payload cannot hold is refused up front.
+  if (n > (in_.size() - pos_) / 8) throw wire_error("a list is longer than its frame");
+  std::vector<std::string> v;
+  v.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) v.push_back(str());
+  return v;
+}
+bool reader::boolean() {
+  const std::uint32_t v = u32();
+  if (v > 1) throw wire_error("a boolean field is neither 0 nor 1");
+  return v == 1;
+}
+void reader::finish() const {
+  if (pos_ != in_.size()) throw wire_error("a payload has bytes after its last field");
+}
+
+namespace {
+
+// program_options, field by field: each type once, the fields listed once.
+void put(writer& w, const std::string& v) {
+  w.str(v);
+}
+void get(reader& r, std::string& v) {
+  v = r.str();
+}
+void put(writer& w, bool v) {
+  w.u32(v ? 1 : 0);
+}
+void get(reader& r, bool& v) {
+  v = r.boolean();
+}
+void put(writer& w, int v) {
+  w.u32(static_cast<std::uint32_t>(v));
+}
+void get(reader& r, int& v) {
+  v = static_cast<int>(r.u32());
+}
+void put(writer& w, const macro& m) {
+  put(w, m.name);
+  put(w, m.value.has_value());
+  if (m.value) put(w, *m.value);
+}
+void get(reader& r, macro& m) {
+  m.name = r.str();
+  if (r.boolean()) m.value = r.str();
+}
+void put(writer& w, const include_header& h) {
+  put(w, h.name);
+  put(w, h.contents);
+}
+void get(reader& r, include_header& h) {
+  h.name = r.str();
+  h.contents = r.str();
+}
+void put(writer& w, const nvvm_module& m) {
+  put(w, m.name);
+  put(w, m.code);
+}
+void get(reader& r, nvvm_module& m) {
+  m.name = r.str();
+  m.code = r.str();
+}
+template <class T>
+void put(writer& w, const std::optional<T>& v) {
+  put(w, v.has_value());
+  if (v) put(w, *v);
+}
+template <class T>
+void get(reader& r, std::optional<T>& v) {
+  if (r.boolean()) {
+    T t{};
+    get(r, t);
+    v = std::move(t);
+  } else {
+    v.reset();
+  }
+}
+template <class T>
+void put(writer& w, const std::vector<T>& v) {
+  w.u32(static_cast<std::uint32_t>(v.size()));
+  for (const auto& e : v) put(w, e);
+}
+template <class T>
+void get(reader& r, std::vector<T>& v) {
+  const std::uint32_t n = r.u32();
+  v.clear();
+  // Bounded by the payload: every element takes 4 bytes at least.
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, macro>) {
+      macro m("");
+      get(r, m);
+      v.push_back(std::move(m));
+    } else {
+      T t{};
+      get(r, t);
+      v.push_back(std::move(t));
+    }
+  }
+}
+
+// Every field but compile_server (a worker compiles in-process). A field added to
+// program_options must be added here: the static_assert below fails until it is.
+#define CUCORE_SERVER_OPTION_FIELDS(X)                                                             \
+  X(name)                                                                                          \
+  X(arch)                                                                                          \
+  X(relocatable_device_code) X(extensible_whole_program) X(debug) X(lineinfo) X(                   \
+      device_code_optimize) X(ptxas_options) X(max_register_count) X(ftz) X(prec_sqrt) X(prec_div) \
+      X(fma) X(use_fast_math) X(extra_device_vectorization) X(link_time_optimization)              \
+          X(gen_opt_lto) X(define_macro) X(undefine_macro) X(include_path) X(pre_include) X(       \
+              no_source_include) X(toolkit_include_path) X(use_bundled_headers) X(headers) X(std)  \
+              X(builtin_move_forward) X(builtin_initializer_list) X(disable_warnings) X(restrict)  \
+                  X(device_as_default_execution_space) X(device_int128) X(device_float128)         \
+                      X(optimization_info) X(no_display_error_number) X(diag_error)                \
+                          X(diag_suppress) X(diag_warn) X(brief_diagnostics) X(time)               \
+                              X(split_compile) X(fdevice_syntax_only) X(minimal) X(no_cache)       \
+                                  X(fdevice_time_trace) X(frandom_seed) X(ofast_compile) X(pch)    \
+                                      X(create_pch) X(use_pch) X(pch_dir) X(pch_verbose)           \
+                                          X(pch_messages) X(instantiate_templates_in_pch)          \
+                                              X(auto_pch) X(extra_sources) X(use_libdevice)        \
+                                                  X(numba_debug) X(warning_as_error) X(wreorder)   \
+                                                      X(enable_tile) X(tile_only) X(simt_only)     \
+                                                          X(default_tile)                          \
+                                                              X(diagnose_implicit_tile_var)        \
+                                                                  X(extra_nvrtc_options)
+
+#define CUCORE_SERVER_PUT(field) put(w, o.field);
+#define CUCORE_SERVER_GET(field) get(r, o.field);
+#if defined(__x86_64__) && defined(__GLIBCXX__) && !defined(_GLIBCXX_DEBUG)
+// 68 fields and compile_server, as laid out by libstdc++ on x86-64.
+static_assert(sizeof(program_options) == 864,
+              "program_options changed: list the new field in CUCORE_SERVER_OPTION_FIELDS (and "
+              "bump kProtocolVersion), then update this size");
+#endif
+
+void put_options(writer& w, const program_options& o) {
+  CUCORE_SERVER_OPTION_FIELDS(CUCORE_SERVER_PUT)
+}
+void get_options(reader& r, program_options& o){CUCORE_SERVER_OPTION_FIELDS(CUCORE_SERVER_GET)}
+
+std::uint32_t checked_enum(reader& r, std::uint32_t last, const char* what) {
+  const std::uint32_t v = r.u32();
+  if (v > last) throw wire_error(std::string("an unknown ") + what);
+  return v;
+}
+
+}  // namespace
+
+std::string encode(const compile_request& q) {
+  writer w;
+  w.str(q.view.nvrtc_path);
+  w.u64(q.view.nvrtc_device);
+  w.u64(q.view.nvrtc_inode);
+  w.u64(q.view.nvrtc_size);
+  w.u64(static_cast<std::uint64_t>(q.view.nvrtc_mtime_ns));
+  w.str(q.view.working_directory);
+  w.u32(static_cast<std::uint32_t>(q.view.environment.size()));
+  for (const auto& [name, value] : q.view.environment) {
+    w.str(name);
+    put(w, value);
+  }
+  w.str(q.code);
+  put_options(w, q.options);
+  w.u32(static_cast<std::uint32_t>(q.target));
+  w.strings(q.name_expressions);
+  w.strings(q.flags);
+  return w.take();
+}
+
+compile_request decode_request(std::string_view payload) {
+  reader r(payload);
+  compile_request q;
+  q.view.nvrtc_path = r.str();
+  q.view.nvrtc_device = r.u64();
+  q.view.nvrtc_inode = r.u64();
+  q.view.nvrtc_size = r.u64();
+  q.view.nvrtc_mtime_ns = static_cast<std::int64_t>(r.u64());
+  q.view.working_directory = r.str();
+  const std::uint32_t n = r.u32();
+  if (n > 1024) throw wire_error("too many environment variables");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::string name = r.str();
+    std::optional<std::string> value;
+    get(r, value);
+    if (name.empty() || name.find('=') != std::string::npos ||
+        name.find('\0') != std::string::npos || (value && value->find('\0') != std::string::npos)) {
+      throw wire_error("an environment variable's name or value is malformed");
+    }
+    q.view.environment.emplace_back(std::move(name), std::move(value));
+  }
+  q.code = r.str();
+  get_options(r, q.options);
+  q.target = static_cast<code_type>(
+      checked_enum(r, static_cast<std::uint32_t>(code_type::tile_ir), "target"));
+  q.name_expressions = r.strings();
+  q.flags = r.strings();
+  r.finish();
+  if (q.code.empty() || q.code.find('\0') != std::string::npos) {
+    throw wire_error("the source is empty or holds a NUL byte");
+  }
+  if (q.view.working_directory.empty() || q.view.working_directory.front() != '/') {
+    throw wire_error("the working directory is not an absolute path");
+  }
+  return q;
+}
+
+std::string encode(const compile_reply& a) {
+  writer w;
+  put(w, a.compiled);
+  w.str(a.backend);
+  w.str(a.status);
+  w.str(a.log);
+  w.u32(static_cast<std::uint32_t>(a.auto_pch));
+  w.u32(static_cast<std::uint32_t>(a.pch));
+  w.u32(static_cast<std::uint32_t>(a.target));
+  w.str(a.code);
+  w.str(a.name);
+  w.strings(a.symbols);
+  put(w, a.tile_ir);
+  return w.take();
+}
+
+compile_reply decode_reply(std::string_view payload) {
+  reader r(payload);
+  compile_reply a;
+  a.compiled = r.boolean();
+  a.backend = r.str();
+  a.status = r.str();
+  a.log = r.str();
+  a.auto_pch = static_cast<auto_pch_status>(
+      checked_enum(r, static_cast<std::uint32_t>(auto_pch_status::discarded), "PCH status"));
+  a.pch = static_cast<pch_status>(
+      checked_enum(r, static_cast<std::uint32_t>(pch_status::failed), "PCH status"));
+  a.target = static_cast<code_type>(
+      checked_enum(r, static_cast<std::uint32_t>(code_type::tile_ir), "target"));
+  a.code = r.str();
+  a.name = r.str();
+  a.symbols = r.strings();
+  if (a.symbols.size() % 2 != 0) throw wire_error("a symbol without its lowered name");
+  get(r, a.tile_ir);
+  r.finish();
+  return a;
+}
+
+std::string prefix_identity(const compile_request& q) {
+  const auto prefix = detail::scan_pch_prefix(q.code);
+  if (!prefix.balanced || !prefix.includes) return {};
+  std::string all(q.code.substr(0, prefix.end));
+  for (const auto& f : q.flags) (all += '\0') += f;
+  (all += '\0') += q.options.name;
+  (all += '\0') += q.view.working_directory;
+  const auto hex = detail::sha256_hex(std::as_bytes(std::span(all.data(), all.size())));
+  return std::string(hex.data(), hex.size());
+}
+
+}  // namespace cucore::server

@@ -1,0 +1,130 @@
+// The compile server's wire format (docs/compile-server.md, "Protocol"): frames of a fixed header
+// (magic, protocol version, type, payload length) and a payload of length-prefixed fields. Every
+// read is bounded and checked: a malformed frame or payload is a wire_error, never a crash.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/error.hpp"
+#include "cucore/object_code.hpp"
+#include "cucore/options.hpp"
+#include "cucore/program.hpp"
+
+namespace cucore::server {
+
+class wire_error : public error {
+ public:
+  using error::error;
+};
+
+inline constexpr std::uint32_t kMagic = 0x53435543;  // "CUCS"
+// Bumped on any change of a frame or payload: a client and server of different versions never
+// talk (the client compiles itself).
+inline constexpr std::uint32_t kProtocolVersion = 1;
+// The largest payload either side accepts (a request holds source and headers; a reply the code).
+inline constexpr std::uint32_t kMaxPayload = 256u << 20;
+
+enum class frame_type : std::uint32_t {
+  compile_request = 1,
+  compile_reply = 2,
+  heartbeat = 3,  // the server is still compiling this request
+  refusal = 4,    // the server will not compile it (payload: why); the client compiles itself
+  status_request = 5,
+  status_reply = 6,  // payload: JSON
+  stop_request = 7,
+  stopping = 8,
+};
+
+struct frame {
+  frame_type type{};
+  std::string payload;
+};
+
+// Writes one frame to a blocking or non-blocking socket, waiting at most `timeout` for room.
+// Throws wire_error (a closed peer, a full socket past the timeout).
+void write_frame(int fd, frame_type type, std::string_view payload,
+                 std::chrono::milliseconds timeout);
+// Reads one frame, waiting at most `timeout` for each part. nullopt: the peer closed before a
+// frame began. Throws wire_error for silence past the timeout, a wrong magic or version, an unknown
+// type or an oversize length.
+std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout);
+
+// Payload fields.
+class writer {
+ public:
+  void u32(std::uint32_t v);
+  void u64(std::uint64_t v);
+  void str(std::string_view s);
+  void strings(std::span<const std::string> v);
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class reader {
+ public:
+  explicit reader(std::string_view in) : in_(in) {}
+  std::uint32_t u32();
+  std::uint64_t u64();
+  std::string str();
+  std::vector<std::string> strings();
+  bool boolean();
+  // Throws wire_error unless every byte was read.
+  void finish() const;
+
+ private:
+  std::string_view take(std::size_t n);
+  std::string_view in_;
+  std::size_t pos_ = 0;
+};
+
+// What a compile depends on besides its inputs, as the client sees it.
+struct client_view {
+  std::string nvrtc_path;  // the NVRTC library the client loaded (canonical path)
+  std::uint64_t nvrtc_device = 0, nvrtc_inode = 0, nvrtc_size = 0;
+  std::int64_t nvrtc_mtime_ns = 0;
+  std::string working_directory;
+  // Every variable of the compilers' table (key/compiler_environment.hpp): set or not, and value.
+  std::vector<std::pair<std::string, std::optional<std::string>>> environment;
+  friend bool operator==(const client_view&, const client_view&) = default;
+};
+
+struct compile_request {
+  client_view view;
+  std::string code;
+  program_options options;  // compile_server off
+  code_type target = code_type::ptx;
+  std::vector<std::string> name_expressions;
+  std::vector<std::string> flags;  // compiler_flags() in the client: the worker checks its own
+};
+
+struct compile_reply {
+  bool compiled = false;        // false: NVRTC rejected the code (compile_error)
+  std::string backend, status;  // of the compile_error
+  std::string log;
+  auto_pch_status auto_pch = auto_pch_status::off;
+  pch_status pch = pch_status::not_requested;
+  code_type target = code_type::ptx;
+  std::string code, name;
+  std::vector<std::string> symbols;  // expression, lowered, ...
+  std::optional<std::string> tile_ir;
+};
+
+std::string encode(const compile_request& r);
+compile_request decode_request(std::string_view payload);
+std::string encode(const compile_reply& r);
+compile_reply decode_reply(std::string_view payload);
+
+// What routes a request to a worker: the program's leading preprocessing lines (automatic PCH's
+// prefix), the flags and the name; empty when the code has no such prefix.
+std::string prefix_identity(const compile_request& r);
+
+}  // namespace cucore::server

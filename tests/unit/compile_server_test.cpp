@@ -1,0 +1,586 @@
+// The compile server (docs/compile-server.md) with real server processes: results equal to an
+// in-process compile, the fallbacks (no server, a killed worker, a stopped server), its security
+// (another uid, malformed requests, a directory others can reach), 16 clients at once, idle exit.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cucore/cache/in_memory.hpp"
+#include "cucore/error.hpp"
+#include "cucore/program.hpp"
+#include "cucore/server.hpp"
+#include "server/wire.hpp"
+#include "test_support.hpp"
+
+#ifndef CUCORE_CLI_PATH
+#error "CUCORE_CLI_PATH must point at the cucore tool"
+#endif
+
+namespace cucore {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+// A CUB kernel (a precompiled-header prefix) with a name expression.
+constexpr const char* kCubKernel = R"(#include <cub/block/block_reduce.cuh>
+#include <cuda/std/complex>
+template <int N>
+__global__ void reduce(int* p) {
+  using R = cub::BlockReduce<int, N>;
+  __shared__ typename R::TempStorage t;
+  int v = R(t).Sum(p[threadIdx.x]);
+  if (threadIdx.x == 0) *p = v;
+}
+)";
+
+std::string small_kernel(int i) {
+  return "extern \"C\" __global__ void k" + std::to_string(i) +
+         "(int* p) { p[threadIdx.x] += " + std::to_string(i) + "; }\n";
+}
+
+// NVRTC names internal-linkage variables with the compiling process's PID (nvrtc-observed.md).
+std::string masked(std::string_view ptx) {
+  static const std::regex internal("_INTERNAL_[A-Za-z0-9_]+");
+  return std::regex_replace(std::string(ptx), internal, "_INTERNAL_");
+}
+
+program_options options_with(compile_server_mode mode, std::string name = "server_test.cu") {
+  program_options o;
+  o.arch = testing::kArch;
+  o.std = "c++17";
+  o.name = std::move(name);
+  o.compile_server = mode;
+  return o;
+}
+
+// Whether a process runs (a zombie does not: a daemon's parent may reap it late).
+bool running(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string id, name, state;
+  return static_cast<bool>(stat >> id >> name >> state) && state != "Z";
+}
+
+// Runs the tool, waiting for it; its exit status and output.
+std::pair<int, std::string> run_tool(std::vector<std::string> args,
+                                     const std::vector<std::string>& prefix = {}) {
+  args.insert(args.begin(), CUCORE_CLI_PATH);
+  args.insert(args.begin(), prefix.begin(), prefix.end());
+  int out[2];
+  if (::pipe(out) != 0) std::abort();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, n);
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text};
+}
+
+// A server in the foreground, a child of the test; killed and reaped at the end whatever happens.
+class server_process {
+ public:
+  server_process(const fs::path& dir, int workers, std::vector<std::string> extra = {})
+      : dir_(dir) {
+    std::vector<std::string> args = {
+        CUCORE_CLI_PATH, "server",     "start",     "--foreground",
+        "--dir",         dir.string(), "--workers", std::to_string(workers)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(CUCORE_CLI_PATH, argv.data());
+      ::_exit(127);
+    }
+    // Ready when it answers (bounded: it only has to bind and spawn its workers).
+    const auto deadline = clock_type::now() + 30s;
+    while (!query_compile_server(dir_)) {
+      if (clock_type::now() > deadline || exited()) {
+        ADD_FAILURE() << "the compile server did not start";
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ~server_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGCONT);
+      ::kill(pid_, SIGTERM);
+      if (!wait_exit(20s)) {
+        ::kill(pid_, SIGKILL);
+        wait_exit(10s);
+      }
+    }
+  }
+  server_process(const server_process&) = delete;
+  server_process& operator=(const server_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+  bool wait_exit(std::chrono::milliseconds bound) {
+    const auto deadline = clock_type::now() + bound;
+    while (!exited()) {
+      if (clock_type::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+  std::uint64_t requests() const {
+    const auto s = query_compile_server(dir_);
+    return s ? s->requests : 0;
+  }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+};
+
+// Each test: its own private directory, named to clients by CUCORE_SERVER_DIR.
+class CompileServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tmp_.path() / "server";
+    ::setenv("CUCORE_SERVER_DIR", dir_.c_str(), 1);
+    ::setenv("CUCORE_SERVER_PROGRAM", CUCORE_CLI_PATH, 1);
+    ::unsetenv("CUCORE_COMPILE_SERVER");
+    ::unsetenv("CUCORE_SERVER_TIMEOUT_MS");
+  }
+  void TearDown() override {
+    ::unsetenv("CUCORE_SERVER_DIR");
+    ::unsetenv("CUCORE_SERVER_PROGRAM");
+    ::unsetenv("CUCORE_SERVER_TIMEOUT_MS");
+  }
+  testing::temp_dir tmp_;
+  fs::path dir_;
+};
+
+TEST_F(CompileServer, SameBytesLogLoweredNamesAsInProcess) {
+  server_process server(dir_, 1);
+  const std::vector<std::string> names = {"reduce<128>"};
+  program local(kCubKernel, source_type::cxx, options_with(compile_server_mode::off));
+  const object_code expected = local.compile(code_type::ptx, names);
+  // The worker makes the prefix's image at its first sight (its requests come from many
+  // processes), then starts from it.
+  const std::vector<auto_pch_status> statuses = {auto_pch_status::created, auto_pch_status::used,
+                                                 auto_pch_status::used};
+  for (std::size_t i = 0; i < statuses.size(); ++i) {
+    const std::uint64_t before = server.requests();
+    program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
+    const object_code got = served.compile(code_type::ptx, names);
+    EXPECT_EQ(server.requests(), before + 1) << "compile " << i << " did not reach the server";
+    EXPECT_EQ(masked(got.text()), masked(expected.text())) << "compile " << i;
+    EXPECT_EQ(served.log(), local.log());
+    EXPECT_EQ(got.symbol_mapping(), expected.symbol_mapping());
+    EXPECT_EQ(got.name(), expected.name());
+    EXPECT_EQ(served.last_auto_pch(), statuses[i]) << "compile " << i;
+  }
+  // A cubin without PID-named symbols is byte-for-byte the in-process one.
+  program local_cubin(small_kernel(7), source_type::cxx, options_with(compile_server_mode::off));
+  program served_cubin(small_kernel(7), source_type::cxx, options_with(compile_server_mode::on));
+  const object_code a = local_cubin.compile(code_type::cubin);
+  const object_code b = served_cubin.compile(code_type::cubin);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(std::equal(a.code().begin(), a.code().end(), b.code().begin()));
+}
+
+TEST_F(CompileServer, CompileErrorCarriesTheSameLog) {
+  server_process server(dir_, 1);
+  const std::string bad = "__global__ void k() { undeclared_thing = 1; }\n";
+  std::string local_log, served_log;
+  try {
+    program(bad, source_type::cxx, options_with(compile_server_mode::off)).compile(code_type::ptx);
+    FAIL() << "compiled";
+  } catch (const compile_error& e) {
+    local_log = e.log();
+  }
+  const std::uint64_t before = server.requests();
+  try {
+    program(bad, source_type::cxx, options_with(compile_server_mode::on)).compile(code_type::ptx);
+    FAIL() << "compiled";
+  } catch (const compile_error& e) {
+    served_log = e.log();
+  }
+  EXPECT_EQ(server.requests(), before + 1);
+  EXPECT_EQ(served_log, local_log);
+  EXPECT_TRUE(testing::contains(served_log, "undeclared_thing"));
+  // A success's warnings too.
+  const std::string warns = "__global__ void k(int* p) { int unused_here; *p = 1; }\n";
+  program local(warns, source_type::cxx, options_with(compile_server_mode::off));
+  program served(warns, source_type::cxx, options_with(compile_server_mode::on));
+  local.compile(code_type::ptx);
+  served.compile(code_type::ptx);
+  EXPECT_TRUE(testing::contains(local.log(), "unused_here")) << local.log();
+  EXPECT_EQ(served.log(), local.log());
+  EXPECT_EQ(server.requests(), before + 2);
+}
+
+TEST_F(CompileServer, TheCacheStoresTheSameKeyAndAHitNeverReachesTheServer) {
+  server_process server(dir_, 1);
+  in_memory_program_cache served_cache, local_cache;
+  program served(small_kernel(1), source_type::cxx, options_with(compile_server_mode::on));
+  program local(small_kernel(1), source_type::cxx, options_with(compile_server_mode::off));
+  const object_code a = served.compile(code_type::cubin, {}, &served_cache);
+  const object_code b = local.compile(code_type::cubin, {}, &local_cache);
+  ASSERT_EQ(served.last_cache_outcome(), cache_outcome::miss);
+  ASSERT_TRUE(served.last_cache_key() && local.last_cache_key());
+  EXPECT_EQ(served.last_cache_key()->hex(), local.last_cache_key()->hex());
+  const std::uint64_t before = server.requests();
+  const object_code hit = served.compile(code_type::cubin, {}, &served_cache);
+  EXPECT_EQ(served.last_cache_outcome(), cache_outcome::hit);
+  EXPECT_EQ(server.requests(), before);
+  ASSERT_EQ(hit.size(), a.size());
+  EXPECT_TRUE(std::equal(hit.code().begin(), hit.code().end(), a.code().begin()));
+  EXPECT_TRUE(std::equal(b.code().begin(), b.code().end(), a.code().begin()));
+}
+
+TEST_F(CompileServer, NoServerCompilesInProcess) {
+  // auto: none runs, none is started.
+  program a(small_kernel(2), source_type::cxx, options_with(compile_server_mode::automatic));
+  EXPECT_GT(a.compile(code_type::ptx).size(), 0u);
+  EXPECT_FALSE(fs::exists(dir_));
+  // on, with no program to start one: in-process all the same.
+  ::setenv("CUCORE_SERVER_PROGRAM", "/nonexistent/cucore", 1);
+  const char* path = std::getenv("PATH");
+  const std::string saved_path = path != nullptr ? path : "";
+  ::setenv("PATH", "/nonexistent", 1);  // restored below
+  program b(small_kernel(2), source_type::cxx, options_with(compile_server_mode::on));
+  EXPECT_EQ(b.compile(code_type::ptx).text(), a.compile(code_type::ptx).text());
+  ::setenv("PATH", saved_path.c_str(), 1);
+}
+
+TEST_F(CompileServer, OnStartsAServerThatStopLeavesNoFiles) {
+  ::setenv("CUCORE_SERVER_IDLE_SECONDS", "60", 1);
+  ::setenv("CUCORE_SERVER_WORKERS", "1", 1);
+  program a(small_kernel(3), source_type::cxx, options_with(compile_server_mode::on));
+  EXPECT_GT(a.compile(code_type::ptx).size(), 0u);
+  ::unsetenv("CUCORE_SERVER_IDLE_SECONDS");
+  ::unsetenv("CUCORE_SERVER_WORKERS");
+  const auto status = query_compile_server(dir_);
+  ASSERT_TRUE(status) << "compile_server_mode::on started no server";
+  EXPECT_EQ(status->requests, 1u);
+  EXPECT_TRUE(stop_compile_server(dir_));
+  EXPECT_FALSE(fs::exists(dir_)) << "the server left its directory behind";
+  EXPECT_FALSE(running(status->pid)) << "the server still runs";
+}
+
+TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
+  server_process server(dir_, 1);
+  program local(kCubKernel, source_type::cxx, options_with(compile_server_mode::off));
+  const std::string expected = masked(local.compile(code_type::ptx).text());
+  std::string got;
+  std::thread client([&] {
+    program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
+    got = masked(served.compile(code_type::ptx).text());
+  });
+  // Kill the worker while it compiles (a CUB compile takes ~1 s).
+  int killed = 0;
+  const auto deadline = clock_type::now() + 30s;
+  while (killed == 0 && clock_type::now() < deadline) {
+    if (const auto s = query_compile_server(dir_)) {
+      for (const auto& w : s->workers) {
+        if (w.busy && w.pid > 0 && ::kill(w.pid, SIGKILL) == 0) killed = w.pid;
+      }
+    }
+    if (killed == 0) std::this_thread::sleep_for(5ms);
+  }
+  client.join();
+  ASSERT_NE(killed, 0) << "no busy worker seen";
+  EXPECT_EQ(got, expected);
+  // The server replaced it and serves on.
+  const std::uint64_t before = server.requests();
+  program again(small_kernel(4), source_type::cxx, options_with(compile_server_mode::on));
+  EXPECT_GT(again.compile(code_type::ptx).size(), 0u);
+  EXPECT_EQ(server.requests(), before + 1);
+  const auto s = query_compile_server(dir_);
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->workers.at(0).pid, killed);
+}
+
+TEST_F(CompileServer, AStoppedWorkerMeansAnInProcessCompile) {
+  server_process server(dir_, 1);
+  program local(kCubKernel, source_type::cxx, options_with(compile_server_mode::off));
+  const std::string expected = masked(local.compile(code_type::ptx).text());
+  std::string got;
+  std::thread client([&] {
+    program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
+    got = masked(served.compile(code_type::ptx).text());
+  });
+  int stopped = 0;
+  const auto deadline = clock_type::now() + 30s;
+  while (stopped == 0 && clock_type::now() < deadline) {
+    if (const auto s = query_compile_server(dir_)) {
+      for (const auto& w : s->workers) {
+        if (w.busy && w.pid > 0 && ::kill(w.pid, SIGSTOP) == 0) stopped = w.pid;
+      }
+    }
+    if (stopped == 0) std::this_thread::sleep_for(5ms);
+  }
+  client.join();
+  ASSERT_NE(stopped, 0) << "no busy worker seen";
+  EXPECT_EQ(got, expected);
+  // The server replaced it (the stopped one was killed).
+  const auto s = query_compile_server(dir_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->workers.at(0).restarts, 1u);
+  EXPECT_FALSE(running(stopped));
+}
+
+TEST_F(CompileServer, AStoppedServerMeansAnInProcessCompileWithinTheBound) {
+  server_process server(dir_, 1);
+  ::setenv("CUCORE_SERVER_TIMEOUT_MS", "1000", 1);
+  ASSERT_EQ(::kill(server.pid(), SIGSTOP), 0);
+  const auto start = clock_type::now();
+  program served(small_kernel(5), source_type::cxx, options_with(compile_server_mode::on));
+  const object_code got = served.compile(code_type::ptx);
+  const auto took = clock_type::now() - start;
+  ::kill(server.pid(), SIGCONT);
+  program local(small_kernel(5), source_type::cxx, options_with(compile_server_mode::off));
+  EXPECT_EQ(got.text(), local.compile(code_type::ptx).text());
+  // The bound (1 s) plus an in-process compile of a small kernel (~50 ms; generous for load).
+  EXPECT_LT(took, 6s);
+  EXPECT_GE(took, 900ms) << "it did not wait for the server at all";
+}
+
+// Connects to the server's socket directly.
+int raw_connect(const fs::path& dir) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string p = (dir / "server.sock").string();
+  std::strncpy(addr.sun_path, p.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(CompileServer, MalformedRequestsNeverCrashIt) {
+  server_process server(dir_, 1);
+  std::mt19937 rng(12345);
+  auto header = [](std::uint32_t magic, std::uint32_t version, std::uint32_t type,
+                   std::uint32_t length) {
+    std::string h(16, '\0');
+    const std::uint32_t v[4] = {magic, version, type, length};
+    std::memcpy(h.data(), v, 16);
+    return h;
+  };
+  std::vector<std::string> attacks = {
+      header(0xdeadbeef, 1, 1, 0),                                         // wrong magic
+      header(server::kMagic, 99, 1, 0),                                    // another version
+      header(server::kMagic, server::kProtocolVersion, 77, 0),             // unknown type
+      header(server::kMagic, server::kProtocolVersion, 1, 0xffffffffu),    // oversize
+      header(server::kMagic, server::kProtocolVersion, 1, 100) + "short",  // truncated
+      header(server::kMagic, server::kProtocolVersion, 1, 8) + std::string(8, '\xff'),
+  };
+  for (int i = 0; i < 20; ++i) {  // random bytes, and random payloads in a valid frame
+    std::string junk(1 + rng() % 300, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    attacks.push_back(junk);
+    attacks.push_back(header(server::kMagic, server::kProtocolVersion, 1,
+                             static_cast<std::uint32_t>(junk.size())) +
+                      junk);
+  }
+  for (const auto& attack : attacks) {
+    const int fd = raw_connect(dir_);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, attack.data(), attack.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(attack.size()));
+    ::shutdown(fd, SHUT_WR);
+    // Whatever it answers, it answers a refusal or closes.
+    try {
+      if (auto f = server::read_frame(fd, 10s)) {
+        EXPECT_EQ(f->type, server::frame_type::refusal);
+      }
+    } catch (const server::wire_error&) {
+    }
+    ::close(fd);
+  }
+  EXPECT_FALSE(server.exited());
+  program served(small_kernel(6), source_type::cxx, options_with(compile_server_mode::on));
+  const std::uint64_t before = server.requests();
+  EXPECT_GT(served.compile(code_type::ptx).size(), 0u);
+  EXPECT_EQ(server.requests(), before + 1) << "the server stopped serving";
+}
+
+TEST_F(CompileServer, AnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  server_process server(dir_, 1);
+  // Let uid 65534 reach the socket (the directory check would stop it first otherwise).
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ / "server.sock").c_str(), 0777), 0);
+  // A child as uid/gid 65534 (nobody) asks for the status: the answer's frame type is its exit.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(100);
+    }
+    const int fd = raw_connect(dir_);
+    if (fd < 0) ::_exit(101);
+    try {
+      server::write_frame(fd, server::frame_type::status_request, {}, 5s);
+    } catch (...) {
+    }
+    try {
+      const auto f = server::read_frame(fd, 5s);
+      ::_exit(f ? static_cast<int>(f->type) : 102);
+    } catch (...) {
+      ::_exit(103);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), static_cast<int>(server::frame_type::refusal))
+      << "another uid got an answer other than a refusal";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
+  EXPECT_TRUE(query_compile_server(dir_)) << "the server does not answer its own user";
+}
+
+TEST_F(CompileServer, ADirectoryOthersCanReachIsRefused) {
+  fs::create_directories(dir_);
+  ::chmod(dir_.c_str(), 0755);
+  const auto [rc, out] = run_tool({"server", "start", "--foreground", "--dir", dir_.string()});
+  EXPECT_NE(rc, 0);
+  EXPECT_TRUE(testing::contains(out, "0755")) << out;
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+TEST_F(CompileServer, SixteenClientsAtOnce) {
+  server_process server(dir_, 2);
+  std::vector<std::string> expected(16), got(16);
+  for (int i = 0; i < 16; ++i) {
+    program p(small_kernel(100 + i), source_type::cxx, options_with(compile_server_mode::off));
+    expected[i] = std::string(p.compile(code_type::ptx).text());
+  }
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      program p(small_kernel(100 + i), source_type::cxx, options_with(compile_server_mode::on));
+      got[i] = std::string(p.compile(code_type::ptx).text());
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[i], expected[i]) << "client " << i;
+  EXPECT_EQ(server.requests(), 16u);
+}
+
+TEST_F(CompileServer, RacingStartersMakeOneServerAndIdleExitLeavesNoFiles) {
+  std::vector<std::thread> starters;
+  std::vector<std::pair<int, std::string>> results(4);
+  for (int i = 0; i < 4; ++i) {
+    starters.emplace_back([&, i] {
+      results[i] = run_tool(
+          {"server", "start", "--dir", dir_.string(), "--workers", "1", "--idle-time", "2"});
+    });
+  }
+  for (auto& t : starters) t.join();
+  // Each says which server serves: one pid for all ("compile server PID started|already ...").
+  std::set<int> pids;
+  for (const auto& [rc, out] : results) {
+    EXPECT_EQ(rc, 0) << out;
+    std::smatch m;
+    if (std::regex_search(out, m, std::regex("compile server ([0-9]+) "))) {
+      pids.insert(std::stoi(m[1]));
+    }
+  }
+  ASSERT_EQ(pids.size(), 1u);
+  const int pid = *pids.begin();
+  // Idle for 2 s: it exits by itself, its files and directory gone.
+  const auto deadline = clock_type::now() + 30s;
+  while (running(pid) && clock_type::now() < deadline) std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(running(pid)) << "the server outlived its idle time";
+  EXPECT_FALSE(fs::exists(dir_)) << "the server left files behind";
+}
+
+TEST_F(CompileServer, TheToolUsesARunningServerAndAnotherMountNamespaceCompilesItself) {
+  server_process server(dir_, 1);
+  const fs::path source = tmp_.path() / "k.cu";
+  testing::write_text(source, small_kernel(8));
+  const std::string arch = std::string("--arch=") + testing::kArch;
+  // cucore compile's default: a running server.
+  auto [rc, out] = run_tool({"compile", source.string(), arch, "--cache", "none", "-o",
+                             (tmp_.path() / "a.ptx").string()});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(server.requests(), 1u);
+  std::tie(rc, out) = run_tool({"compile", source.string(), arch, "--cache", "none", "--no-server",
+                                "-o", (tmp_.path() / "b.ptx").string()});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(server.requests(), 1u) << "--no-server reached the server";
+  EXPECT_EQ(testing::read_text(tmp_.path() / "a.ptx"), testing::read_text(tmp_.path() / "b.ptx"));
+  // A client in another mount namespace is refused before any compile, and compiles itself.
+  if (run_tool({}, {"unshare", "-m", "true"}).first != 0) {
+    GTEST_SKIP() << "cannot make a mount namespace here (unshare -m)";
+  }
+  std::tie(rc, out) = run_tool({"compile", source.string(), arch, "--cache", "none", "--server",
+                                "-o", (tmp_.path() / "c.ptx").string()},
+                               {"unshare", "-m"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(server.requests(), 1u) << "a client in another mount namespace was served";
+  EXPECT_EQ(testing::read_text(tmp_.path() / "c.ptx"), testing::read_text(tmp_.path() / "b.ptx"));
+}
+
+TEST_F(CompileServer, AWorkerPastItsMemoryBoundIsReplaced) {
+  server_process server(dir_, 1, {"--worker-memory", "1"});  // 1 MiB: every worker is past it
+  for (int i = 0; i < 2; ++i) {
+    program served(small_kernel(20 + i), source_type::cxx, options_with(compile_server_mode::on));
+    program local(small_kernel(20 + i), source_type::cxx, options_with(compile_server_mode::off));
+    EXPECT_EQ(served.compile(code_type::ptx).text(), local.compile(code_type::ptx).text());
+  }
+  // The first worker was replaced before the second request could reach its slot.
+  const auto s = query_compile_server(dir_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->requests, 2u);
+  EXPECT_GE(s->workers.at(0).restarts, 1u);
+}
+
+}  // namespace
+}  // namespace cucore
