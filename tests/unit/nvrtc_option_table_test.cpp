@@ -68,8 +68,7 @@ TEST(NvrtcOptionTable, ListsSplitIntoOptionsWithTheirValues) {
 }
 
 // Each reproduction: a relative --use-bundled-headers=bh used to pass the drop-in's guess (no '/',
-// no "include" or "path" in it) and hit stale; an unknown option was kept verbatim; Tile code
-// (whose Tile IR the drop-in does not record) was cached.
+// no "include" or "path" in it) and hit stale; an unknown option was kept verbatim.
 TEST(DropinNvrtcOptions, WhatTheTableDoesNotCoverBypasses) {
   for (const auto& [options, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"-arch=sm_90", "--use-bundled-headers=bh"}, "bundled headers"},
@@ -79,8 +78,6 @@ TEST(DropinNvrtcOptions, WhatTheTableDoesNotCoverBypasses) {
            {{"--frobnicate=3"}, "is not an NVRTC option cucore knows"},
            {{"--no-lineinfo-inlined-at"}, "is not an NVRTC option cucore knows"},
            {{"-isystem=/usr/include"}, "is not an NVRTC option cucore knows"},
-           {{"-tile-only"}, "Tile IR"},
-           {{"-enable-tile"}, "Tile IR"},
            {{"-Xcudafe=--diag_suppress=177"}, "a tool inside NVRTC"},
            {{"--time=t.csv"}, "an effect besides"},
            {{"--fdevice-time-trace=t.json"}, "an effect besides"},
@@ -93,6 +90,16 @@ TEST(DropinNvrtcOptions, WhatTheTableDoesNotCoverBypasses) {
   const auto pch = parse({"--pch"});
   EXPECT_TRUE(contains(pch.bypass, "read files the key cannot see")) << pch.bypass;
   EXPECT_TRUE(pch.bypass_needs_digest);
+}
+
+// Tile code is cached since the drop-in records the Tile IR with the other outputs (its key marks
+// it, as the library's does): every spelling is keyed, none bypasses.
+TEST(DropinNvrtcOptions, TileOptionsAreKeyedNotBypassed) {
+  for (const char* option : {"-tile-only", "--tile-only", "-enable-tile", "--enable-tile",
+                             "-simt-only", "-default-tile"}) {
+    const auto parsed = parse({"-arch=sm_100", "-std=c++20", option});
+    EXPECT_TRUE(parsed.bypass.empty()) << option << ": " << parsed.bypass;
+  }
 }
 
 TEST(DropinNvrtcOptions, KnownOptionsAreKeyedInOneSpelling) {
