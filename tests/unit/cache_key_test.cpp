@@ -587,6 +587,12 @@ std::vector<field_case> field_cases() {
        {}},
       // Automatic PCH (c++ only) changes no output (docs/compilation.md), so it is in no key.
       {"auto_pch", set_bool(&po::auto_pch), {{S::cxx, E::ignored}}, {}},
+      // The compile server (docs/compile-server.md) compiles the same output: in no key.
+      {"compile_server",
+       set_to(&po::compile_server, std::optional(compile_server_mode::on),
+              std::optional(compile_server_mode::off)),
+       {{S::cxx, E::ignored}},
+       {}},
       {"extra_sources",
        set_to(&po::extra_sources, std::vector<nvvm_module>{{"a", "define void @a() { ret void }"}},
               std::vector<nvvm_module>{{"b", "define void @b() { ret void }"}}),
