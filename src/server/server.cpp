@@ -352,17 +352,24 @@ void compile_server::compile(int conn, const frame& request) {
   }
   const std::string route = prefix_identity(decoded);
   std::size_t index = 0;
+  bool make_image = false;
   {
     const std::lock_guard lock(routes_mutex_);
     for (std::size_t i = 1; i < workers_.size(); ++i) {
       if (workers_[i]->load < workers_[index]->load) index = i;
     }
-    // The worker holding the prefix's image, unless more than two requests wait there beyond
-    // the least loaded one: a compile from an image takes ~0.2x, so a short queue there is
-    // quicker than a compile from the headers elsewhere, a long one is not.
+    // The worker holding (or making) the prefix's image, unless more than two requests wait
+    // there beyond the least loaded one: a compile from an image takes ~0.2x, so a short queue
+    // there is quicker than a compile from the headers elsewhere, a long one is not.
     const auto it = route.empty() ? routes_.end() : routes_.find(route);
     if (it != routes_.end() && workers_[it->second]->load <= workers_[index]->load + 2) {
       index = it->second;
+    } else if (it == routes_.end() && !route.empty()) {
+      // A prefix never seen: this worker makes its image, once. A burst of misses of one prefix
+      // then costs one image and plain compiles beside it, not an image in every worker (16
+      // workers making the same image at once took 8x a plain compile, measured).
+      routes_[route] = index;
+      make_image = true;
     }
     ++workers_[index]->load;
   }
@@ -399,7 +406,9 @@ void compile_server::compile(int conn, const frame& request) {
   std::optional<frame> answer;
   try {
     if (w.pid < 0) spawn(w);
-    write_frame(w.fd.get(), frame_type::compile_request, request.payload, 30s);
+    write_frame(w.fd.get(),
+                make_image ? frame_type::compile_request_make_image : frame_type::compile_request,
+                request.payload, 30s);
     for (;;) {
       pollfd p{w.fd.get(), POLLIN, 0};
       const int r = ::poll(&p, 1, static_cast<int>(kHeartbeat.count()));
@@ -427,9 +436,12 @@ void compile_server::compile(int conn, const frame& request) {
     ++w.requests;
     w.resident = proc_status_bytes(w.pid, "VmRSS");
     w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
-    if (answer && answer->type == frame_type::compile_reply && !route.empty()) {
-      const std::lock_guard lock(routes_mutex_);
-      routes_[route] = index;
+  }
+  if (make_image && !(answer && answer->type == frame_type::compile_reply)) {
+    // No image was made here: the prefix's next miss chooses again.
+    const std::lock_guard lock(routes_mutex_);
+    if (const auto it = routes_.find(route); it != routes_.end() && it->second == index) {
+      routes_.erase(it);
     }
   }
   // The client has its answer before a worker past its memory bound is replaced (the slot's lock
@@ -772,7 +784,6 @@ int run_compile_server_worker(int fd) {
   using namespace std::chrono_literals;
   server::unique_fd conn(fd);
   ::signal(SIGPIPE, SIG_IGN);
-  detail::set_auto_pch_create_at_first_sight(true);
   detail::file_identity own{};
   try {  // loaded now, so the first request does not pay for it
     const auto& api = detail::nvrtc("the compile server's worker");
@@ -788,7 +799,14 @@ int run_compile_server_worker(int fd) {
       return 1;
     }
     if (!f) return 0;  // the server closed: exit, the automatic PCH files with us
-    if (f->type != server::frame_type::compile_request) return 1;
+    if (f->type != server::frame_type::compile_request &&
+        f->type != server::frame_type::compile_request_make_image) {
+      return 1;
+    }
+    // The image of a prefix is made where the server asked (at its first sight there); any other
+    // worker makes one only at its own second sighting, as a process does.
+    detail::set_auto_pch_create_at_first_sight(f->type ==
+                                               server::frame_type::compile_request_make_image);
     server::frame_type type = server::frame_type::compile_reply;
     std::string payload;
     try {

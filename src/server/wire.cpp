@@ -102,7 +102,7 @@ std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout) {
                      std::to_string(kProtocolVersion));
   }
   const std::uint32_t type = get32(header + 8);
-  if (type < 1 || type > 8) throw wire_error("unknown frame type " + std::to_string(type));
+  if (type < 1 || type > 9) throw wire_error("unknown frame type " + std::to_string(type));
   const std::uint32_t length = get32(header + 12);
   if (length > kMaxPayload) throw wire_error("a frame's payload is over the limit");
   frame f;
@@ -255,12 +255,13 @@ void get(reader& r, std::vector<T>& v) {
 #define CUCORE_SERVER_OPTION_FIELDS(X)                                                             \
   X(name)                                                                                          \
   X(arch)                                                                                          \
-  X(relocatable_device_code) X(extensible_whole_program) X(debug) X(lineinfo) X(                   \
-      device_code_optimize) X(ptxas_options) X(max_register_count) X(ftz) X(prec_sqrt) X(prec_div) \
-      X(fma) X(use_fast_math) X(extra_device_vectorization) X(link_time_optimization)              \
-          X(gen_opt_lto) X(define_macro) X(undefine_macro) X(include_path) X(pre_include) X(       \
-              no_source_include) X(toolkit_include_path) X(use_bundled_headers) X(headers) X(std)  \
-              X(builtin_move_forward) X(builtin_initializer_list) X(disable_warnings) X(restrict)  \
+  X(relocatable_device_code)                                                                       \
+  X(extensible_whole_program) X(debug) X(lineinfo) X(device_code_optimize) X(ptxas_options) X(     \
+      max_register_count) X(ftz) X(prec_sqrt) X(prec_div) X(fma) X(use_fast_math)                  \
+      X(extra_device_vectorization) X(link_time_optimization) X(gen_opt_lto) X(define_macro) X(    \
+          undefine_macro) X(include_path) X(pre_include) X(no_source_include)                      \
+          X(toolkit_include_path) X(use_bundled_headers) X(headers) X(std) X(builtin_move_forward) \
+              X(builtin_initializer_list) X(disable_warnings) X(restrict)                          \
                   X(device_as_default_execution_space) X(device_int128) X(device_float128)         \
                       X(optimization_info) X(no_display_error_number) X(diag_error)                \
                           X(diag_suppress) X(diag_warn) X(brief_diagnostics) X(time)               \

@@ -40,6 +40,9 @@ enum class frame_type : std::uint32_t {
   status_reply = 6,  // payload: JSON
   stop_request = 7,
   stopping = 8,
+  // Server to worker only: a compile_request whose worker is to make the prefix's automatic-PCH
+  // image now (the one worker the server chose for it); a plain compile_request makes none yet.
+  compile_request_make_image = 9,
 };
 
 struct frame {

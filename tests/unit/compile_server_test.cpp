@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <atomic>
 #include <chrono>
@@ -227,6 +228,27 @@ TEST_F(CompileServer, SameBytesLogLoweredNamesAsInProcess) {
   const object_code b = served_cubin.compile(code_type::cubin);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_TRUE(std::equal(a.code().begin(), a.code().end(), b.code().begin()));
+}
+
+// Misses of one new prefix arriving together: one worker makes its image, the rest compile plain
+// or wait for it, never an image in every worker (each costs more than a plain compile: 16
+// workers making one at once took 8x a plain compile on the GPU machine's 16 cores).
+TEST_F(CompileServer, ABurstOfOnePrefixMakesOneImage) {
+  server_process server(dir_, 2);
+  constexpr int kClients = 3;
+  std::vector<auto_pch_status> statuses(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      program p(std::string(kCubKernel) + small_kernel(300 + i), source_type::cxx,
+                options_with(compile_server_mode::on));
+      (void)p.compile(code_type::ptx);
+      statuses[i] = p.last_auto_pch();
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(server.requests(), static_cast<std::uint64_t>(kClients));
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), auto_pch_status::created), 1);
 }
 
 TEST_F(CompileServer, CompileErrorCarriesTheSameLog) {
