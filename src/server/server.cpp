@@ -206,7 +206,12 @@ class compile_server {
   unique_fd lock_fd_, listen_fd_;
   std::vector<std::unique_ptr<worker_slot>> workers_;
   std::mutex routes_mutex_;
-  std::unordered_map<std::string, std::size_t> routes_;  // prefix identity → worker
+  // Prefix identity → the worker that holds its image, or makes it (not ready yet).
+  struct route_entry {
+    std::size_t worker = 0;
+    bool ready = false;
+  };
+  std::unordered_map<std::string, route_entry> routes_;
   std::atomic<std::size_t> queued_{0}, active_{0};
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<clock::rep> last_activity_{0};
@@ -285,7 +290,7 @@ void compile_server::retire(worker_slot& w, bool kill) {
   {
     const std::lock_guard lock(routes_mutex_);
     for (auto it = routes_.begin(); it != routes_.end();) {
-      it = workers_[it->second].get() == &w ? routes_.erase(it) : std::next(it);
+      it = workers_[it->second.worker].get() == &w ? routes_.erase(it) : std::next(it);
     }
   }
   ++w.restarts;
@@ -358,17 +363,19 @@ void compile_server::compile(int conn, const frame& request) {
     for (std::size_t i = 1; i < workers_.size(); ++i) {
       if (workers_[i]->load < workers_[index]->load) index = i;
     }
-    // The worker holding (or making) the prefix's image, unless more than two requests wait
-    // there beyond the least loaded one: a compile from an image takes ~0.2x, so a short queue
-    // there is quicker than a compile from the headers elsewhere, a long one is not.
+    // The worker holding the prefix's image, unless more than two requests wait there beyond
+    // the least loaded one: a compile from an image takes ~0.2x, so a short queue there is
+    // quicker than a compile from the headers elsewhere, a long one is not. While the image is
+    // being made, the least loaded worker compiles plain (waiting for it would cost more).
     const auto it = route.empty() ? routes_.end() : routes_.find(route);
-    if (it != routes_.end() && workers_[it->second]->load <= workers_[index]->load + 2) {
-      index = it->second;
+    if (it != routes_.end() && it->second.ready &&
+        workers_[it->second.worker]->load <= workers_[index]->load + 2) {
+      index = it->second.worker;
     } else if (it == routes_.end() && !route.empty()) {
       // A prefix never seen: this worker makes its image, once. A burst of misses of one prefix
       // then costs one image and plain compiles beside it, not an image in every worker (16
       // workers making the same image at once took 8x a plain compile, measured).
-      routes_[route] = index;
+      routes_[route] = route_entry{index, false};
       make_image = true;
     }
     ++workers_[index]->load;
@@ -437,11 +444,15 @@ void compile_server::compile(int conn, const frame& request) {
     w.resident = proc_status_bytes(w.pid, "VmRSS");
     w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
   }
-  if (make_image && !(answer && answer->type == frame_type::compile_reply)) {
-    // No image was made here: the prefix's next miss chooses again.
+  if (make_image) {
+    // Made: later misses of the prefix go here. Not made: the prefix's next miss chooses again.
     const std::lock_guard lock(routes_mutex_);
-    if (const auto it = routes_.find(route); it != routes_.end() && it->second == index) {
-      routes_.erase(it);
+    if (const auto it = routes_.find(route); it != routes_.end() && it->second.worker == index) {
+      if (answer && answer->type == frame_type::compile_reply) {
+        it->second.ready = true;
+      } else {
+        routes_.erase(it);
+      }
     }
   }
   // The client has its answer before a worker past its memory bound is replaced (the slot's lock
@@ -489,7 +500,7 @@ std::string compile_server::status_json() {
     std::size_t prefixes = 0;
     {
       const std::lock_guard lock(routes_mutex_);
-      for (const auto& [route, owner] : routes_) prefixes += owner == i ? 1 : 0;
+      for (const auto& [route, owner] : routes_) prefixes += owner.worker == i ? 1 : 0;
     }
     prefixes_total += prefixes;
     // The pid is read without the slot's lock: a status never waits for a compile.
