@@ -182,6 +182,20 @@ class server_process {
   pid_t pid_ = -1;
 };
 
+// Sends `sig` to the first worker the server reports busy (within 30 s); its pid, or 0.
+int signal_a_busy_worker(const fs::path& dir, int sig) {
+  const auto deadline = clock_type::now() + 30s;
+  while (clock_type::now() < deadline) {
+    if (const auto s = query_compile_server(dir)) {
+      for (const auto& w : s->workers) {
+        if (w.busy && w.pid > 0 && ::kill(w.pid, sig) == 0) return w.pid;
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return 0;
+}
+
 // Each test: its own private directory, named to clients by CUCORE_SERVER_DIR.
 class CompileServer : public ::testing::Test {
  protected:
@@ -341,16 +355,7 @@ TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
     got = masked(served.compile(code_type::ptx).text());
   });
   // Kill the worker while it compiles (a CUB compile takes ~1 s).
-  int killed = 0;
-  const auto deadline = clock_type::now() + 30s;
-  while (killed == 0 && clock_type::now() < deadline) {
-    if (const auto s = query_compile_server(dir_)) {
-      for (const auto& w : s->workers) {
-        if (w.busy && w.pid > 0 && ::kill(w.pid, SIGKILL) == 0) killed = w.pid;
-      }
-    }
-    if (killed == 0) std::this_thread::sleep_for(5ms);
-  }
+  const int killed = signal_a_busy_worker(dir_, SIGKILL);
   client.join();
   ASSERT_NE(killed, 0) << "no busy worker seen";
   EXPECT_EQ(got, expected);
@@ -373,16 +378,7 @@ TEST_F(CompileServer, AStoppedWorkerMeansAnInProcessCompile) {
     program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
     got = masked(served.compile(code_type::ptx).text());
   });
-  int stopped = 0;
-  const auto deadline = clock_type::now() + 30s;
-  while (stopped == 0 && clock_type::now() < deadline) {
-    if (const auto s = query_compile_server(dir_)) {
-      for (const auto& w : s->workers) {
-        if (w.busy && w.pid > 0 && ::kill(w.pid, SIGSTOP) == 0) stopped = w.pid;
-      }
-    }
-    if (stopped == 0) std::this_thread::sleep_for(5ms);
-  }
+  const int stopped = signal_a_busy_worker(dir_, SIGSTOP);
   client.join();
   ASSERT_NE(stopped, 0) << "no busy worker seen";
   EXPECT_EQ(got, expected);
