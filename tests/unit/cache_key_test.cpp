@@ -587,11 +587,12 @@ std::vector<field_case> field_cases() {
        {}},
       // Automatic PCH (c++ only) changes no output (docs/compilation.md), so it is in no key.
       {"auto_pch", set_bool(&po::auto_pch), {{S::cxx, E::ignored}}, {}},
-      // The compile server (docs/compile-server.md) compiles the same output: in no key.
+      // The compile server (docs/compile-server.md) compiles the same output: in no key, for any
+      // source type (only c++ compiles go to it; the others ignore it).
       {"compile_server",
        set_to(&po::compile_server, std::optional(compile_server_mode::on),
               std::optional(compile_server_mode::off)),
-       {{S::cxx, E::ignored}},
+       {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
        {}},
       {"extra_sources",
        set_to(&po::extra_sources, std::vector<nvvm_module>{{"a", "define void @a() { ret void }"}},
