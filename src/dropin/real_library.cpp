@@ -20,24 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "dropin/run_environment.hpp"
 #include "dropin/support.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::dropin {
 namespace {
-
-std::vector<std::string> split_path_list(std::string_view text) {
-  std::vector<std::string> parts;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    std::size_t end = text.find(':', begin);
-    if (end == std::string_view::npos) end = text.size();
-    // An empty element is the current directory for the loader; a drop-in does not guess it.
-    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
-}
 
 struct file_id {
   dev_t device = 0;
@@ -49,33 +37,6 @@ std::optional<file_id> id_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   return file_id{st.st_dev, st.st_ino};
-}
-
-// The directories of /etc/ld.so.conf and the files it includes (one level of globs), in order:
-// where the loader cache finds libraries that no LD_LIBRARY_PATH names.
-void add_ld_so_conf(const std::string& file, std::vector<std::string>& dirs, int depth) {
-  std::ifstream in(file);
-  std::string line;
-  while (depth < 4 && std::getline(in, line)) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    const auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos) continue;
-    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
-    if (line.starts_with("include ") || line.starts_with("include\t")) {
-      std::string pattern = line.substr(8);
-      pattern.erase(0, pattern.find_first_not_of(" \t"));
-      if (!pattern.starts_with('/')) pattern = "/etc/" + pattern;
-      glob_t found{};
-      if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
-        for (std::size_t i = 0; i < found.gl_pathc; ++i) {
-          add_ld_so_conf(found.gl_pathv[i], dirs, depth + 1);
-        }
-      }
-      ::globfree(&found);
-    } else if (line.starts_with('/')) {
-      dirs.push_back(line);
-    }
-  }
 }
 
 std::string executable_directory() {

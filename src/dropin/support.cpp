@@ -1,5 +1,7 @@
 #include "dropin/support.hpp"
 
+#include "dropin/run_environment.hpp"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -15,19 +17,8 @@
 namespace cucore::dropin {
 namespace {
 
-int read_log_threshold() {
-  const char* value = std::getenv("CUCORE_LOG");
-  if (value == nullptr) return 99;
-  const std::string_view v(value);
-  if (v.empty() || v == "0" || v == "off" || v == "none") return 99;
-  if (v == "debug") return static_cast<int>(log_level::debug);
-  if (v == "info") return static_cast<int>(log_level::info);
-  if (v == "error") return static_cast<int>(log_level::error);
-  return static_cast<int>(log_level::warning);  // "1", "warning", anything else
-}
-
 int log_threshold() {
-  static const int threshold = read_log_threshold();
+  static const int threshold = log_threshold_from_environment();
   return threshold;
 }
 

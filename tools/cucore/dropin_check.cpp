@@ -4,6 +4,8 @@
 // table through mmap (a few pages per library, well under a millisecond).
 #include "dropin_check.hpp"
 
+#include "dropin/run_environment.hpp"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -32,7 +34,7 @@ struct dropin_api {
 };
 const std::vector<dropin_api>& dropin_apis() {
   static const std::vector<dropin_api> apis = {
-#include "../../src/dropin/generated/exports.inc"
+#include "dropin/generated/exports.inc"
   };
   return apis;
 }
@@ -40,18 +42,6 @@ const std::vector<dropin_api>& dropin_apis() {
 bool is_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::vector<std::string> split(std::string_view text) {
-  std::vector<std::string> parts;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    std::size_t end = text.find(':', begin);
-    if (end == std::string_view::npos) end = text.size();
-    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
 }
 
 std::vector<std::string> glob_all(const std::string& pattern) {
@@ -64,30 +54,11 @@ std::vector<std::string> glob_all(const std::string& pattern) {
   return out;
 }
 
-void add_ld_so_conf(const std::string& file, std::vector<std::string>& dirs, int depth) {
-  std::ifstream in(file);
-  std::string line;
-  while (depth < 4 && std::getline(in, line)) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    const auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos) continue;
-    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
-    if (line.starts_with("include")) {
-      std::string pattern = line.substr(7);
-      pattern.erase(0, pattern.find_first_not_of(" \t"));
-      if (!pattern.starts_with('/')) pattern = "/etc/" + pattern;
-      for (const auto& f : glob_all(pattern)) add_ld_so_conf(f, dirs, depth + 1);
-    } else if (line.starts_with('/')) {
-      dirs.push_back(line);
-    }
-  }
-}
-
 // The program file `name` runs (PATH search for a bare name).
 std::string resolve_program(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   const char* path = std::getenv("PATH");
-  for (const auto& dir : split(path ? path : "/usr/bin:/bin")) {
+  for (const auto& dir : dropin::split_path_list(path ? path : "/usr/bin:/bin")) {
     const std::string candidate = dir + "/" + name;
     if (::access(candidate.c_str(), X_OK) == 0 && is_file(candidate)) return candidate;
   }
@@ -217,8 +188,9 @@ program_libraries::program_libraries(const std::string& program, const std::stri
     python_ = true;
     sites_ = site_packages_of(python);
   }
-  for (auto& dir : split(original_ld_library_path)) loader_.push_back(std::move(dir));
-  add_ld_so_conf("/etc/ld.so.conf", loader_, 0);
+  for (auto& dir : dropin::split_path_list(original_ld_library_path))
+    loader_.push_back(std::move(dir));
+  dropin::add_ld_so_conf("/etc/ld.so.conf", loader_);
   for (const char* dir :
        {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
         "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}) {

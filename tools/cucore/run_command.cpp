@@ -20,6 +20,7 @@
 #include "commands.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
+#include "dropin/run_environment.hpp"
 #include "dropin_check.hpp"
 
 #ifndef CUCORE_BUILD_DROPIN_DIR
@@ -95,21 +96,8 @@ std::string prepend(const std::string& first, const std::string& list) {
   return out;
 }
 
-// CUCORE_LOG as the drop-ins read it (src/dropin/support.cpp): unset, "", "0", "off" or "none":
-// silent; "error"; "warning", "1" or any other value; "info"; "debug".
-int run_log_threshold() {
-  const char* value = std::getenv("CUCORE_LOG");
-  if (value == nullptr) return 99;
-  const std::string_view v(value);
-  if (v.empty() || v == "0" || v == "off" || v == "none") return 99;
-  if (v == "debug") return static_cast<int>(log_level::debug);
-  if (v == "info") return static_cast<int>(log_level::info);
-  if (v == "error") return static_cast<int>(log_level::error);
-  return static_cast<int>(log_level::warning);
-}
-
 void run_note(log_level level, std::string_view message) {
-  static const int threshold = run_log_threshold();
+  static const int threshold = dropin::log_threshold_from_environment();
   if (static_cast<int>(level) < threshold) return;
   const char* prefix = level == log_level::error     ? "error"
                        : level == log_level::warning ? "warning"
