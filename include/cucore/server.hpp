@@ -41,16 +41,18 @@ std::filesystem::path prepare_compile_server_directory(const std::filesystem::pa
 // closed. Throws cucore::error when it cannot start (the directory, the socket).
 int run_compile_server(const compile_server_settings& settings, int ready_fd = -1);
 
-// A worker process's loop on the socket `fd` (the server starts it as "cucore server worker").
-int run_compile_server_worker(int fd);
+// A worker process's loop on the socket `fd` (the server starts it as "cucore server worker"),
+// compiling with the NVRTC library file `nvrtc` (empty: the one cucore's search finds).
+int run_compile_server_worker(int fd, const std::string& nvrtc);
 
 struct compile_server_worker_status {
   int pid = 0;
   bool busy = false;
+  bool making_image = false;  // a prefix's image, after the compile that asked for it
   std::uint64_t requests = 0;
   std::uint64_t resident_bytes = 0;  // VmRSS now
   std::uint64_t peak_bytes = 0;      // VmHWM
-  std::size_t prefixes = 0;          // precompiled-header prefixes routed to it
+  std::size_t prefixes = 0;          // precompiled-header images it holds (routed to it)
   std::size_t restarts = 0;          // times its slot got a fresh process
 };
 
@@ -59,6 +61,9 @@ struct compile_server_status {
   std::size_t queued = 0;  // requests waiting for a worker
   std::uint64_t requests = 0;
   double idle_seconds_left = 0;
+  std::size_t images_being_made = 0;
+  // Every worker slot: settings.workers per NVRTC library its clients loaded (a slot's pid is -1
+  // until its first request, but for the server's own library's).
   std::vector<compile_server_worker_status> workers;
   std::string json;  // the server's own answer, as `cucore server status --json` prints it
 };

@@ -33,6 +33,8 @@
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
+#include "server/client.hpp"
+#include "server/nvrtc_record.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR
@@ -118,89 +120,13 @@ const real_nvrtc* real() noexcept {
 // What the real library says when it cannot be reached.
 constexpr nvrtcResult kNoLibrary = NVRTC_ERROR_INTERNAL_ERROR;
 
-// --- what a compile produced ---------------------------------------------------------------
+// --- what a compile produced (server/nvrtc_record.hpp) ---------------------------------------
 
-struct output {
-  nvrtcResult size_code = NVRTC_SUCCESS;
-  std::size_t size = 0;
-  nvrtcResult get_code = NVRTC_SUCCESS;
-  std::string bytes;
-};
-
-struct lowered_name {
-  std::string expression;
-  nvrtcResult code = NVRTC_SUCCESS;
-  std::string name;
-};
-
-struct recorded_result {
-  output ptx, cubin, ltoir, optix, log;
-  std::vector<lowered_name> names;
-  nvrtcResult unknown_name_code = NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID;
-  nvrtcResult add_after_code = NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION;
-  nvrtcResult pch_status = NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED;
-  nvrtcResult pch_required_code = NVRTC_SUCCESS;
-  std::size_t pch_required = 0;
-  // The Tile IR getters' answers (NVRTC 13.1+, which has nvrtcGetTileIR). Absent in a record an
-  // older drop-in wrote (no Tile compile then, all bypassed): a hit of such a record compiles the
-  // real program when the Tile IR is asked for (program_state::options).
-  std::optional<output> tile;
-};
+using output = detail::nvrtc_output;
+using recorded_result = detail::nvrtc_record;
 
 constexpr std::string_view kEntryMagic = "cucore-dropin-nvrtc-entry-1";
 constexpr std::string_view kEntryName = "cucore run: NVRTC compile";
-
-using size_fn = nvrtcResult (*)(nvrtcProgram, size_t*);
-using get_fn = nvrtcResult (*)(nvrtcProgram, char*);
-
-output record_output(nvrtcProgram prog, size_fn get_size, get_fn get) {
-  output o;
-  if (get_size == nullptr || get == nullptr) {
-    o.size_code = o.get_code = kNoLibrary;
-    return o;
-  }
-  o.size_code = get_size(prog, &o.size);
-  if (o.size_code != NVRTC_SUCCESS) {
-    o.size = 0;
-    o.get_code = o.size_code;
-    return o;
-  }
-  std::string buffer(o.size + 1, '\0');
-  o.get_code = get(prog, buffer.data());
-  if (o.get_code == NVRTC_SUCCESS) o.bytes = buffer.substr(0, o.size);
-  return o;
-}
-
-recorded_result record(const real_nvrtc& r, nvrtcProgram prog,
-                       const std::vector<std::string>& expressions) {
-  const auto& api = *r.api;
-  recorded_result out;
-  out.ptx = record_output(prog, api.nvrtcGetPTXSize, api.nvrtcGetPTX);
-  out.cubin = record_output(prog, api.nvrtcGetCUBINSize, api.nvrtcGetCUBIN);
-  out.ltoir = record_output(prog, api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR);
-  out.optix = record_output(prog, r.GetOptiXIRSize, r.GetOptiXIR);
-  out.log = record_output(prog, api.nvrtcGetProgramLogSize, api.nvrtcGetProgramLog);
-  for (const auto& e : expressions) {
-    bool seen = false;
-    for (const auto& n : out.names) seen = seen || n.expression == e;
-    if (seen) continue;
-    const char* lowered = nullptr;
-    lowered_name n{e, api.nvrtcGetLoweredName(prog, e.c_str(), &lowered), {}};
-    if (n.code == NVRTC_SUCCESS && lowered != nullptr) n.name = lowered;
-    out.names.push_back(std::move(n));
-  }
-  const char* ignored = nullptr;
-  out.unknown_name_code =
-      api.nvrtcGetLoweredName(prog, "\x01 cucore: an expression never added", &ignored);
-  out.pch_status = api.nvrtcGetPCHCreateStatus(prog);
-  // Refused after a compile (NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION): nothing is added.
-  out.add_after_code = api.nvrtcAddNameExpression(prog, "cucore_never_used_expression");
-  out.pch_required_code = api.nvrtcGetPCHHeapSizeRequired(prog, &out.pch_required);
-  if (api.nvrtcGetTileIRSize != nullptr && api.nvrtcGetTileIR != nullptr) {
-    out.tile = record_output(prog, api.nvrtcGetTileIRSize, api.nvrtcGetTileIR);
-  }
-  return out;
-}
 
 void write_output(dropin::record_writer& w, const output& o) {
   w.number(o.size_code);
@@ -247,7 +173,7 @@ recorded_result deserialize(std::span<const std::byte> data) {
   const auto count = r.number();
   if (count < 0 || count > 1'000'000) throw dropin::format_error{};
   for (std::int64_t i = 0; i < count; ++i) {
-    lowered_name n;
+    detail::nvrtc_lowered_name n;
     n.expression = std::string(r.bytes());
     n.code = static_cast<nvrtcResult>(r.number());
     n.name = std::string(r.bytes());
@@ -424,6 +350,29 @@ std::optional<std::string> install_bundled_headers(const real_nvrtc& r,
   return std::nullopt;
 }
 
+// Whether a miss goes to the user's compile server: CUCORE_COMPILE_SERVER (`cucore run --server`
+// sets on), else auto (a running server is used, none is started: docs/compile-server.md). Not
+// for the program's own PCH (NVRTC's heap is its process's) nor options that write files.
+compile_server_mode server_mode(const program_options& fields) noexcept {
+  if (fields.pch.value_or(false) || fields.create_pch || fields.use_pch || fields.pch_dir ||
+      fields.time || fields.fdevice_time_trace) {
+    return compile_server_mode::off;
+  }
+  static const compile_server_mode mode = [] {
+    const char* env = std::getenv("CUCORE_COMPILE_SERVER");
+    if (env == nullptr || *env == '\0') return compile_server_mode::automatic;
+    try {
+      return parse_compile_server_mode(env);
+    } catch (...) {
+      dropin::note(log_level::warning,
+                   std::string("CUCORE_COMPILE_SERVER=\"") + env +
+                       "\" is not off, on or auto: the compile server is not used");
+      return compile_server_mode::off;
+    }
+  }();
+  return mode;
+}
+
 nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, program_state& s,
                                   int num_options, const char* const* options) {
   const auto& api = *r.api;
@@ -492,11 +441,28 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
 
   bool compiled = false;
   nvrtcResult real_result = NVRTC_SUCCESS;
+  // A compile the user's compile server answered (docs/compile-server.md): the real program stays
+  // uncompiled and its getters are answered from the reply, as for a hit.
+  std::optional<recorded_result> served;
+  const std::vector<std::string> option_list(options, options + num_options);
   auto compile = [&]() -> object_code {
     compiled = true;
+    if (const auto mode = server_mode(inputs.options); mode != compile_server_mode::off) {
+      if (auto reply = server::compile_raw_through_server(mode, s.source, inputs.options,
+                                                          option_list, s.name_expressions)) {
+        real_result = static_cast<nvrtcResult>(reply->result);
+        served = std::move(reply->record);
+        if (dropin::log_enabled(log_level::debug)) {
+          dropin::note(log_level::debug, "compiled " + s.name + " in the compile server");
+        }
+        if (real_result != NVRTC_SUCCESS) throw real_compile_failed{};
+        return object_code(code_type::object, serialize(*served), std::string(kEntryName));
+      }
+    }
     real_result = forward();
     if (real_result != NVRTC_SUCCESS) throw real_compile_failed{};
-    return object_code(code_type::object, serialize(record(r, prog, s.name_expressions)),
+    return object_code(code_type::object,
+                       serialize(detail::record_nvrtc_program(*r.api, prog, s.name_expressions)),
                        std::string(kEntryName));
   };
   auto store = [&](const object_code& code) {
@@ -515,6 +481,14 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   };
   try {
     flight_result result = get_or_compile(*cache, *key, compile, store);
+    if (!result.from_cache() && served) {
+      s.hit = std::move(served);
+      if (dropin::log_enabled(log_level::info)) {
+        dropin::note(log_level::info, "miss " + s.name + " " + key->hex().substr(0, 16) +
+                                          " (compiled in the compile server)");
+      }
+      return NVRTC_SUCCESS;
+    }
     if (!result.from_cache()) {
       if (dropin::log_enabled(log_level::info)) {
         dropin::note(log_level::info, "miss " + s.name + " " + key->hex().substr(0, 16));
@@ -547,6 +521,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   } catch (const real_compile_failed&) {
     dropin::note(log_level::info,
                  "failed " + s.name + " (" + std::to_string(real_result) + "): not cached");
+    if (served) s.hit = std::move(served);  // the getters answer the server's compile
     return real_result;
   } catch (const std::exception& e) {
     if (compiled) return real_result;

@@ -47,10 +47,10 @@ constexpr std::uint64_t kMaxHeap = 4ull << 30;
 constexpr std::size_t kMaxRemembered = 4096;
 // The compile that makes a prefix's image is its Nth in the process (the first compiles plain:
 // making an image costs more than a plain compile, and one-off prefixes never repay it).
-// A compile server's worker makes it at the first (set_auto_pch_create_at_first_sight): its later
-// requests come from many processes, so a prefix seen once is likely to be seen again.
+// A compile server's worker is told when (set_auto_pch_creation): its requests come from many
+// processes, and its server makes an image off the critical path of the compile that asked.
 constexpr std::uint32_t kCreateAtSighting = 2;
-std::atomic<bool> g_create_at_first_sight{false};
+std::atomic<auto_pch_creation> g_creation{auto_pch_creation::second_sight};
 
 // Debug messages wait until no lock of this file is held (a log handler may compile): within a
 // log_scope they are kept, and said when the outermost scope ends.
@@ -192,7 +192,7 @@ class registry {
     fs::path dir;
   };
   // With the heap held: use a verified image, or prepare an empty directory to create one in.
-  plan claim(const std::string& identity) {
+  plan claim(const std::string& identity, bool may_create) {
     const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
@@ -215,6 +215,10 @@ class registry {
             "; it is removed and this compile reads the headers");
       drop_image(e);
       p.status = auto_pch_status::discarded;
+      return p;
+    }
+    if (!may_create) {  // a server's worker that was not asked to make it
+      p.status = auto_pch_status::first_seen;
       return p;
     }
     // Seen before: this compile makes the image.
@@ -500,8 +504,10 @@ class registry {
 // What counts compiles of a prefix before its key is worth making: the prefix text, the flags
 // (arch, -I, -D, ...), the program name and the in-memory headers.
 std::string sighting_key(const std::string& prefix, const program_options& options,
-                         code_type target) {
+                         code_type target, std::string_view extra) {
   std::string all = prefix;
+  all.push_back('\0');
+  all += extra;
   all.push_back('\0');
   for (const auto& f : compiler_flags(options, source_type::cxx, target)) {
     all += f;
@@ -555,8 +561,10 @@ class prefix_probes final : public compiler_probes {
 // in-memory headers, and the include closure of the prefix).
 std::optional<program_cache_key> prefix_key(const std::string& prefix,
                                             const program_options& options, code_type target,
-                                            const std::optional<fs::path>& memo, std::string& why) {
+                                            const std::optional<fs::path>& memo,
+                                            std::string_view extra, std::string& why) {
   program_cache_key_inputs in;
+  in.extra_digest = std::string(extra);
   in.code = prefix;
   in.code_type = source_type::cxx;
   in.options = options;
@@ -588,8 +596,8 @@ void resize_pch_heap(const nvrtc_api& api, std::size_t bytes) {
   }
 }
 
-void set_auto_pch_create_at_first_sight(bool on) {
-  g_create_at_first_sight = on;
+void set_auto_pch_creation(auto_pch_creation when) {
+  g_creation = when;
 }
 
 auto_pch_totals auto_pch_state() {
@@ -598,7 +606,8 @@ auto_pch_totals auto_pch_state() {
 
 auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
                                    const program_options& options, code_type target,
-                                   std::optional<std::filesystem::path> header_memo)
+                                   std::optional<std::filesystem::path> header_memo,
+                                   std::string_view extra_identity)
     : api_(api) {
   const log_scope said;
   // The caller's own PCH options keep their rules (and instantiate_templates_in_pch=true would
@@ -622,9 +631,13 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   std::string prefix(code.substr(0, scan.end));
   if (prefix.empty()) prefix = "\n";  // pre_include alone
   options_ = options;
+  bool may_create = true;
   try {
-    sighting_ = sighting_key(prefix, options, target);
-    if (reg.sighting(sighting_) < (g_create_at_first_sight ? 1u : kCreateAtSighting)) {
+    sighting_ = sighting_key(prefix, options, target, extra_identity);
+    const auto creation = g_creation.load();
+    may_create = creation != auto_pch_creation::never;
+    if (creation == auto_pch_creation::second_sight &&
+        reg.sighting(sighting_) < kCreateAtSighting) {
       status_ = auto_pch_status::first_seen;
       return;
     }
@@ -633,7 +646,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     return;
   }
   std::string why;
-  prefix_key_ = prefix_key(prefix, options, target, header_memo, why);
+  prefix_key_ = prefix_key(prefix, options, target, header_memo, extra_identity, why);
   if (!prefix_key_) {
     debug("not used for \"" + options.name + "\": " + why);
     return;
@@ -643,7 +656,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
 
   heap_ = lock_pch_heap();
   if (reg.first_heap_use()) size_first_heap(api_);
-  const registry::plan p = reg.claim(identity_);
+  const registry::plan p = reg.claim(identity_, may_create);
   status_ = p.status;
   if (p.status != auto_pch_status::created && p.status != auto_pch_status::used) {
     heap_.unlock();

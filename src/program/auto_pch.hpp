@@ -56,9 +56,12 @@ void resize_pch_heap(const nvrtc_api& api, std::size_t bytes);
 class auto_pch_compile {
  public:
   // `header_memo`: the header digest memo of the cache the compile goes through (its digests and
-  // scans serve the prefix key), or nullopt (this process's memo).
+  // scans serve the prefix key), or nullopt (this process's memo). `extra_identity`: what else
+  // tells the compile's flags apart (a compile server's worker compiling a drop-in's own option
+  // list gives that list: options carry only the drop-in's reading of it).
   auto_pch_compile(const nvrtc_api& api, std::string_view code, const program_options& options,
-                   code_type target, std::optional<std::filesystem::path> header_memo);
+                   code_type target, std::optional<std::filesystem::path> header_memo,
+                   std::string_view extra_identity = {});
   ~auto_pch_compile();
   auto_pch_compile(const auto_pch_compile&) = delete;
   auto_pch_compile& operator=(const auto_pch_compile&) = delete;
@@ -104,8 +107,14 @@ struct auto_pch_totals {
 };
 auto_pch_totals auto_pch_state();
 
-// Makes a prefix's image at its first compile in this process instead of its second (a compile
-// server's worker, whose requests come from many processes).
-void set_auto_pch_create_at_first_sight(bool on);
+// When this process makes a prefix's image. A compile server's worker is told per request: its
+// requests come from many processes, and the server decides which worker makes an image and when
+// (after the compile that asked, off its critical path).
+enum class auto_pch_creation : std::uint8_t {
+  second_sight,  // at the prefix's second compile in this process (the default)
+  now,           // at this compile, whatever was seen before
+  never,         // never: an image made before is used, none is made
+};
+void set_auto_pch_creation(auto_pch_creation when);
 
 }  // namespace cucore::detail

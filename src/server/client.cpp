@@ -1,5 +1,6 @@
 #include "server/client.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -65,6 +66,59 @@ compile_server_mode effective_mode(const program_options& options) {
   }
 }
 
+namespace {
+
+// Sends one request to the user's server (starting one for compile_server_mode::on) and returns
+// its answer of type `reply`, or nullopt (said at debug level) for anything else.
+std::optional<frame> ask_server(compile_server_mode mode, const compile_request& q,
+                                frame_type request, frame_type reply) {
+  const auto dir = default_directory();
+  std::string why;
+  unique_fd fd = connect_to_server(dir, why);
+  if (!fd && mode == compile_server_mode::on) {
+    const std::string attempt = start_identity(dir);
+    bool failed_before = false;
+    {
+      const std::lock_guard lock(g_failed_mutex);
+      failed_before = g_failed_start == attempt;
+    }
+    if (failed_before) {
+      why += "; starting one failed before";
+    } else if (start_compile_server(dir)) {
+      fd = connect_to_server(dir, why);
+    } else {
+      const std::lock_guard lock(g_failed_mutex);
+      g_failed_start = attempt;
+      why = "could not start a compile server (cucore server start)";
+    }
+  }
+  if (!fd) {
+    say(why);
+    return std::nullopt;
+  }
+  const auto bound = client_silence_bound();
+  write_frame(fd.get(), request, encode(q), bound);
+  for (;;) {
+    std::optional<frame> f = read_frame(fd.get(), bound);
+    if (!f) {
+      say("the server closed the connection");
+      return std::nullopt;
+    }
+    if (f->type == frame_type::heartbeat) continue;
+    if (f->type == frame_type::refusal) {
+      say(f->payload);
+      return std::nullopt;
+    }
+    if (f->type != reply) {
+      say("an unexpected answer");
+      return std::nullopt;
+    }
+    return f;
+  }
+}
+
+}  // namespace
+
 std::optional<compile_reply> compile_through_server(compile_server_mode mode, std::string_view code,
                                                     const program_options& options,
                                                     const std::vector<std::string>& flags,
@@ -72,30 +126,6 @@ std::optional<compile_reply> compile_through_server(compile_server_mode mode, st
                                                     std::span<const std::string> name_expressions) {
   if (mode == compile_server_mode::off) return std::nullopt;
   try {
-    const auto dir = default_directory();
-    std::string why;
-    unique_fd fd = connect_to_server(dir, why);
-    if (!fd && mode == compile_server_mode::on) {
-      const std::string attempt = start_identity(dir);
-      bool failed_before = false;
-      {
-        const std::lock_guard lock(g_failed_mutex);
-        failed_before = g_failed_start == attempt;
-      }
-      if (failed_before) {
-        why += "; starting one failed before";
-      } else if (start_compile_server(dir)) {
-        fd = connect_to_server(dir, why);
-      } else {
-        const std::lock_guard lock(g_failed_mutex);
-        g_failed_start = attempt;
-        why = "could not start a compile server (cucore server start)";
-      }
-    }
-    if (!fd) {
-      say(why);
-      return std::nullopt;
-    }
     compile_request q;
     q.view = current_view();
     q.code = std::string(code);
@@ -104,31 +134,52 @@ std::optional<compile_reply> compile_through_server(compile_server_mode mode, st
     q.target = target;
     q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
     q.flags = flags;
-    const auto bound = client_silence_bound();
-    write_frame(fd.get(), frame_type::compile_request, encode(q), bound);
-    for (;;) {
-      std::optional<frame> f = read_frame(fd.get(), bound);
-      if (!f) {
-        say("the server closed the connection");
-        return std::nullopt;
-      }
-      if (f->type == frame_type::heartbeat) continue;
-      if (f->type == frame_type::refusal) {
-        say(f->payload);
-        return std::nullopt;
-      }
-      if (f->type != frame_type::compile_reply) {
-        say("an unexpected answer");
-        return std::nullopt;
-      }
-      compile_reply a = decode_reply(f->payload);
-      if (a.compiled && (a.target != target || a.name != options.name)) {
-        say("the reply is for another target or program");
-        return std::nullopt;
-      }
-      cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
-      return a;
+    const auto f = ask_server(mode, q, frame_type::compile_request, frame_type::compile_reply);
+    if (!f) return std::nullopt;
+    compile_reply a = decode_reply(f->payload);
+    if (a.compiled && (a.target != target || a.name != options.name)) {
+      say("the reply is for another target or program");
+      return std::nullopt;
     }
+    cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
+    return a;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    say(e.what());
+    return std::nullopt;
+  }
+}
+
+std::optional<raw_compile_reply> compile_raw_through_server(
+    compile_server_mode mode, std::string_view code, const program_options& options,
+    std::span<const std::string> flags, std::span<const std::string> name_expressions) {
+  if (mode == compile_server_mode::off || code.empty() ||
+      code.find('\0') != std::string_view::npos) {
+    return std::nullopt;
+  }
+  try {
+    compile_request q;
+    q.view = current_view();
+    q.code = std::string(code);
+    q.options = options;
+    q.options.compile_server.reset();
+    q.target = code_type::ptx;
+    q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
+    q.flags.assign(flags.begin(), flags.end());
+    const auto f =
+        ask_server(mode, q, frame_type::raw_compile_request, frame_type::raw_compile_reply);
+    if (!f) return std::nullopt;
+    raw_compile_reply a = decode_raw_reply(f->payload);
+    for (const auto& n : a.record.names) {  // answers for the client's expressions only
+      if (std::find(q.name_expressions.begin(), q.name_expressions.end(), n.expression) ==
+          q.name_expressions.end()) {
+        say("the reply is for other name expressions");
+        return std::nullopt;
+      }
+    }
+    cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
+    return a;
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {

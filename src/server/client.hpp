@@ -23,4 +23,11 @@ std::optional<compile_reply> compile_through_server(compile_server_mode mode, st
                                                     code_type target,
                                                     std::span<const std::string> name_expressions);
 
+// `cucore run`'s drop-in NVRTC: the program's own option list (`flags`, compiled as given),
+// `options` the drop-in's reading of it (for routing and automatic PCH: headers and name
+// included), and every getter's answer in the reply. nullopt as above.
+std::optional<raw_compile_reply> compile_raw_through_server(
+    compile_server_mode mode, std::string_view code, const program_options& options,
+    std::span<const std::string> flags, std::span<const std::string> name_expressions);
+
 }  // namespace cucore::server

@@ -31,6 +31,7 @@
 #include "loader/libraries.hpp"
 #include "loader/shared_library.hpp"
 #include "program/auto_pch.hpp"
+#include "program/compiler_handles.hpp"
 #include "server/internal.hpp"
 
 extern char** environ;
@@ -167,10 +168,12 @@ struct worker_slot {
     std::condition_variable cv_;
     bool held_ = false;
   } use;
+  std::string library;  // the NVRTC file this slot's process loads (--nvrtc)
   std::atomic<int> pid{-1};
   unique_fd fd;
   std::atomic<int> load{0};  // requests routed here, waiting or running
   std::atomic<bool> busy{false};
+  std::atomic<bool> making_image{false};  // a prefix's image, after the compile that asked
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> resident{0}, peak{0};
   std::atomic<std::size_t> restarts{0};
@@ -181,9 +184,6 @@ class compile_server {
   explicit compile_server(compile_server_settings settings) : settings_(std::move(settings)) {
     if (settings_.workers == 0) {
       settings_.workers = std::max(1u, std::thread::hardware_concurrency());
-    }
-    for (std::size_t i = 0; i < settings_.workers; ++i) {
-      workers_.push_back(std::make_unique<worker_slot>());
     }
     own_namespace_ = mount_namespace(0);
     touch();
@@ -199,16 +199,28 @@ class compile_server {
   void retire(worker_slot& w, bool kill);
   void serve(unique_fd conn);
   void compile(int conn, const frame& request);
+  // Sends `type` with `payload` to `w` (its lock held) and waits for the answer; heartbeats go to
+  // `conn` meanwhile (-1: nobody waits). Throws when the worker dies, stops or answers nothing.
+  frame run_on_worker(worker_slot& w, frame_type type, std::string_view payload, int conn,
+                      bool& client_gone);
+  void make_image_after(worker_slot& w, const std::string& route, frame_type type,
+                        const std::string& payload);
+  std::vector<worker_slot*> pool_of(const std::string& library);
+  std::vector<worker_slot*> all_workers();
   std::string status_json();
   void shutdown_workers();
 
   compile_server_settings settings_;
   unique_fd lock_fd_, listen_fd_;
+  std::mutex routes_mutex_;  // guards workers_' list (not the slots) and routes_
+  // Each NVRTC library the clients load gets its own pool of settings_.workers slots (a worker
+  // compiles with the very file its client loaded), at most kMaxLibraries of them; a slot's
+  // process starts at its first request (the server's own library's at start).
+  static constexpr std::size_t kMaxLibraries = 4;
   std::vector<std::unique_ptr<worker_slot>> workers_;
-  std::mutex routes_mutex_;
-  // Prefix identity → the worker that holds its image, or makes it (not ready yet).
+  // Library and prefix identity → the worker that holds its image, or is making it (not ready).
   struct route_entry {
-    std::size_t worker = 0;
+    worker_slot* worker = nullptr;
     bool ready = false;
   };
   std::unordered_map<std::string, route_entry> routes_;
@@ -257,7 +269,7 @@ void compile_server::spawn(worker_slot& w) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), 3);  // dup2 clears close-on-exec
   const std::string exe = settings_.executable.string();
-  std::vector<std::string> args = {exe, "server", "worker", "--fd", "3"};
+  std::vector<std::string> args = {exe, "server", "worker", "--fd", "3", "--nvrtc", w.library};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -290,7 +302,7 @@ void compile_server::retire(worker_slot& w, bool kill) {
   {
     const std::lock_guard lock(routes_mutex_);
     for (auto it = routes_.begin(); it != routes_.end();) {
-      it = workers_[it->second.worker].get() == &w ? routes_.erase(it) : std::next(it);
+      it = it->second.worker == &w ? routes_.erase(it) : std::next(it);
     }
   }
   ++w.restarts;
@@ -328,6 +340,7 @@ void compile_server::serve(unique_fd conn) {
         write_frame(conn.get(), frame_type::stopping, {}, 5s);
         return;
       case frame_type::compile_request:
+      case frame_type::raw_compile_request:
         // The worker sees the server's files: a client in another mount namespace compiles itself.
         if (cred.pid <= 0 || mount_namespace(cred.pid) != own_namespace_ ||
             own_namespace_.empty()) {
@@ -347,7 +360,60 @@ void compile_server::serve(unique_fd conn) {
   }
 }
 
+std::vector<worker_slot*> compile_server::all_workers() {
+  const std::lock_guard lock(routes_mutex_);
+  std::vector<worker_slot*> out;
+  for (auto& w : workers_) out.push_back(w.get());
+  return out;
+}
+
+// The library's pool, made at its first request; empty when the server serves kMaxLibraries
+// others already. Called with routes_mutex_ held.
+std::vector<worker_slot*> compile_server::pool_of(const std::string& library) {
+  std::vector<worker_slot*> pool;
+  std::size_t libraries = 0;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    if (i == 0 || workers_[i]->library != workers_[i - 1]->library) ++libraries;
+    if (workers_[i]->library == library) pool.push_back(workers_[i].get());
+  }
+  if (pool.empty() && libraries < kMaxLibraries) {
+    for (std::size_t i = 0; i < settings_.workers; ++i) {
+      auto w = std::make_unique<worker_slot>();
+      w->library = library;
+      pool.push_back(w.get());
+      workers_.push_back(std::move(w));
+    }
+  }
+  return pool;
+}
+
+frame compile_server::run_on_worker(worker_slot& w, frame_type type, std::string_view payload,
+                                    int conn, bool& client_gone) {
+  if (w.pid < 0) spawn(w);
+  write_frame(w.fd.get(), type, payload, 30s);
+  for (;;) {
+    pollfd p{w.fd.get(), POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(kHeartbeat.count()));
+    if (r < 0 && errno != EINTR) throw error(errno_text("poll"));
+    if (r > 0) {
+      std::optional<frame> answer = read_frame(w.fd.get(), 30s);
+      if (!answer) throw wire_error("the worker exited");
+      return std::move(*answer);
+    }
+    // A stopped worker (SIGSTOP, a debugger) is a hung one: heartbeats would hide it.
+    if (process_state(w.pid) == 'T') throw error("the worker is stopped");
+    if (!client_gone && conn >= 0) {
+      try {
+        write_frame(conn, frame_type::heartbeat, {}, 1s);
+      } catch (const std::exception&) {
+        client_gone = true;  // the compile finishes anyway: the worker is in the middle of it
+      }
+    }
+  }
+}
+
 void compile_server::compile(int conn, const frame& request) {
+  const bool raw = request.type == frame_type::raw_compile_request;
   compile_request decoded;
   try {
     decoded = decode_request(request.payload);
@@ -355,32 +421,40 @@ void compile_server::compile(int conn, const frame& request) {
     write_frame(conn, frame_type::refusal, std::string("malformed request: ") + e.what(), 5s);
     return;
   }
-  const std::string route = prefix_identity(decoded);
-  std::size_t index = 0;
-  bool make_image = false;
+  const std::string prefix = prefix_identity(decoded);
+  const std::string route = prefix.empty() ? prefix : decoded.view.nvrtc_path + '\0' + prefix;
+  worker_slot* chosen = nullptr;
+  bool new_prefix = false;
   {
     const std::lock_guard lock(routes_mutex_);
-    for (std::size_t i = 1; i < workers_.size(); ++i) {
-      if (workers_[i]->load < workers_[index]->load) index = i;
+    const std::vector<worker_slot*> pool = pool_of(decoded.view.nvrtc_path);
+    if (pool.empty()) {
+      write_frame(conn, frame_type::refusal,
+                  "the server's workers serve " + std::to_string(kMaxLibraries) +
+                      " other NVRTC libraries already",
+                  5s);
+      return;
     }
-    // The worker holding the prefix's image, unless more than two requests wait there beyond
-    // the least loaded one: a compile from an image takes ~0.2x, so a short queue there is
-    // quicker than a compile from the headers elsewhere, a long one is not. While the image is
-    // being made, the least loaded worker compiles plain (waiting for it would cost more).
+    // The least loaded; a worker making an image counts as two requests more (it takes ~4x a
+    // plain compile).
+    const auto weight = [](const worker_slot* w) { return w->load + (w->making_image ? 2 : 0); };
+    chosen = pool.front();
+    for (worker_slot* w : pool) {
+      if (weight(w) < weight(chosen)) chosen = w;
+    }
+    // The worker holding the prefix's image, unless more than two requests wait there beyond the
+    // least loaded one: a compile from an image takes ~0.2x, so a short queue there is quicker
+    // than a compile from the headers elsewhere, a long one is not. A prefix never seen compiles
+    // plain on the least loaded worker, and its image is made afterwards (make_image_after).
     const auto it = route.empty() ? routes_.end() : routes_.find(route);
     if (it != routes_.end() && it->second.ready &&
-        workers_[it->second.worker]->load <= workers_[index]->load + 2) {
-      index = it->second.worker;
-    } else if (it == routes_.end() && !route.empty()) {
-      // A prefix never seen: this worker makes its image, once. A burst of misses of one prefix
-      // then costs one image and plain compiles beside it, not an image in every worker (16
-      // workers making the same image at once took 8x a plain compile, measured).
-      routes_[route] = route_entry{index, false};
-      make_image = true;
+        weight(it->second.worker) <= weight(chosen) + 2) {
+      chosen = it->second.worker;
     }
-    ++workers_[index]->load;
+    new_prefix = !route.empty() && it == routes_.end();
+    ++chosen->load;
   }
-  worker_slot& w = *workers_[index];
+  worker_slot& w = *chosen;
   ++requests_;
   ++queued_;
   std::unique_lock use(w.use, std::defer_lock);
@@ -412,29 +486,8 @@ void compile_server::compile(int conn, const frame& request) {
   std::string refusal;
   std::optional<frame> answer;
   try {
-    if (w.pid < 0) spawn(w);
-    write_frame(w.fd.get(),
-                make_image ? frame_type::compile_request_make_image : frame_type::compile_request,
-                request.payload, 30s);
-    for (;;) {
-      pollfd p{w.fd.get(), POLLIN, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(kHeartbeat.count()));
-      if (r < 0 && errno != EINTR) throw error(errno_text("poll"));
-      if (r > 0) {
-        answer = read_frame(w.fd.get(), 30s);
-        if (!answer) throw wire_error("the worker exited");
-        break;
-      }
-      // A stopped worker (SIGSTOP, a debugger) is a hung one: heartbeats would hide it.
-      if (process_state(w.pid) == 'T') throw error("the worker is stopped");
-      if (!client_gone) {
-        try {
-          write_frame(conn, frame_type::heartbeat, {}, 1s);
-        } catch (const std::exception&) {
-          client_gone = true;  // the compile finishes anyway: the worker is in the middle of it
-        }
-      }
-    }
+    answer = run_on_worker(w, raw ? frame_type::raw_compile_request : frame_type::compile_request,
+                           request.payload, conn, client_gone);
   } catch (const std::exception& e) {
     refusal = std::string("the worker failed: ") + e.what();
     retire(w, true);
@@ -444,17 +497,7 @@ void compile_server::compile(int conn, const frame& request) {
     w.resident = proc_status_bytes(w.pid, "VmRSS");
     w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
   }
-  if (make_image) {
-    // Made: later misses of the prefix go here. Not made: the prefix's next miss chooses again.
-    const std::lock_guard lock(routes_mutex_);
-    if (const auto it = routes_.find(route); it != routes_.end() && it->second.worker == index) {
-      if (answer && answer->type == frame_type::compile_reply) {
-        it->second.ready = true;
-      } else {
-        routes_.erase(it);
-      }
-    }
-  }
+  const frame_type reply_type = raw ? frame_type::raw_compile_reply : frame_type::compile_reply;
   // The client has its answer before a worker past its memory bound is replaced (the slot's lock
   // is still held: no request reaches the old process meanwhile).
   const bool over_bound = w.pid > 0 && w.resident > settings_.worker_memory_limit;
@@ -462,7 +505,7 @@ void compile_server::compile(int conn, const frame& request) {
     if (client_gone) {
     } else if (!refusal.empty()) {
       write_frame(conn, frame_type::refusal, refusal, 5s);
-    } else if (answer->type == frame_type::compile_reply || answer->type == frame_type::refusal) {
+    } else if (answer->type == reply_type || answer->type == frame_type::refusal) {
       write_frame(conn, answer->type, answer->payload, 30s);
     } else {
       write_frame(conn, frame_type::refusal, "the worker answered out of turn", 5s);
@@ -475,6 +518,50 @@ void compile_server::compile(int conn, const frame& request) {
                                      std::to_string(w.resident >> 20) +
                                      " MiB, over its bound: replaced");
     retire(w, false);
+  } else if (new_prefix && answer && answer->type == reply_type && w.pid > 0) {
+    make_image_after(
+        w, route,
+        raw ? frame_type::raw_compile_request_make_image : frame_type::compile_request_make_image,
+        request.payload);
+  }
+}
+
+// A prefix's image is made by the worker that compiled its first request, after that compile was
+// answered, and only when no request waits for a worker: a burst of misses of one prefix compiles
+// plain on every worker at once (the image would take ~4x a plain compile on its critical path),
+// and the image is there for the misses after it. A prefix whose image is not made now (requests
+// were waiting) is tried again at its next miss. Called with the worker's lock held.
+void compile_server::make_image_after(worker_slot& w, const std::string& route, frame_type type,
+                                      const std::string& payload) {
+  if (stop_ || queued_ > 0) return;
+  {
+    const std::lock_guard lock(routes_mutex_);
+    if (!routes_.try_emplace(route, route_entry{&w, false}).second) return;  // another made it
+  }
+  w.making_image = true;
+  bool made = false;
+  try {
+    bool nobody = true;
+    const frame answer = run_on_worker(w, type, payload, -1, nobody);
+    made = answer.type == frame_type::compile_reply || answer.type == frame_type::raw_compile_reply;
+  } catch (const std::exception& e) {
+    cucore::log(log_level::debug,
+                std::string("compile server: making a prefix's image failed: ") + e.what());
+    retire(w, true);
+  }
+  w.making_image = false;
+  if (w.pid > 0) {
+    w.resident = proc_status_bytes(w.pid, "VmRSS");
+    w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
+  }
+  // Made: later misses of the prefix go here. Not made: the prefix's next miss tries again.
+  const std::lock_guard lock(routes_mutex_);
+  if (const auto it = routes_.find(route); it != routes_.end() && it->second.worker == &w) {
+    if (made) {
+      it->second.ready = true;
+    } else {
+      routes_.erase(it);
+    }
   }
 }
 
@@ -494,31 +581,38 @@ std::string compile_server::status_json() {
     << ", \"requests\": " << requests_.load() << ", \"queued\": " << queued_.load()
     << ", \"active\": " << active_.load()
     << ", \"worker_memory_limit_bytes\": " << settings_.worker_memory_limit << ", \"workers\": [";
-  std::size_t prefixes_total = 0;
-  for (std::size_t i = 0; i < workers_.size(); ++i) {
-    worker_slot& w = *workers_[i];
+  std::size_t prefixes_total = 0, making_total = 0;
+  const std::vector<worker_slot*> workers = all_workers();
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    worker_slot& w = *workers[i];
     std::size_t prefixes = 0;
     {
       const std::lock_guard lock(routes_mutex_);
-      for (const auto& [route, owner] : routes_) prefixes += owner.worker == i ? 1 : 0;
+      for (const auto& [route, owner] : routes_) {
+        prefixes += owner.worker == &w && owner.ready ? 1 : 0;
+      }
     }
     prefixes_total += prefixes;
-    // The pid is read without the slot's lock: a status never waits for a compile.
+    making_total += w.making_image ? 1 : 0;
+    // The pid is read without the slot's lock: a status never waits for a compile (-1: the slot's
+    // process starts at its first request).
     const int pid = w.pid.load();
     const std::uint64_t resident = pid > 0 ? proc_status_bytes(pid, "VmRSS") : 0;
     const std::uint64_t peak =
         std::max<std::uint64_t>(w.peak, pid > 0 ? proc_status_bytes(pid, "VmHWM") : 0);
     o << (i ? ", " : "") << "{\"pid\": " << pid << ", \"busy\": " << (w.busy ? "true" : "false")
+      << ", \"making_image\": " << (w.making_image ? "true" : "false")
       << ", \"requests\": " << w.requests.load() << ", \"resident_bytes\": " << resident
       << ", \"peak_bytes\": " << peak << ", \"prefixes\": " << prefixes
-      << ", \"restarts\": " << w.restarts.load() << "}";
+      << ", \"restarts\": " << w.restarts.load() << ", \"nvrtc\": \"" << json_escape(w.library)
+      << "\"}";
   }
-  o << "], \"prefixes\": " << prefixes_total << "}";
+  o << "], \"prefixes\": " << prefixes_total << ", \"images_being_made\": " << making_total << "}";
   return o.str();
 }
 
 void compile_server::shutdown_workers() {
-  for (auto& w : workers_) {
+  for (worker_slot* w : all_workers()) {
     const std::lock_guard use(w->use);
     retire(*w, false);
   }
@@ -584,11 +678,21 @@ int compile_server::run(int ready_fd) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  for (auto& w : workers_) spawn(*w);
+  // The pool of the NVRTC the server's own search finds (the one a client with the same
+  // environment loads) starts now, so that its first requests do not wait for workers to start.
+  if (const auto own = detail::find_in_roots(detail::library_spec_of(toolkit::library::nvrtc))) {
+    const auto id = detail::identify_file(*own);
+    std::vector<worker_slot*> pool;
+    {
+      const std::lock_guard lock(routes_mutex_);
+      pool = pool_of(id ? id->path : *own);
+    }
+    for (worker_slot* w : pool) spawn(*w);
+  }
   ready.send('r');
   cucore::log(log_level::info, "compile server " + std::to_string(::getpid()) + " listening on " +
-                                   sock.string() + " with " + std::to_string(workers_.size()) +
-                                   " workers");
+                                   sock.string() + " with " + std::to_string(settings_.workers) +
+                                   " workers per NVRTC library");
 
   struct connection {
     std::thread thread;
@@ -700,9 +804,9 @@ client_view current_view() {
 
 namespace {
 
-compile_reply compile_in_worker(const compile_request& q) {
-  // The client's view: its directory and the compilers' variables, as they were there.
-  for (const auto& [name, value] : q.view.environment) {
+// The client's view: its directory and the compilers' variables, as they were there.
+void enter_client_view(const client_view& view) {
+  for (const auto& [name, value] : view.environment) {
     if (detail::find_compiler_variable(name) == nullptr) {
       throw wire_error("\"" + name + "\" is not a variable the compilers read");
     }
@@ -712,10 +816,14 @@ compile_reply compile_in_worker(const compile_request& q) {
       ::unsetenv(name.c_str());
     }
   }
-  if (::chdir(q.view.working_directory.c_str()) != 0) {
+  if (::chdir(view.working_directory.c_str()) != 0) {
     throw error(
-        errno_text("cannot enter the client's directory \"" + q.view.working_directory + "\""));
+        errno_text("cannot enter the client's directory \"" + view.working_directory + "\""));
   }
+}
+
+compile_reply compile_in_worker(const compile_request& q) {
+  enter_client_view(q.view);
   program_options options = q.options;
   options.compile_server = compile_server_mode::off;
   // The flags this worker would give NVRTC must be the client's (the toolkit found, every field
@@ -747,6 +855,107 @@ compile_reply compile_in_worker(const compile_request& q) {
   a.auto_pch = prog.last_auto_pch();
   a.pch = prog.last_pch_status();
   return a;
+}
+
+// What a plain compile's PCH getters answer in this worker's NVRTC (a compile that used an
+// automatic PCH reports these: the client's compile had none), asked once of a tiny program.
+struct plain_pch_answers {
+  nvrtcResult status = NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED;
+  nvrtcResult required_code = NVRTC_SUCCESS;
+  std::size_t required = 0;
+};
+
+const plain_pch_answers& plain_pch(const detail::nvrtc_api& api) {
+  static const plain_pch_answers answers = [&] {
+    plain_pch_answers a;
+    nvrtcProgram prog = nullptr;
+    if (api.nvrtcCreateProgram(&prog, "__global__ void cucore_probe() {}\n", "probe.cu", 0, nullptr,
+                               nullptr) != NVRTC_SUCCESS) {
+      throw error("the worker's NVRTC cannot create a program");
+    }
+    detail::nvrtc_program owned(api, prog);
+    if (api.nvrtcCompileProgram(prog, 0, nullptr) != NVRTC_SUCCESS) {
+      throw error("the worker's NVRTC cannot compile a probe program");
+    }
+    a.status = api.nvrtcGetPCHCreateStatus(prog);
+    a.required_code = api.nvrtcGetPCHHeapSizeRequired(prog, &a.required);
+    return a;
+  }();
+  return answers;
+}
+
+// A drop-in's compile: the program's own option list as given, and every getter's answer after
+// it, as the client's NVRTC would have given them (automatic PCH where the server has an image,
+// with the plain compile's PCH answers and log).
+raw_compile_reply compile_raw_in_worker(const compile_request& q) {
+  enter_client_view(q.view);
+  const auto& api = detail::nvrtc("the compile server's worker");
+  program_options options = q.options;
+  options.compile_server = compile_server_mode::off;
+  // The option list itself tells images apart (the drop-in's reading of it may not).
+  std::string identity = "cucore-server-raw-options";
+  for (const auto& f : q.flags) (identity += '\0') += f;
+  detail::auto_pch_compile automatic(api, q.code, options, code_type::ptx, std::nullopt, identity);
+  std::vector<const char*> header_contents, header_names;
+  for (const auto& h : options.headers) {
+    header_contents.push_back(h.contents.c_str());
+    header_names.push_back(h.name.c_str());
+  }
+  const int header_count = static_cast<int>(header_names.size());
+  bool plain_retry = false, force_plain = false;
+  for (;;) {
+    const bool with_pch = automatic.active() && !force_plain;
+    std::vector<std::string> flags = q.flags;
+    if (with_pch) flags.insert(flags.end(), automatic.flags().begin(), automatic.flags().end());
+    std::vector<const char*> argv;
+    for (const auto& f : flags) argv.push_back(f.c_str());
+    nvrtcProgram raw = nullptr;
+    const nvrtcResult created =
+        api.nvrtcCreateProgram(&raw, q.code.c_str(), options.name.c_str(), header_count,
+                               header_count ? header_contents.data() : nullptr,
+                               header_count ? header_names.data() : nullptr);
+    if (created != NVRTC_SUCCESS) {
+      throw error(std::string("nvrtcCreateProgram failed: ") + api.nvrtcGetErrorString(created));
+    }
+    detail::nvrtc_program prog(api, raw);
+    for (const auto& e : q.name_expressions) {
+      if (api.nvrtcAddNameExpression(prog.get(), e.c_str()) != NVRTC_SUCCESS) {
+        throw error("nvrtcAddNameExpression refused \"" + e + "\"");
+      }
+    }
+    const nvrtcResult result = api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()),
+                                                       argv.empty() ? nullptr : argv.data());
+    std::string log;
+    if (std::size_t size = 0; api.nvrtcGetProgramLogSize(prog.get(), &size) == NVRTC_SUCCESS) {
+      log.assign(size + 1, '\0');
+      if (api.nvrtcGetProgramLog(prog.get(), log.data()) != NVRTC_SUCCESS) log.clear();
+      log.resize(std::strlen(log.c_str()));
+    }
+    if (result != NVRTC_SUCCESS) {
+      // A failure with an automatic PCH is compiled again plain: its answers (the log, the PCH
+      // getters') are then the client's own.
+      if (with_pch) {
+        plain_retry = automatic.failed(log);  // true: the failure was PCH mode's, not the code's
+        force_plain = true;
+        continue;
+      }
+    } else if (plain_retry) {
+      automatic.retry_succeeded();
+    } else if (with_pch && automatic.succeeded(prog.get(), log)) {
+      continue;  // its log speaks of PCH: again, plain
+    }
+    raw_compile_reply a;
+    a.result = result;
+    a.record = detail::record_nvrtc_program(api, prog.get(), q.name_expressions);
+    a.auto_pch = automatic.status();
+    if (with_pch) {
+      const auto& plain = plain_pch(api);
+      a.record.pch_status = plain.status;
+      a.record.pch_required_code = plain.required_code;
+      a.record.pch_required = plain.required;
+    }
+    return a;
+  }
 }
 
 }  // namespace
@@ -791,10 +1000,12 @@ int run_compile_server(const compile_server_settings& settings, int ready_fd) {
   return srv.run(ready_fd);
 }
 
-int run_compile_server_worker(int fd) {
+int run_compile_server_worker(int fd, const std::string& nvrtc) {
   using namespace std::chrono_literals;
   server::unique_fd conn(fd);
   ::signal(SIGPIPE, SIG_IGN);
+  // The very file the clients of this worker's pool loaded.
+  if (!nvrtc.empty()) detail::pin_library(detail::library_spec_of(toolkit::library::nvrtc), nvrtc);
   detail::file_identity own{};
   try {  // loaded now, so the first request does not pay for it
     const auto& api = detail::nvrtc("the compile server's worker");
@@ -810,15 +1021,17 @@ int run_compile_server_worker(int fd) {
       return 1;
     }
     if (!f) return 0;  // the server closed: exit, the automatic PCH files with us
-    if (f->type != server::frame_type::compile_request &&
-        f->type != server::frame_type::compile_request_make_image) {
-      return 1;
-    }
-    // The image of a prefix is made where the server asked (at its first sight there); any other
-    // worker makes one only at its own second sighting, as a process does.
-    detail::set_auto_pch_create_at_first_sight(f->type ==
-                                               server::frame_type::compile_request_make_image);
-    server::frame_type type = server::frame_type::compile_reply;
+    using server::frame_type;
+    const bool raw = f->type == frame_type::raw_compile_request ||
+                     f->type == frame_type::raw_compile_request_make_image;
+    const bool make_image = f->type == frame_type::compile_request_make_image ||
+                            f->type == frame_type::raw_compile_request_make_image;
+    if (!raw && !make_image && f->type != frame_type::compile_request) return 1;
+    // The server decides where and when a prefix's image is made (after the compile that asked,
+    // off its critical path): any other compile uses an image this worker holds, and makes none.
+    detail::set_auto_pch_creation(make_image ? detail::auto_pch_creation::now
+                                             : detail::auto_pch_creation::never);
+    frame_type type = raw ? frame_type::raw_compile_reply : frame_type::compile_reply;
     std::string payload;
     try {
       const server::compile_request q = server::decode_request(f->payload);
@@ -828,9 +1041,10 @@ int run_compile_server_worker(int fd) {
         throw error("the client loaded another NVRTC (\"" + q.view.nvrtc_path +
                     "\") than the worker (\"" + own.path + "\")");
       }
-      payload = server::encode(server::compile_in_worker(q));
+      payload = raw ? server::encode(server::compile_raw_in_worker(q))
+                    : server::encode(server::compile_in_worker(q));
     } catch (const std::exception& e) {
-      type = server::frame_type::refusal;
+      type = frame_type::refusal;
       payload = e.what();
     }
     try {
@@ -878,6 +1092,7 @@ std::optional<compile_server_status> query_compile_server(const std::filesystem:
   s.pid = static_cast<int>(json_number(j, "pid"));
   s.queued = json_number(j, "queued");
   s.requests = json_number(j, "requests");
+  s.images_being_made = json_number(j, "images_being_made");
   if (const auto at = j.find("\"idle_seconds_left\": "); at != std::string_view::npos) {
     s.idle_seconds_left = std::strtod(std::string(j.substr(at + 21, 24)).c_str(), nullptr);
   }
@@ -886,6 +1101,7 @@ std::optional<compile_server_status> query_compile_server(const std::filesystem:
     compile_server_worker_status w;
     w.pid = static_cast<int>(json_number(j, "pid", at));
     w.busy = j.substr(j.find("\"busy\": ", at) + 8, 4) == "true";
+    w.making_image = j.substr(j.find("\"making_image\": ", at) + 16, 4) == "true";
     w.requests = json_number(j, "requests", at);
     w.resident_bytes = json_number(j, "resident_bytes", at);
     w.peak_bytes = json_number(j, "peak_bytes", at);

@@ -102,7 +102,7 @@ std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout) {
                      std::to_string(kProtocolVersion));
   }
   const std::uint32_t type = get32(header + 8);
-  if (type < 1 || type > 9) throw wire_error("unknown frame type " + std::to_string(type));
+  if (type < 1 || type > 12) throw wire_error("unknown frame type " + std::to_string(type));
   const std::uint32_t length = get32(header + 12);
   if (length > kMaxPayload) throw wire_error("a frame's payload is over the limit");
   frame f;
@@ -256,25 +256,26 @@ void get(reader& r, std::vector<T>& v) {
   X(name)                                                                                          \
   X(arch)                                                                                          \
   X(relocatable_device_code)                                                                       \
-  X(extensible_whole_program) X(debug) X(lineinfo) X(device_code_optimize) X(ptxas_options) X(     \
-      max_register_count) X(ftz) X(prec_sqrt) X(prec_div) X(fma) X(use_fast_math)                  \
-      X(extra_device_vectorization) X(link_time_optimization) X(gen_opt_lto) X(define_macro) X(    \
-          undefine_macro) X(include_path) X(pre_include) X(no_source_include)                      \
-          X(toolkit_include_path) X(use_bundled_headers) X(headers) X(std) X(builtin_move_forward) \
-              X(builtin_initializer_list) X(disable_warnings) X(restrict)                          \
-                  X(device_as_default_execution_space) X(device_int128) X(device_float128)         \
-                      X(optimization_info) X(no_display_error_number) X(diag_error)                \
-                          X(diag_suppress) X(diag_warn) X(brief_diagnostics) X(time)               \
-                              X(split_compile) X(fdevice_syntax_only) X(minimal) X(no_cache)       \
-                                  X(fdevice_time_trace) X(frandom_seed) X(ofast_compile) X(pch)    \
-                                      X(create_pch) X(use_pch) X(pch_dir) X(pch_verbose)           \
-                                          X(pch_messages) X(instantiate_templates_in_pch)          \
-                                              X(auto_pch) X(extra_sources) X(use_libdevice)        \
-                                                  X(numba_debug) X(warning_as_error) X(wreorder)   \
-                                                      X(enable_tile) X(tile_only) X(simt_only)     \
-                                                          X(default_tile)                          \
-                                                              X(diagnose_implicit_tile_var)        \
-                                                                  X(extra_nvrtc_options)
+  X(extensible_whole_program)                                                                      \
+  X(debug) X(lineinfo) X(device_code_optimize) X(ptxas_options) X(max_register_count) X(ftz)       \
+      X(prec_sqrt) X(prec_div) X(fma) X(use_fast_math) X(extra_device_vectorization) X(            \
+          link_time_optimization) X(gen_opt_lto) X(define_macro) X(undefine_macro) X(include_path) \
+          X(pre_include) X(no_source_include) X(toolkit_include_path) X(use_bundled_headers)       \
+              X(headers) X(std) X(builtin_move_forward) X(builtin_initializer_list)                \
+                  X(disable_warnings) X(restrict) X(device_as_default_execution_space)             \
+                      X(device_int128) X(device_float128) X(optimization_info)                     \
+                          X(no_display_error_number) X(diag_error) X(diag_suppress) X(diag_warn)   \
+                              X(brief_diagnostics) X(time) X(split_compile) X(fdevice_syntax_only) \
+                                  X(minimal) X(no_cache) X(fdevice_time_trace) X(frandom_seed)     \
+                                      X(ofast_compile) X(pch) X(create_pch) X(use_pch) X(pch_dir)  \
+                                          X(pch_verbose) X(pch_messages)                           \
+                                              X(instantiate_templates_in_pch) X(auto_pch)          \
+                                                  X(extra_sources) X(use_libdevice) X(numba_debug) \
+                                                      X(warning_as_error) X(wreorder)              \
+                                                          X(enable_tile) X(tile_only) X(simt_only) \
+                                                              X(default_tile)                      \
+                                                                  X(diagnose_implicit_tile_var)    \
+                                                                      X(extra_nvrtc_options)
 
 #define CUCORE_SERVER_PUT(field) put(w, o.field);
 #define CUCORE_SERVER_GET(field) get(r, o.field);
@@ -390,6 +391,78 @@ compile_reply decode_reply(std::string_view payload) {
   a.symbols = r.strings();
   if (a.symbols.size() % 2 != 0) throw wire_error("a symbol without its lowered name");
   get(r, a.tile_ir);
+  r.finish();
+  return a;
+}
+
+namespace {
+
+void put_output(writer& w, const detail::nvrtc_output& o) {
+  w.u32(static_cast<std::uint32_t>(o.size_code));
+  w.u64(o.size);
+  w.u32(static_cast<std::uint32_t>(o.get_code));
+  w.str(o.bytes);
+}
+
+detail::nvrtc_output get_output(reader& r) {
+  detail::nvrtc_output o;
+  o.size_code = static_cast<nvrtcResult>(r.u32());
+  o.size = static_cast<std::size_t>(r.u64());
+  o.get_code = static_cast<nvrtcResult>(r.u32());
+  o.bytes = r.str();
+  // The client copies `bytes` into a buffer of `size` bytes the program allocated.
+  if (o.get_code == NVRTC_SUCCESS && o.bytes.size() != o.size) {
+    throw wire_error("an output's size differs from its bytes");
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string encode(const raw_compile_reply& a) {
+  writer w;
+  w.u32(static_cast<std::uint32_t>(a.result));
+  w.u32(static_cast<std::uint32_t>(a.auto_pch));
+  const auto& rec = a.record;
+  for (const auto* o : {&rec.ptx, &rec.cubin, &rec.ltoir, &rec.optix, &rec.log}) put_output(w, *o);
+  w.u32(static_cast<std::uint32_t>(rec.names.size()));
+  for (const auto& n : rec.names) {
+    w.str(n.expression);
+    w.u32(static_cast<std::uint32_t>(n.code));
+    w.str(n.name);
+  }
+  w.u32(static_cast<std::uint32_t>(rec.unknown_name_code));
+  w.u32(static_cast<std::uint32_t>(rec.add_after_code));
+  w.u32(static_cast<std::uint32_t>(rec.pch_status));
+  w.u32(static_cast<std::uint32_t>(rec.pch_required_code));
+  w.u64(rec.pch_required);
+  put(w, rec.tile.has_value());
+  if (rec.tile) put_output(w, *rec.tile);
+  return w.take();
+}
+
+raw_compile_reply decode_raw_reply(std::string_view payload) {
+  reader r(payload);
+  raw_compile_reply a;
+  a.result = static_cast<std::int32_t>(r.u32());
+  a.auto_pch = static_cast<auto_pch_status>(
+      checked_enum(r, static_cast<std::uint32_t>(auto_pch_status::discarded), "PCH status"));
+  auto& rec = a.record;
+  for (auto* o : {&rec.ptx, &rec.cubin, &rec.ltoir, &rec.optix, &rec.log}) *o = get_output(r);
+  const std::uint32_t n = r.u32();
+  for (std::uint32_t i = 0; i < n; ++i) {  // bounded by the payload: each takes 12 bytes at least
+    detail::nvrtc_lowered_name name;
+    name.expression = r.str();
+    name.code = static_cast<nvrtcResult>(r.u32());
+    name.name = r.str();
+    rec.names.push_back(std::move(name));
+  }
+  rec.unknown_name_code = static_cast<nvrtcResult>(r.u32());
+  rec.add_after_code = static_cast<nvrtcResult>(r.u32());
+  rec.pch_status = static_cast<nvrtcResult>(r.u32());
+  rec.pch_required_code = static_cast<nvrtcResult>(r.u32());
+  rec.pch_required = static_cast<std::size_t>(r.u64());
+  if (r.boolean()) rec.tile = get_output(r);
   r.finish();
   return a;
 }

@@ -16,6 +16,7 @@
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 #include "cucore/program.hpp"
+#include "server/nvrtc_record.hpp"
 
 namespace cucore::server {
 
@@ -27,7 +28,7 @@ class wire_error : public error {
 inline constexpr std::uint32_t kMagic = 0x53435543;  // "CUCS"
 // Bumped on any change of a frame or payload: a client and server of different versions never
 // talk (the client compiles itself).
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;
 // The largest payload either side accepts (a request holds source and headers; a reply the code).
 inline constexpr std::uint32_t kMaxPayload = 256u << 20;
 
@@ -43,6 +44,12 @@ enum class frame_type : std::uint32_t {
   // Server to worker only: a compile_request whose worker is to make the prefix's automatic-PCH
   // image now (the one worker the server chose for it); a plain compile_request makes none yet.
   compile_request_make_image = 9,
+  // `cucore run`'s drop-in NVRTC: the program's own option list compiled as given (flags), every
+  // getter's answer returned (raw_compile_reply). options carry the drop-in's reading of the flags,
+  // for routing and automatic PCH only.
+  raw_compile_request = 10,
+  raw_compile_reply = 11,
+  raw_compile_request_make_image = 12,  // server to worker, as compile_request_make_image
 };
 
 struct frame {
@@ -121,10 +128,20 @@ struct compile_reply {
   std::optional<std::string> tile_ir;
 };
 
+// A raw request's answer: nvrtcCompileProgram's result and every getter's answer after it, as
+// in-process (a plain compile's PCH answers, whatever automatic PCH the worker used).
+struct raw_compile_reply {
+  std::int32_t result = 0;
+  detail::nvrtc_record record;
+  auto_pch_status auto_pch = auto_pch_status::off;
+};
+
 std::string encode(const compile_request& r);
 compile_request decode_request(std::string_view payload);
 std::string encode(const compile_reply& r);
 compile_reply decode_reply(std::string_view payload);
+std::string encode(const raw_compile_reply& r);
+raw_compile_reply decode_raw_reply(std::string_view payload);
 
 // What routes a request to a worker: the program's leading preprocessing lines (automatic PCH's
 // prefix), the flags and the name; empty when the code has no such prefix.

@@ -37,8 +37,15 @@ constexpr option_spec no_preload_option{
     "--no-preload", "", "",
     "do not LD_PRELOAD the NVRTC drop-in (loaders that open NVRTC by path then bypass it)"};
 
-constexpr option_spec options[] = {cache_option, shared_cache_option, nvrtc_option,
-                                   no_preload_option};
+constexpr option_spec server_option{
+    "--server", "", "",
+    "NVRTC misses go to the user's compile server, started if none runs "
+    "(CUCORE_COMPILE_SERVER=on; default auto: a running server is used)"};
+constexpr option_spec no_server_option{
+    "--no-server", "", "", "NVRTC misses compile in the program (CUCORE_COMPILE_SERVER=off)"};
+
+constexpr option_spec options[] = {cache_option,      shared_cache_option, nvrtc_option,
+                                   no_preload_option, server_option,       no_server_option};
 
 // The drop-in libraries: $CUCORE_RUN_LIBS, else beside this program (PREFIX/bin/cucore →
 // PREFIX/lib*/cucore-run), else the build tree's.
@@ -230,6 +237,17 @@ std::vector<std::pair<std::string, std::string>> run_environment(
   const std::string spec = cache_spec ? *cache_spec : cache_spec_from(args);
   if (!spec.empty()) vars.emplace_back("CUCORE_RUN_CACHE", spec);
   if (args.has(shared_cache_option.name)) vars.emplace_back("CUCORE_CACHE_SHARED", "1");
+  if (args.has(server_option.name) && args.has(no_server_option.name)) {
+    throw usage_error("--server and --no-server: give one");
+  }
+  if (args.has(server_option.name)) vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
+  if (args.has(no_server_option.name)) vars.emplace_back("CUCORE_COMPILE_SERVER", "off");
+  // A drop-in that starts the server (CUCORE_COMPILE_SERVER=on) runs this very cucore.
+  if (const char* own = std::getenv("CUCORE_SERVER_PROGRAM"); own == nullptr || *own == '\0') {
+    std::error_code ec;
+    const auto self = std::filesystem::canonical("/proc/self/exe", ec);
+    if (!ec) vars.emplace_back("CUCORE_SERVER_PROGRAM", self.string());
+  }
   if (auto nvrtc = args.last(nvrtc_option.name)) {
     std::error_code ec;
     const auto path = std::filesystem::absolute(*nvrtc, ec);
@@ -354,6 +372,11 @@ constexpr std::string_view run_description =
     "$CUDA_PATH/$CUDA_HOME; CUCORE_LOG=debug names it), or --nvrtc PATH (CUCORE_RUN_NVJITLINK,\n"
     "CUCORE_RUN_NVVM). Nothing is printed unless CUCORE_LOG=warning|info|debug. `cucore cache\n"
     "stats` counts the hits. See docs/transparent-cache.md.\n"
+    "\n"
+    "NVRTC misses go to the user's compile server when one runs (docs/compile-server.md): the\n"
+    "program's threads then compile in parallel, and its later processes start from the\n"
+    "precompiled headers its earlier ones made. --server starts one if none runs; --no-server\n"
+    "compiles in the program.\n"
     "\n" CUCORE_CLI_CACHE_SPEC_HELP
     "\n"
     "\n"
@@ -376,7 +399,8 @@ constexpr std::string_view env_description =
 
 const command run_command{
     "run",
-    "run [--cache SPEC] [--nvrtc PATH] [--no-preload] -- PROGRAM [ARGS...]",
+    "run [--cache SPEC] [--nvrtc PATH] [--no-preload] [--server|--no-server] -- PROGRAM "
+    "[ARGS...]",
     "run a program with its NVRTC, nvJitLink and libNVVM compiles cached (drop-ins)",
     run_description,
     options,
@@ -387,7 +411,7 @@ const command run_command{
 
 const command env_command{
     "env",
-    "env [--cache SPEC] [--nvrtc PATH] [--no-preload]",
+    "env [--cache SPEC] [--nvrtc PATH] [--no-preload] [--server|--no-server]",
     "print the environment `cucore run` sets",
     env_description,
     options,

@@ -28,6 +28,7 @@ constexpr option_spec options[] = {
      "/tmp/cucore-server-UID)"},
     {"--json", "", "", "status: print the server's status as JSON"},
     {"--fd", "", "N", "worker: (internal) the socket to the server"},
+    {"--nvrtc", "", "FILE", "worker: (internal) the NVRTC library to load"},
 };
 
 constexpr std::string_view description =
@@ -122,7 +123,7 @@ int run_server(const arguments& args) {
   if (what == "worker") {
     const auto fd = args.last("--fd");
     if (!fd) throw usage_error("worker needs --fd");
-    return run_compile_server_worker(parse_int("--fd", *fd));
+    return run_compile_server_worker(parse_int("--fd", *fd), args.last("--nvrtc").value_or(""));
   }
   compile_server_settings s = settings_from(args);
   if (what == "start") {
