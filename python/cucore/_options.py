@@ -21,7 +21,12 @@ class ProgramOptions:
     ``extra_nvrtc_options`` (NVRTC options no field covers, passed verbatim after the rest and
     hashed into the cache key; an option a field covers is refused, naming the field) and
     ``auto_pch`` (automatic precompiled headers, default on; ``False`` turns them off: outputs
-    are the same either way, and the cache key does not change).
+    are the same either way, and the cache key does not change) and ``compile_server`` (where a
+    C++ miss compiles: ``"off"`` in this process, ``"on"`` in the user's compile server, started
+    when none runs, ``"auto"`` in one that runs, never starting one; case-insensitive; default
+    ``None``: ``CUCORE_COMPILE_SERVER``, else off. Any trouble with the server compiles in this
+    process; outputs are the same either way, and it is never part of the cache key; another
+    value is a ``ValueError``).
     """
 
     name: str | None = "default_program"
@@ -91,3 +96,4 @@ class ProgramOptions:
     default_tile: bool | None = None
     diagnose_implicit_tile_var: bool | None = None
     extra_nvrtc_options: _StrList = None
+    compile_server: str | None = None

@@ -163,6 +163,25 @@ void read_extra_sources(nb::handle options, std::vector<nvvm_module>& out) {
   }
 }
 
+// Where a c++ miss compiles: "off", "on" or "auto" (case-insensitive, as CUCORE_COMPILE_SERVER),
+// or None (the variable, else off). Any other word is an InvalidArgument (a ValueError).
+void read_compile_server(nb::handle options, std::optional<compile_server_mode>& out) {
+  nb::object v = field(options, "compile_server");
+  if (v.is_none()) return;
+  if (!nb::isinstance<nb::str>(v)) {
+    type_error("ProgramOptions.compile_server must be str or None, got " + py_type_name(v));
+  }
+  const std::string text = nb::cast<std::string>(v);
+  try {
+    out = parse_compile_server_mode(text);
+  } catch (const invalid_argument&) {
+    throw invalid_argument(
+        "ProgramOptions.compile_server must be \"off\", \"on\" or \"auto\" "
+        "(case-insensitive) or None, got \"" +
+        text + "\"");
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> bytes_of(nb::handle value) {
@@ -264,6 +283,7 @@ program_options options_from(nb::handle o) {
   read_bool(o, "default_tile", p.default_tile);
   read_bool(o, "diagnose_implicit_tile_var", p.diagnose_implicit_tile_var);
   read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
+  read_compile_server(o, p.compile_server);
   return p;
 }
 

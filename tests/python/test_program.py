@@ -319,6 +319,83 @@ def test_auto_pch_changes_neither_the_key_nor_the_output():
         assert again.code == plain.code
 
 
+@pytest.fixture
+def no_compile_server(tmp_path, monkeypatch):
+    """No compile server: an empty server directory of the test's own, no CUCORE_COMPILE_SERVER."""
+    monkeypatch.setenv("CUCORE_SERVER_DIR", str(tmp_path / "server"))
+    monkeypatch.delenv("CUCORE_COMPILE_SERVER", raising=False)
+
+
+@pytest.mark.parametrize("mode", ["off", "auto", "OFF", "Auto"])
+def test_compile_server_without_a_server_compiles_here(no_compile_server, mode):
+    """compile_server "off" compiles here; "auto" finds no server and compiles here: same bytes."""
+    plain = compile_uncached(cucore.ProgramOptions(arch=ARCH), names=["scale<float>"])
+    served = compile_uncached(cucore.ProgramOptions(arch=ARCH, compile_server=mode),
+                              names=["scale<float>"])
+    assert served.code == plain.code
+    assert served.symbol_mapping == plain.symbol_mapping
+
+
+@pytest.mark.parametrize("bad", ["", "yes", "automatic", "of f", "on\0"])
+def test_compile_server_refuses_other_words_naming_the_field(bad):
+    with pytest.raises(ValueError, match=r'compile_server must be "off", "on" or "auto"') as info:
+        cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, compile_server=bad))
+    assert isinstance(info.value, cucore.InvalidArgument)
+    with pytest.raises(ValueError, match="compile_server"):
+        key(options=cucore.ProgramOptions(arch=ARCH, compile_server=bad))
+    with pytest.raises(TypeError, match="compile_server must be str or None"):
+        key(options=cucore.ProgramOptions(arch=ARCH, compile_server=True))
+
+
+def test_compile_server_is_not_part_of_the_key(native_cache, no_compile_server):
+    keys = {key(options=cucore.ProgramOptions(arch=ARCH, compile_server=mode))
+            for mode in (None, "off", "on", "auto", "AUTO")}
+    assert len(keys) == 1
+    first = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, compile_server="off"))
+    miss = first.compile("cubin", cache=native_cache)
+    assert first.last_cache_outcome == "miss"
+    second = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, compile_server="auto"))
+    hit = second.compile("cubin", cache=native_cache)
+    assert second.last_cache_outcome == "hit"
+    assert second.last_cache_key == first.last_cache_key
+    assert hit.code == miss.code
+
+
+def test_compile_server_field_routes_a_miss_to_a_running_server(tmp_path, monkeypatch):
+    """With a server running, "auto" compiles there (its request count says so) and "off" here,
+    also over CUCORE_COMPILE_SERVER=auto; the bytes are the in-process compile's."""
+    import json
+    import subprocess
+    import sys
+
+    directory = tmp_path / "server"
+    monkeypatch.setenv("CUCORE_SERVER_DIR", str(directory))
+    monkeypatch.setenv("CUCORE_COMPILE_SERVER", "auto")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "cucore", "server", *args, "--dir",
+                               str(directory)], capture_output=True, text=True, timeout=60)
+
+    def requests():
+        proc = cli("status", "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["requests"]
+
+    started = cli("start", "--workers", "1", "--idle-time", "60")
+    assert started.returncode == 0, started.stderr
+    try:
+        plain = compile_uncached(cucore.ProgramOptions(arch=ARCH, compile_server="off"),
+                                 names=["scale<float>"])
+        assert requests() == 0
+        served = compile_uncached(cucore.ProgramOptions(arch=ARCH, compile_server="AUTO"),
+                                  names=["scale<float>"])
+        assert requests() == 1
+        assert served.code == plain.code
+        assert served.symbol_mapping == plain.symbol_mapping
+    finally:
+        cli("stop")
+
+
 def test_explain_lists_the_fields():
     fields = cucore.explain_program_cache_key(code="a", code_type="c++",
                                               options=cucore.ProgramOptions(arch=ARCH),
