@@ -5,8 +5,13 @@
 //   threads:  K distinct CUB kernels, sharing a prefix, compiled by K threads of this process
 //             through the server, against the same K compiled serially in-process;
 //   overhead: a small kernel with no #include (no PCH) through the server against in-process;
+//   dropin:   K distinct CUB kernels compiled by T threads of an unmodified NVRTC program
+//             (bench/nvrtc_threads.c) under `cucore run` (empty cache, a fresh server), against the
+//             same program plain, serial and threaded; then another process's K kernels of the
+//             prefix (its images made by the first);
 //   memory:   each worker's peak resident memory after the above.
-// Usage: compile_server_bench [--rounds N] [--kernels K] [--workers W]
+// Usage: compile_server_bench [--rounds N] [--kernels K] [--threads T] [--workers W]
+//                             [--cuda-home DIR] [--only dropin]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +29,9 @@
 #include "cucore/program.hpp"
 #include "cucore/server.hpp"
 
-#ifndef CUCORE_CLI_PATH
-#error "CUCORE_CLI_PATH must point at the cucore tool"
+#if !defined(CUCORE_CLI_PATH) || !defined(CUCORE_NVRTC_THREADS_PATH)
+#error \
+    "CUCORE_CLI_PATH and CUCORE_NVRTC_THREADS_PATH must point at the cucore tool and nvrtc_threads"
 #endif
 
 namespace {
@@ -85,12 +91,19 @@ cucore::program_options options(cucore::compile_server_mode mode, int i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 5, kernels = 6, workers = static_cast<int>(std::thread::hardware_concurrency());
+  int rounds = 5, kernels = 6, threads = 0;
+  int workers = static_cast<int>(std::thread::hardware_concurrency());
+  std::string cuda_home = std::getenv("CUDA_HOME") ? std::getenv("CUDA_HOME") : "/usr/local/cuda";
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--kernels")) kernels = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--workers")) workers = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--cuda-home")) cuda_home = argv[i + 1];
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
+  if (threads <= 0) threads = kernels;
   char pattern[] = "/tmp/cucore-server-bench-XXXXXX";
   const fs::path root = ::mkdtemp(pattern);
   const fs::path dir = root / "server";
@@ -99,6 +112,58 @@ int main(int argc, char** argv) {
   const std::string start = cli + " server start --dir " + dir.string() + " --workers " +
                             std::to_string(workers) + " >/dev/null";
   run_timed(start);
+  const auto wait_for_images = [&] {
+    for (int i = 0; i < 6000; ++i) {
+      const auto s = cucore::query_compile_server(dir);
+      if (s && s->images_being_made == 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+
+  if (only.empty() || only == "dropin") {
+    // dropin: an unmodified program's threads under `cucore run`, empty caches, a fresh server
+    // (no image of the prefix anywhere), against the program plain: serial, and threaded (NVRTC
+    // serializes a process's compiles).
+    const std::string lib = "LD_LIBRARY_PATH=" + cuda_home + "/lib64 ";
+    const auto program = [&](int count, int with_threads, int first) {
+      return std::string(CUCORE_NVRTC_THREADS_PATH) + " " + std::to_string(count) + " " +
+             std::to_string(with_threads) + " " + std::to_string(first) + " sm_90 " + cuda_home +
+             "/include/cccl " + cuda_home + "/include";
+    };
+    const double plain_serial = run_timed(lib + program(kernels, 1, 0));
+    const double plain_threads = run_timed(lib + program(kernels, threads, kernels));
+    cucore::stop_compile_server(dir);
+    run_timed(start);
+    const auto empty_cache = [&](int n) {
+      const fs::path c = root / ("cache" + std::to_string(n));
+      fs::create_directories(c);
+      return "--cache dir:" + c.string() + " ";
+    };
+    const std::string run = lib + cli + " run --server ";
+    const double served_threads =
+        run_timed(run + empty_cache(1) + "-- " + program(kernels, threads, 2 * kernels));
+    wait_for_images();
+    // Another process, other kernels of the prefix: its misses start from the first's images.
+    const double served_second =
+        run_timed(run + empty_cache(2) + "-- " + program(kernels, threads, 3 * kernels));
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const double target = 1.3 / std::min(threads, cores);
+    std::printf(
+        "unmodified program, %d distinct CUB kernels, %d threads, %d workers, %d cores:\n"
+        "  plain serial %.2f s; plain %d threads %.2f s (%.2fx)\n"
+        "  under cucore run through the server %.2f s: %.2fx of plain serial (target %.3fx)\n"
+        "  a second process, other kernels of the prefix: %.2f s: %.2fx\n",
+        kernels, threads, workers, cores, plain_serial, threads, plain_threads,
+        plain_threads / plain_serial, served_threads, served_threads / plain_serial, target,
+        served_second, served_second / plain_serial);
+    std::fflush(stdout);
+  }
+  if (only == "dropin") {
+    cucore::stop_compile_server(dir);
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    return 0;
+  }
 
   // fresh: kernel 0 once through the server (its worker makes the prefix's image), then each
   // round a fresh process compiles another kernel of the prefix, plain and through the server.
@@ -110,6 +175,7 @@ int main(int argc, char** argv) {
       cli + " compile --arch sm_90 --cache none -o /dev/null " + kernel_file + " >/dev/null ";
   write_kernel(0);
   run_timed(compile + "--server");
+  wait_for_images();  // made after kernel 0's compile, off its critical path
   std::vector<double> plain, served;
   for (int r = 1; r <= rounds; ++r) {
     write_kernel(r);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -16,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/sha256.hpp"
@@ -109,6 +111,30 @@ class header_digest_memo {
     dirty_ = true;
   }
 
+  // lookup(), except that a file another thread of this process is reading and scanning now is
+  // waited for rather than read again: threads making keys at once (a program compiling kernels
+  // from a thread pool) walk the same headers, and each would otherwise read and hash all of them.
+  // nullptr: this thread is to read it, and must call release(path) after (remember() first
+  // when it can be memoised).
+  std::shared_ptr<const scanned_file> lookup_or_claim(const std::string& path,
+                                                      const header_identity& id) {
+    std::unique_lock lock(mutex_);
+    load_locked();
+    for (;;) {
+      const auto it = records_.find(path);
+      if (it != records_.end() && it->second.id == id) return it->second.data;
+      if (claimed_.insert(path).second) return nullptr;
+      released_.wait(lock);
+    }
+  }
+  void release(const std::string& path) {
+    {
+      std::lock_guard lock(mutex_);
+      claimed_.erase(path);
+    }
+    released_.notify_all();
+  }
+
   // Writes the memo back when this process added records: merged with what other processes wrote
   // meanwhile, then temp file + rename, so readers see an old or a new memo, never a torn one.
   // Best effort: a memo that cannot be written only costs hashing later.
@@ -126,6 +152,8 @@ class header_digest_memo {
 
   std::optional<std::filesystem::path> file_;
   std::mutex mutex_;
+  std::condition_variable released_;
+  std::unordered_set<std::string> claimed_;  // paths a thread is reading now
   bool loaded_ = false;
   bool dirty_ = false;
   std::unordered_map<std::string, record> records_;

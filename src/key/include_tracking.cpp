@@ -475,7 +475,12 @@ class walker {
   std::shared_ptr<const scanned_file> load(const std::string& path, const header_identity& id,
                                            bool defines_only) {
     const std::string key = (defines_only ? "defines:" : "") + absolute(path);
-    if (auto known = memo_.lookup(key, id)) return known;
+    if (auto known = memo_.lookup_or_claim(key, id)) return known;
+    struct release_claim {
+      header_digest_memo& memo;
+      const std::string& key;
+      ~release_claim() { memo.release(key); }
+    } claim{memo_, key};
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nullptr;
     std::string text;
