@@ -42,9 +42,16 @@ CUCORE_RUN_LIBS=$work "$cucore" run -- true 2>/dev/null
 expect "$?" 1 "CUCORE_RUN_LIBS without drop-ins: error"
 # cucore env: the same variables as export lines a shell can eval.
 env_out=$(LD_LIBRARY_PATH=/opt/a "$cucore" env --cache "dir:$work/c")
-expect "$(echo "$env_out" | grep -c '^export ')" 4 "env: four export lines"
-out=$(eval "$env_out"; echo "$LD_LIBRARY_PATH|$CUCORE_RUN_CACHE")
-expect "$out" "$dir:/opt/a|dir:$work/c" "env: eval gives the run environment"
+expect "$(echo "$env_out" | grep -c '^export ')" 5 "env: five export lines"
+out=$(eval "$env_out"; echo "$LD_LIBRARY_PATH|$CUCORE_RUN_CACHE|$CUCORE_SERVER_PROGRAM")
+expect "$out" "$dir:/opt/a|dir:$work/c|$(readlink -f "$cucore")" "env: eval gives the run environment"
+# --server / --no-server: the drop-ins' compile server mode (default: none set, auto).
+expect "$("$cucore" env --server | grep -c '^export CUCORE_COMPILE_SERVER=.*on')" 1 "env --server"
+expect "$("$cucore" env --no-server | grep -c '^export CUCORE_COMPILE_SERVER=.*off')" 1 \
+  "env --no-server"
+expect "$("$cucore" env | grep -c CUCORE_COMPILE_SERVER)" 0 "env: no server mode by default"
+"$cucore" run --server --no-server -- true 2>/dev/null
+expect "$?" 2 "--server with --no-server: usage error"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
