@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,31 +29,71 @@ void wait_for(int fd, short events, clock::time_point deadline, const char* what
   }
 }
 
-// Reads exactly n bytes. Returns false when the peer closed before the first byte and
-// `eof_ok`; throws wire_error for anything else short.
-bool read_exact(int fd, char* out, std::size_t n, std::chrono::milliseconds timeout, bool eof_ok) {
-  std::size_t got = 0;
-  auto deadline = clock::now() + timeout;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, out + got, n - got, MSG_DONTWAIT);
-    if (r > 0) {
-      got += static_cast<std::size_t>(r);
-      deadline = clock::now() + timeout;  // the bound is on silence, not on the whole frame
-      continue;
+// A frame's payload is read in pieces of at most this size, the buffer grown as they arrive: a
+// header alone (which may claim kMaxPayload) costs nothing, memory follows what the peer sent.
+constexpr std::size_t kReadChunk = 1u << 20;
+// The least average rate a peer sends a frame at (bytes per second), past the grace below.
+constexpr std::uint64_t kMinFrameRate = 1u << 20;
+
+// The reading of one frame. Two bounds apply:
+// - silence: at most `timeout` between received bytes (and before the first one: an idle worker
+//   waits 24 h for its next request's first byte);
+// - the whole frame: from its first byte, at most 2 x `timeout` plus 1 s per MiB received so far.
+//   A peer must send at 1 MiB/s on average, after a grace of twice the silence bound, or the frame
+//   is abandoned: one byte every few seconds no longer holds a connection (and a slot of the
+//   server's) forever, and since the bound grows only with what arrived, claiming a large payload
+//   buys no time. A real peer writes a frame in one write_frame call, at the speed of a Unix
+//   socket (hundreds of MiB/s: a 64 MiB reply takes tens of ms), far inside the bound.
+class frame_reader {
+ public:
+  frame_reader(int fd, std::chrono::milliseconds timeout) : fd_(fd), timeout_(timeout) {}
+
+  // Reads exactly n bytes. Returns false when the peer closed before the frame's first byte and
+  // `eof_ok`; throws wire_error for anything else short.
+  bool read(char* out, std::size_t n, bool eof_ok) {
+    std::size_t got = 0;
+    auto silence = clock::now() + timeout_;
+    while (got < n) {
+      const ssize_t r = ::recv(fd_, out + got, n - got, MSG_DONTWAIT);
+      if (r > 0) {
+        const auto now = clock::now();
+        if (received_ == 0) started_ = now;
+        got += static_cast<std::size_t>(r);
+        received_ += static_cast<std::size_t>(r);
+        silence = now + timeout_;
+        continue;
+      }
+      if (r == 0) {
+        if (received_ == 0 && eof_ok) return false;
+        throw wire_error("the peer closed the connection inside a frame");
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (received_ == 0 && eof_ok && errno == ECONNRESET) return false;
+        throw wire_error(std::string("recv: ") + std::strerror(errno));
+      }
+      if (received_ > 0 && frame_deadline() < silence) {
+        wait_for(fd_, POLLIN, frame_deadline(), "waiting for the rest of a frame (too slow)");
+      } else {
+        wait_for(fd_, POLLIN, silence, "waiting for the peer");
+      }
     }
-    if (r == 0) {
-      if (got == 0 && eof_ok) return false;
-      throw wire_error("the peer closed the connection inside a frame");
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      if (got == 0 && eof_ok && errno == ECONNRESET) return false;
-      throw wire_error(std::string("recv: ") + std::strerror(errno));
-    }
-    wait_for(fd, POLLIN, deadline, "waiting for the peer");
+    return true;
   }
-  return true;
-}
+
+ private:
+  clock::time_point frame_deadline() const {
+    // 1 s per MiB received: at most 257 s (kMaxPayload and a header; no overflow in the product).
+    const auto earned = std::chrono::microseconds(
+        static_cast<std::int64_t>(std::uint64_t{received_} * 1'000'000 / kMinFrameRate));
+    return started_ + 2 * timeout_ + earned;
+  }
+
+  int fd_;
+  std::chrono::milliseconds timeout_;
+  clock::time_point started_{};
+  std::size_t received_ = 0;
+};
 
 void put32(char* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -94,8 +135,9 @@ void write_frame(int fd, frame_type type, std::string_view payload,
 }
 
 std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout) {
+  frame_reader in(fd, timeout);
   char header[16];
-  if (!read_exact(fd, header, sizeof header, timeout, true)) return std::nullopt;
+  if (!in.read(header, sizeof header, true)) return std::nullopt;
   if (get32(header) != kMagic) throw wire_error("not a cucore compile server frame");
   if (get32(header + 4) != kProtocolVersion) {
     throw wire_error("protocol version " + std::to_string(get32(header + 4)) + ", expected " +
@@ -107,8 +149,13 @@ std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout) {
   if (length > kMaxPayload) throw wire_error("a frame's payload is over the limit");
   frame f;
   f.type = static_cast<frame_type>(type);
-  f.payload.resize(length);
-  if (length > 0) read_exact(fd, f.payload.data(), length, timeout, false);
+  // Grown as the payload arrives (the string's capacity doubles: amortized linear copying).
+  while (f.payload.size() < length) {
+    const std::size_t at = f.payload.size();
+    const std::size_t piece = std::min<std::size_t>(length - at, kReadChunk);
+    f.payload.resize(at + piece);
+    in.read(f.payload.data() + at, piece, false);
+  }
   return f;
 }
 
@@ -252,6 +299,8 @@ void get(reader& r, std::vector<T>& v) {
 
 // Every field but compile_server (a worker compiles in-process). A field added to
 // program_options must be added here: the static_assert below fails until it is.
+// Not formatted: clang-format 14 lays this list out differently on every run.
+// clang-format off
 #define CUCORE_SERVER_OPTION_FIELDS(X)                                                             \
   X(name)                                                                                          \
   X(arch)                                                                                          \
@@ -276,6 +325,7 @@ void get(reader& r, std::vector<T>& v) {
                                                               X(default_tile)                      \
                                                                   X(diagnose_implicit_tile_var)    \
                                                                       X(extra_nvrtc_options)
+// clang-format on
 
 #define CUCORE_SERVER_PUT(field) put(w, o.field);
 #define CUCORE_SERVER_GET(field) get(r, o.field);
@@ -380,8 +430,8 @@ compile_reply decode_reply(std::string_view payload) {
   a.backend = r.str();
   a.status = r.str();
   a.log = r.str();
-  a.auto_pch = static_cast<auto_pch_status>(
-      checked_enum(r, static_cast<std::uint32_t>(auto_pch_status::discarded), "PCH status"));
+  a.auto_pch = static_cast<auto_pch_status>(checked_enum(
+      r, static_cast<std::uint32_t>(auto_pch_status::discarded), "automatic PCH status"));
   a.pch = static_cast<pch_status>(
       checked_enum(r, static_cast<std::uint32_t>(pch_status::failed), "PCH status"));
   a.target = static_cast<code_type>(
@@ -397,6 +447,16 @@ compile_reply decode_reply(std::string_view payload) {
 
 namespace {
 
+// nvrtcResult is an unscoped enum without a fixed underlying type: holding a value outside its
+// range (the smallest bit-field that holds its enumerators: 0..31 for CUDA 13's 0..17) is
+// undefined behaviour, so a code past it is refused (the client then compiles itself).
+static_assert(NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED >= 16 &&
+                  NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED <= 31,
+              "nvrtcResult's range changed: update the bound below");
+nvrtcResult nvrtc_code(reader& r) {
+  return static_cast<nvrtcResult>(checked_enum(r, 31, "NVRTC result code"));
+}
+
 void put_output(writer& w, const detail::nvrtc_output& o) {
   w.u32(static_cast<std::uint32_t>(o.size_code));
   w.u64(o.size);
@@ -406,9 +466,9 @@ void put_output(writer& w, const detail::nvrtc_output& o) {
 
 detail::nvrtc_output get_output(reader& r) {
   detail::nvrtc_output o;
-  o.size_code = static_cast<nvrtcResult>(r.u32());
+  o.size_code = nvrtc_code(r);
   o.size = static_cast<std::size_t>(r.u64());
-  o.get_code = static_cast<nvrtcResult>(r.u32());
+  o.get_code = nvrtc_code(r);
   o.bytes = r.str();
   // The client copies `bytes` into a buffer of `size` bytes the program allocated.
   if (o.get_code == NVRTC_SUCCESS && o.bytes.size() != o.size) {
@@ -445,22 +505,22 @@ raw_compile_reply decode_raw_reply(std::string_view payload) {
   reader r(payload);
   raw_compile_reply a;
   a.result = static_cast<std::int32_t>(r.u32());
-  a.auto_pch = static_cast<auto_pch_status>(
-      checked_enum(r, static_cast<std::uint32_t>(auto_pch_status::discarded), "PCH status"));
+  a.auto_pch = static_cast<auto_pch_status>(checked_enum(
+      r, static_cast<std::uint32_t>(auto_pch_status::discarded), "automatic PCH status"));
   auto& rec = a.record;
   for (auto* o : {&rec.ptx, &rec.cubin, &rec.ltoir, &rec.optix, &rec.log}) *o = get_output(r);
   const std::uint32_t n = r.u32();
   for (std::uint32_t i = 0; i < n; ++i) {  // bounded by the payload: each takes 12 bytes at least
     detail::nvrtc_lowered_name name;
     name.expression = r.str();
-    name.code = static_cast<nvrtcResult>(r.u32());
+    name.code = nvrtc_code(r);
     name.name = r.str();
     rec.names.push_back(std::move(name));
   }
-  rec.unknown_name_code = static_cast<nvrtcResult>(r.u32());
-  rec.add_after_code = static_cast<nvrtcResult>(r.u32());
-  rec.pch_status = static_cast<nvrtcResult>(r.u32());
-  rec.pch_required_code = static_cast<nvrtcResult>(r.u32());
+  rec.unknown_name_code = nvrtc_code(r);
+  rec.add_after_code = nvrtc_code(r);
+  rec.pch_status = nvrtc_code(r);
+  rec.pch_required_code = nvrtc_code(r);
   rec.pch_required = static_cast<std::size_t>(r.u64());
   if (r.boolean()) rec.tile = get_output(r);
   r.finish();

@@ -61,9 +61,12 @@ struct frame {
 // Throws wire_error (a closed peer, a full socket past the timeout).
 void write_frame(int fd, frame_type type, std::string_view payload,
                  std::chrono::milliseconds timeout);
-// Reads one frame, waiting at most `timeout` for each part. nullopt: the peer closed before a
-// frame began. Throws wire_error for silence past the timeout, a wrong magic or version, an unknown
-// type or an oversize length.
+// Reads one frame, waiting at most `timeout` between received bytes (and for the first one). Once
+// the frame's first byte arrived, the whole frame must arrive within 2 x `timeout` plus 1 s per
+// MiB received (at least 1 MiB/s on average): a trickling peer cannot hold a connection forever.
+// The payload's buffer grows as bytes arrive (1 MiB at a time), not to the header's claim up front.
+// nullopt: the peer closed before a frame began. Throws wire_error for silence past the timeout, a
+// frame past its deadline, a wrong magic or version, an unknown type or an oversize length.
 std::optional<frame> read_frame(int fd, std::chrono::milliseconds timeout);
 
 // Payload fields.

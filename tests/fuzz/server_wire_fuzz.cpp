@@ -1,13 +1,13 @@
 // libFuzzer target for the compile server's wire format (src/server/wire.hpp): any bytes given to
-// decode_request and decode_reply must decode or throw wire_error (or another cucore::error),
-// never crash or throw anything else; whatever decodes re-encodes to exactly the bytes it came
-// from, and that encoding decodes again to the same encoding. The same bytes, as a stream read
-// from a socket, go through read_frame until it reports the end or throws, and each request or
-// reply frame's payload through the decoders as above.
+// decode_request, decode_reply and decode_raw_reply must decode or throw wire_error (or another
+// cucore::error), never crash or throw anything else; whatever decodes re-encodes to exactly the
+// bytes it came from, and that encoding decodes again to the same encoding. The same bytes, as a
+// stream read from a socket, go through read_frame until it reports the end or throws, and each
+// request or reply frame's payload (raw ones included) through the decoders as above.
 //
 // Seeds: with CUCORE_WIRE_FUZZ_SEEDS=DIR the target writes encodings of real requests and replies
-// (bare payloads and whole frames) into DIR and exits (.ci/run, stage fuzz). They are made by the
-// encoder of the build, so they follow any change of the format.
+// (bare payloads, raw replies, whole frames) into DIR and exits (.ci/run, stage fuzz). They are
+// made by the encoder of the build, so they follow any change of the format.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,10 +73,8 @@ void check_request(std::string_view payload) {
 void check_reply(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_reply(p); });
 }
-
-std::uint32_t le32(const unsigned char* p) {
-  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+void check_raw_reply(std::string_view payload) {
+  check_payload(payload, [](std::string_view p) { return decode_raw_reply(p); });
 }
 
 void check_stream(const std::uint8_t* data, std::size_t size) {
@@ -88,12 +86,8 @@ void check_stream(const std::uint8_t* data, std::size_t size) {
   ::close(fds[1]);  // the reader sees the end after the input
   std::size_t left = size;
   for (;;) {
-    // A frame's header may claim up to kMaxPayload bytes, which read_frame allocates before it
-    // reads them: a claim far past the input only costs time (read_frame reports the early end
-    // for any shortfall), so frames whose payload would end more than 64 bytes past it stop here.
-    unsigned char header[16];
-    const ssize_t peeked = ::recv(fds[0], header, sizeof header, MSG_PEEK | MSG_DONTWAIT);
-    if (peeked == 16 && le32(header + 12) > left - 16 + 64) break;
+    // A header may claim up to kMaxPayload bytes, far past the input: read_frame grows its buffer
+    // as bytes arrive (1 MiB at a time), so the claim costs what arrived, then the early end.
     std::optional<frame> f;
     try {
       f = read_frame(fds[0], 1s);
@@ -111,10 +105,15 @@ void check_stream(const std::uint8_t* data, std::size_t size) {
     switch (f->type) {
       case frame_type::compile_request:
       case frame_type::compile_request_make_image:
+      case frame_type::raw_compile_request:  // a raw request's payload is a compile_request's
+      case frame_type::raw_compile_request_make_image:
         check_request(f->payload);
         break;
       case frame_type::compile_reply:
         check_reply(f->payload);
+        break;
+      case frame_type::raw_compile_reply:
+        check_raw_reply(f->payload);
         break;
       default:
         break;
@@ -187,6 +186,41 @@ compile_reply failed_reply() {
   return a;
 }
 
+// A drop-in's compile as the worker answers it: every getter's answer, lowered names, Tile IR.
+raw_compile_reply raw_reply_with_names() {
+  raw_compile_reply a;
+  a.result = NVRTC_SUCCESS;
+  a.auto_pch = cucore::auto_pch_status::created;
+  auto& r = a.record;
+  const std::string ptx = ".version 9.0\n.target sm_90\n.address_size 64\n";
+  r.ptx = {NVRTC_SUCCESS, ptx.size() + 1, NVRTC_SUCCESS, ptx + '\0'};
+  const std::string cubin = "\177ELF" + std::string(4, '\0') + "cubin";
+  r.cubin = {NVRTC_SUCCESS, cubin.size(), NVRTC_SUCCESS, cubin};
+  r.ltoir = {NVRTC_ERROR_INVALID_PROGRAM, 0, NVRTC_ERROR_INVALID_PROGRAM, ""};
+  r.optix = {NVRTC_ERROR_INVALID_PROGRAM, 0, NVRTC_ERROR_INVALID_PROGRAM, ""};
+  r.log = {NVRTC_SUCCESS, 1, NVRTC_SUCCESS, std::string(1, '\0')};
+  r.names = {{"scale<2>", NVRTC_SUCCESS, "_Z5scaleILi2EEvPf"},
+             {"scale<4>", NVRTC_SUCCESS, "_Z5scaleILi4EEvPf"}};
+  r.pch_status = NVRTC_SUCCESS;
+  r.pch_required = 0;
+  r.tile =
+      cucore::detail::nvrtc_output{NVRTC_SUCCESS, 7, NVRTC_SUCCESS, std::string("tile\0ir", 7)};
+  return a;
+}
+
+// A drop-in's compile that NVRTC rejected: the log, no outputs, no names, no Tile IR getters.
+raw_compile_reply raw_reply_failed() {
+  raw_compile_reply a;
+  a.result = NVRTC_ERROR_COMPILATION;
+  auto& r = a.record;
+  const std::string log = "k.cu(1): error: identifier \"y\" is undefined\n";
+  for (auto* o : {&r.ptx, &r.cubin, &r.ltoir, &r.optix}) {
+    *o = {NVRTC_ERROR_INVALID_PROGRAM, 0, NVRTC_ERROR_INVALID_PROGRAM, ""};
+  }
+  r.log = {NVRTC_SUCCESS, log.size() + 1, NVRTC_SUCCESS, log + '\0'};
+  return a;
+}
+
 // The bytes write_frame puts on a socket for these frames.
 std::string frames(const std::vector<std::pair<frame_type, std::string>>& list) {
   int fds[2];
@@ -208,13 +242,20 @@ void write_seeds(const std::filesystem::path& dir) {
   };
   const std::string full = encode(full_request()), minimal = encode(minimal_request());
   const std::string compiled = encode(compiled_reply()), failed = encode(failed_reply());
+  const std::string raw = encode(raw_reply_with_names()), raw_failed = encode(raw_reply_failed());
   // Every seed decodes (a seed the decoders refuse would start the fuzzer off the format).
   (void)decode_request(full), (void)decode_request(minimal);
   (void)decode_reply(compiled), (void)decode_reply(failed);
+  if (decode_raw_reply(raw).record != raw_reply_with_names().record ||
+      decode_raw_reply(raw_failed).record != raw_reply_failed().record) {
+    finding("a raw reply seed does not decode to itself");
+  }
   put("request-full", full);
   put("request-minimal", minimal);
   put("reply-compiled", compiled);
   put("reply-failed", failed);
+  put("raw-reply-names-tile", raw);
+  put("raw-reply-failed", raw_failed);
   // A client's side of a compile, and the server's.
   put("frames-client",
       frames({{frame_type::compile_request, full}, {frame_type::status_request, ""}}));
@@ -226,6 +267,12 @@ void write_seeds(const std::filesystem::path& dir) {
                                {frame_type::refusal, "the server is stopping"},
                                {frame_type::stop_request, ""},
                                {frame_type::stopping, ""}}));
+  // `cucore run`'s drop-in as a client, and a worker's raw compile.
+  put("frames-raw-client", frames({{frame_type::raw_compile_request, full},
+                                   {frame_type::heartbeat, ""},
+                                   {frame_type::raw_compile_reply, raw}}));
+  put("frames-raw-worker", frames({{frame_type::raw_compile_request_make_image, minimal},
+                                   {frame_type::raw_compile_reply, raw_failed}}));
 }
 
 }  // namespace
@@ -242,6 +289,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   check_request(bytes);
   check_reply(bytes);
+  check_raw_reply(bytes);
   check_stream(data, size);
   return 0;
 }
