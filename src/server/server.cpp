@@ -138,6 +138,29 @@ std::string json_escape(std::string_view s) {
 // ---------------------------------------------------------------------------------------------
 // The server process.
 
+using compiler_variables = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+// Every variable of the compilers' table (key/compiler_environment.hpp), set or not, as this
+// process has them.
+compiler_variables current_compiler_variables() {
+  compiler_variables out;
+  for (const auto& var : detail::compiler_environment()) {
+    const std::string name(var.name);
+    const char* value = std::getenv(name.c_str());
+    out.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+  }
+  return out;
+}
+
+// What tells worker pools apart: the NVRTC file and the compilers' variables.
+std::string pool_identity(const std::string& library, const compiler_variables& environment) {
+  std::string id = library;
+  for (const auto& [name, value] : environment) {
+    ((id += '\0') += name) += value ? "=" + *value : std::string("\x01");
+  }
+  return id;
+}
+
 struct worker_slot {
   // Held for one request at a time: the queue is the threads waiting here. (Not a
   // std::timed_mutex: ThreadSanitizer does not see pthread_mutex_clocklock, its timed lock.)
@@ -169,6 +192,11 @@ struct worker_slot {
     bool held_ = false;
   } use;
   std::string library;  // the NVRTC file this slot's process loads (--nvrtc)
+  // The variables of the compilers' table its process starts with: NVRTC and libNVVM read some of
+  // them once per process (LLVM_OVERRIDE_PRODUCER, measured), so a worker serves only clients
+  // with the same values; set per request they would be too late.
+  compiler_variables environment;
+  std::string pool;  // library and environment: which clients it serves
   std::atomic<int> pid{-1};
   unique_fd fd;
   std::atomic<int> load{0};  // requests routed here, waiting or running
@@ -203,9 +231,11 @@ class compile_server {
   // `conn` meanwhile (-1: nobody waits). Throws when the worker dies, stops or answers nothing.
   frame run_on_worker(worker_slot& w, frame_type type, std::string_view payload, int conn,
                       bool& client_gone);
+  bool claim_image(worker_slot& w, const std::string& route);
   void make_image_after(worker_slot& w, const std::string& route, frame_type type,
                         const std::string& payload);
-  std::vector<worker_slot*> pool_of(const std::string& library);
+  std::vector<worker_slot*> pool_of(const std::string& library,
+                                    const compiler_variables& environment);
   std::vector<worker_slot*> all_workers();
   std::string status_json();
   void shutdown_workers();
@@ -213,10 +243,11 @@ class compile_server {
   compile_server_settings settings_;
   unique_fd lock_fd_, listen_fd_;
   std::mutex routes_mutex_;  // guards workers_' list (not the slots) and routes_
-  // Each NVRTC library the clients load gets its own pool of settings_.workers slots (a worker
-  // compiles with the very file its client loaded), at most kMaxLibraries of them; a slot's
-  // process starts at its first request (the server's own library's at start).
-  static constexpr std::size_t kMaxLibraries = 4;
+  // Each NVRTC library the clients load, with each set of values of the compilers' variables, gets
+  // its own pool of settings_.workers slots (a worker compiles with the very file its client
+  // loaded, started with its client's variables), at most kMaxPools of them; a slot's process
+  // starts at its first request (the pool of the server's own library and variables at start).
+  static constexpr std::size_t kMaxPools = 4;
   std::vector<std::unique_ptr<worker_slot>> workers_;
   // Library and prefix identity → the worker that holds its image, or is making it (not ready).
   struct route_entry {
@@ -273,8 +304,21 @@ void compile_server::spawn(worker_slot& w) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The server's environment, but for the compilers' variables: the pool's.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string name(entry.substr(0, entry.find('=')));
+    if (detail::find_compiler_variable(name) == nullptr) env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : w.environment) {
+    if (value) env.push_back(name + "=" + *value);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     errno = rc;
@@ -369,17 +413,21 @@ std::vector<worker_slot*> compile_server::all_workers() {
 
 // The library's pool, made at its first request; empty when the server serves kMaxLibraries
 // others already. Called with routes_mutex_ held.
-std::vector<worker_slot*> compile_server::pool_of(const std::string& library) {
+std::vector<worker_slot*> compile_server::pool_of(const std::string& library,
+                                                  const compiler_variables& environment) {
+  const std::string id = pool_identity(library, environment);
   std::vector<worker_slot*> pool;
-  std::size_t libraries = 0;
+  std::size_t pools = 0;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
-    if (i == 0 || workers_[i]->library != workers_[i - 1]->library) ++libraries;
-    if (workers_[i]->library == library) pool.push_back(workers_[i].get());
+    if (i == 0 || workers_[i]->pool != workers_[i - 1]->pool) ++pools;
+    if (workers_[i]->pool == id) pool.push_back(workers_[i].get());
   }
-  if (pool.empty() && libraries < kMaxLibraries) {
+  if (pool.empty() && pools < kMaxPools) {
     for (std::size_t i = 0; i < settings_.workers; ++i) {
       auto w = std::make_unique<worker_slot>();
       w->library = library;
+      w->environment = environment;
+      w->pool = id;
       pool.push_back(w.get());
       workers_.push_back(std::move(w));
     }
@@ -422,16 +470,20 @@ void compile_server::compile(int conn, const frame& request) {
     return;
   }
   const std::string prefix = prefix_identity(decoded);
-  const std::string route = prefix.empty() ? prefix : decoded.view.nvrtc_path + '\0' + prefix;
+  const std::string route =
+      prefix.empty()
+          ? prefix
+          : pool_identity(decoded.view.nvrtc_path, decoded.view.environment) + '\0' + prefix;
   worker_slot* chosen = nullptr;
   bool new_prefix = false;
   {
     const std::lock_guard lock(routes_mutex_);
-    const std::vector<worker_slot*> pool = pool_of(decoded.view.nvrtc_path);
+    const std::vector<worker_slot*> pool =
+        pool_of(decoded.view.nvrtc_path, decoded.view.environment);
     if (pool.empty()) {
       write_frame(conn, frame_type::refusal,
-                  "the server's workers serve " + std::to_string(kMaxLibraries) +
-                      " other NVRTC libraries already",
+                  "the server's workers serve " + std::to_string(kMaxPools) +
+                      " other NVRTC libraries or compiler environments already",
                   5s);
       return;
     }
@@ -501,6 +553,9 @@ void compile_server::compile(int conn, const frame& request) {
   // The client has its answer before a worker past its memory bound is replaced (the slot's lock
   // is still held: no request reaches the old process meanwhile).
   const bool over_bound = w.pid > 0 && w.resident > settings_.worker_memory_limit;
+  // Claimed before the reply is sent, so that the client's next status shows it being made.
+  const bool make_image = new_prefix && !over_bound && answer && answer->type == reply_type &&
+                          w.pid > 0 && claim_image(w, route);
   try {
     if (client_gone) {
     } else if (!refusal.empty()) {
@@ -518,7 +573,7 @@ void compile_server::compile(int conn, const frame& request) {
                                      std::to_string(w.resident >> 20) +
                                      " MiB, over its bound: replaced");
     retire(w, false);
-  } else if (new_prefix && answer && answer->type == reply_type && w.pid > 0) {
+  } else if (make_image) {
     make_image_after(
         w, route,
         raw ? frame_type::raw_compile_request_make_image : frame_type::compile_request_make_image,
@@ -526,19 +581,24 @@ void compile_server::compile(int conn, const frame& request) {
   }
 }
 
+// Whether `w` is to make the prefix's image now: no request waits for a worker, and no worker
+// holds or makes it. Then the route is claimed (not ready) and the worker marked as making it.
+bool compile_server::claim_image(worker_slot& w, const std::string& route) {
+  if (stop_ || queued_ > 0) return false;
+  const std::lock_guard lock(routes_mutex_);
+  if (!routes_.try_emplace(route, route_entry{&w, false}).second) return false;
+  w.making_image = true;
+  return true;
+}
+
 // A prefix's image is made by the worker that compiled its first request, after that compile was
-// answered, and only when no request waits for a worker: a burst of misses of one prefix compiles
-// plain on every worker at once (the image would take ~4x a plain compile on its critical path),
-// and the image is there for the misses after it. A prefix whose image is not made now (requests
-// were waiting) is tried again at its next miss. Called with the worker's lock held.
+// answered, and only when no request waits for a worker (claim_image): a burst of misses of one
+// prefix compiles plain on every worker at once (the image would take ~4x a plain compile on its
+// critical path), and the image is there for the misses after it. A prefix whose image is not
+// made then (requests were waiting) is tried again at its next miss. Called with the worker's lock
+// held, after claim_image.
 void compile_server::make_image_after(worker_slot& w, const std::string& route, frame_type type,
                                       const std::string& payload) {
-  if (stop_ || queued_ > 0) return;
-  {
-    const std::lock_guard lock(routes_mutex_);
-    if (!routes_.try_emplace(route, route_entry{&w, false}).second) return;  // another made it
-  }
-  w.making_image = true;
   bool made = false;
   try {
     bool nobody = true;
@@ -685,7 +745,7 @@ int compile_server::run(int ready_fd) {
     std::vector<worker_slot*> pool;
     {
       const std::lock_guard lock(routes_mutex_);
-      pool = pool_of(id ? id->path : *own);
+      pool = pool_of(id ? id->path : *own, current_compiler_variables());
     }
     for (worker_slot* w : pool) spawn(*w);
   }
@@ -791,11 +851,7 @@ client_view current_view() {
     v.nvrtc_mtime_ns = id->mtime_ns;
   }
   v.working_directory = detail::working_directory();
-  for (const auto& var : detail::compiler_environment()) {
-    const std::string name(var.name);
-    const char* value = std::getenv(name.c_str());
-    v.environment.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
-  }
+  v.environment = current_compiler_variables();
   return v;
 }
 
@@ -1006,6 +1062,9 @@ int run_compile_server_worker(int fd, const std::string& nvrtc) {
   ::signal(SIGPIPE, SIG_IGN);
   // The very file the clients of this worker's pool loaded.
   if (!nvrtc.empty()) detail::pin_library(detail::library_spec_of(toolkit::library::nvrtc), nvrtc);
+  // The compilers' variables as NVRTC sees them at its start (some are read once per process):
+  // a request with other values is another pool's (the server never sends one here).
+  const server::compiler_variables own_environment = server::current_compiler_variables();
   detail::file_identity own{};
   try {  // loaded now, so the first request does not pay for it
     const auto& api = detail::nvrtc("the compile server's worker");
@@ -1040,6 +1099,9 @@ int run_compile_server_worker(int fd, const std::string& nvrtc) {
           q.view.nvrtc_mtime_ns != own.mtime_ns) {
         throw error("the client loaded another NVRTC (\"" + q.view.nvrtc_path +
                     "\") than the worker (\"" + own.path + "\")");
+      }
+      if (q.view.environment != own_environment) {
+        throw error("the client's compiler variables differ from the worker's");
       }
       payload = raw ? server::encode(server::compile_raw_in_worker(q))
                     : server::encode(server::compile_in_worker(q));

@@ -258,6 +258,65 @@ TEST_F(CompileServer, SameBytesLogLoweredNamesAsInProcess) {
   EXPECT_TRUE(std::equal(a.code().begin(), a.code().end(), b.code().begin()));
 }
 
+// The worker compiles with the client's view: its working directory (a relative #include, and
+// the directory NVRTC writes into line information) and the variables the compilers read
+// (LLVM_OVERRIDE_PRODUCER, written into LTO-IR, and read once per process: a worker pool per set
+// of values, each started with them). Each served compile equals a fresh process's compile in the
+// same view, and the views' outputs differ (so a server that ignored them would fail).
+TEST_F(CompileServer, TheCompileHasTheClientsDirectoryAndEnvironment) {
+  server_process server(dir_, 1);
+  const std::string code =
+      "#include \"local.h\"\n"
+      "extern \"C\" __global__ void k(int* p) { p[threadIdx.x] = LOCAL_VALUE; }\n";
+  struct restore {
+    fs::path here = fs::current_path();
+    ~restore() {
+      fs::current_path(here);
+      ::unsetenv("LLVM_OVERRIDE_PRODUCER");
+    }
+  } restore;
+  std::vector<std::string> served_outputs;
+  for (const std::string which : {"a", "b"}) {
+    const fs::path d = tmp_.path() / which;
+    fs::create_directories(d);
+    testing::write_text(d / "local.h", "#define LOCAL_VALUE " + std::to_string(which[0]) + "\n");
+    testing::write_text(d / "server_test.cu", code);
+    fs::current_path(d);
+    const std::string producer = "cucore-test-" + which;
+    ::setenv("LLVM_OVERRIDE_PRODUCER", producer.c_str(), 1);
+    for (const code_type target : {code_type::ptx, code_type::ltoir}) {
+      // The reference: a fresh process with the view from its start.
+      const fs::path out = d / ("expected." + std::string(to_string(target)));
+      const auto [status, said] =
+          run_tool({"compile", "--no-server", "--cache", "none", "--arch", testing::kArch, "--std",
+                    "c++17", "--lineinfo", "--target", std::string(to_string(target)), "-o",
+                    out.string(), "server_test.cu"},
+                   {"env", "LLVM_OVERRIDE_PRODUCER=" + producer});
+      ASSERT_EQ(status, 0) << said;
+      const std::string expected = testing::read_text(out);
+      program_options o = options_with(compile_server_mode::on);
+      o.lineinfo = true;
+      const std::uint64_t before = server.requests();
+      program served(code, source_type::cxx, o);
+      const object_code got = served.compile(target);
+      EXPECT_EQ(server.requests(), before + 1) << which;
+      const std::string bytes(reinterpret_cast<const char*>(got.code().data()), got.size());
+      EXPECT_EQ(bytes, expected) << which << " " << to_string(target);
+      if (target == code_type::ptx) {
+        EXPECT_TRUE(testing::contains(bytes, d.string())) << "line information: the directory";
+      }
+      served_outputs.push_back(bytes);
+    }
+  }
+  ASSERT_EQ(served_outputs.size(), 4u);
+  EXPECT_NE(served_outputs[0], served_outputs[2]) << "PTX: the directories' outputs differ";
+  EXPECT_NE(served_outputs[1], served_outputs[3]) << "LTO-IR: the views' outputs differ";
+  // Two sets of the compilers' variables: two worker pools (the server's own besides).
+  const auto s = query_compile_server(dir_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->workers.size(), 3u);
+}
+
 // Misses of one new prefix arriving together compile plain, none waits for an image, and one
 // image is made after them (an image costs ~4x a plain compile: made on the burst's critical path
 // it set the burst's time; 16 workers making one each at once took 8x a plain compile on the GPU
