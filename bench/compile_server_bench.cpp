@@ -124,7 +124,11 @@ int main(int argc, char** argv) {
     // dropin: an unmodified program's threads under `cucore run`, empty caches, a fresh server
     // (no image of the prefix anywhere), against the program plain: serial, and threaded (NVRTC
     // serializes a process's compiles).
-    const std::string lib = "LD_LIBRARY_PATH=" + cuda_home + "/lib64 ";
+    // The toolkit's NVRTC first, as a program run against it finds it (and cucore's own libraries
+    // where the caller's path has them).
+    const char* inherited = std::getenv("LD_LIBRARY_PATH");
+    const std::string lib = "LD_LIBRARY_PATH=" + cuda_home + "/lib64" +
+                            (inherited && *inherited ? std::string(":") + inherited : "") + " ";
     const auto program = [&](int count, int with_threads, int first) {
       return std::string(CUCORE_NVRTC_THREADS_PATH) + " " + std::to_string(count) + " " +
              std::to_string(with_threads) + " " + std::to_string(first) + " sm_90 " + cuda_home +
@@ -132,6 +136,12 @@ int main(int argc, char** argv) {
     };
     const double plain_serial = run_timed(lib + program(kernels, 1, 0));
     const double plain_threads = run_timed(lib + program(kernels, threads, kernels));
+    // The floor of any scheme of processes: K plain processes at once, a kernel each (no key, no
+    // server; what NVRTC itself costs when the machine compiles K at once).
+    std::string at_once = "(";
+    for (int i = 0; i < kernels; ++i) at_once += lib + program(1, 1, 4 * kernels + i) + " & ";
+    at_once += "wait)";
+    const double floor = run_timed(at_once);
     cucore::stop_compile_server(dir);
     run_timed(start);
     const auto empty_cache = [&](int n) {
@@ -150,12 +160,13 @@ int main(int argc, char** argv) {
     const double target = 1.3 / std::min(threads, cores);
     std::printf(
         "unmodified program, %d distinct CUB kernels, %d threads, %d workers, %d cores:\n"
-        "  plain serial %.2f s; plain %d threads %.2f s (%.2fx)\n"
+        "  plain serial %.2f s; plain %d threads %.2f s (%.2fx); %d plain processes at once "
+        "(the floor) %.2f s (%.3fx)\n"
         "  under cucore run through the server %.2f s: %.2fx of plain serial (target %.3fx)\n"
         "  a second process, other kernels of the prefix: %.2f s: %.2fx\n",
         kernels, threads, workers, cores, plain_serial, threads, plain_threads,
-        plain_threads / plain_serial, served_threads, served_threads / plain_serial, target,
-        served_second, served_second / plain_serial);
+        plain_threads / plain_serial, kernels, floor, floor / plain_serial, served_threads,
+        served_threads / plain_serial, target, served_second, served_second / plain_serial);
     std::fflush(stdout);
   }
   if (only == "dropin") {

@@ -249,12 +249,12 @@ class compile_server {
   // starts at its first request (the pool of the server's own library and variables at start).
   static constexpr std::size_t kMaxPools = 4;
   std::vector<std::unique_ptr<worker_slot>> workers_;
-  // Library and prefix identity → the worker that holds its image, or is making it (not ready).
+  // Pool and prefix identity → the workers that hold its image, or are making it (not ready).
   struct route_entry {
     worker_slot* worker = nullptr;
     bool ready = false;
   };
-  std::unordered_map<std::string, route_entry> routes_;
+  std::unordered_map<std::string, std::vector<route_entry>> routes_;
   std::atomic<std::size_t> queued_{0}, active_{0};
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<clock::rep> last_activity_{0};
@@ -346,7 +346,8 @@ void compile_server::retire(worker_slot& w, bool kill) {
   {
     const std::lock_guard lock(routes_mutex_);
     for (auto it = routes_.begin(); it != routes_.end();) {
-      it = it->second.worker == &w ? routes_.erase(it) : std::next(it);
+      std::erase_if(it->second, [&](const route_entry& e) { return e.worker == &w; });
+      it = it->second.empty() ? routes_.erase(it) : std::next(it);
     }
   }
   ++w.restarts;
@@ -494,16 +495,23 @@ void compile_server::compile(int conn, const frame& request) {
     for (worker_slot* w : pool) {
       if (weight(w) < weight(chosen)) chosen = w;
     }
-    // The worker holding the prefix's image, unless more than two requests wait there beyond the
-    // least loaded one: a compile from an image takes ~0.2x, so a short queue there is quicker
-    // than a compile from the headers elsewhere, a long one is not. A prefix never seen compiles
-    // plain on the least loaded worker, and its image is made afterwards (make_image_after).
+    // The least loaded worker holding the prefix's image, unless more than two requests wait there
+    // beyond the least loaded one: a compile from an image takes ~0.2x, so a short queue there is
+    // quicker than a compile from the headers elsewhere, a long one is not. A compile of the
+    // prefix on a worker without its image is plain, and that worker may make one afterwards
+    // (make_image_after): a popular prefix's image spreads to the workers it keeps busy.
     const auto it = route.empty() ? routes_.end() : routes_.find(route);
-    if (it != routes_.end() && it->second.ready &&
-        weight(it->second.worker) <= weight(chosen) + 2) {
-      chosen = it->second.worker;
+    worker_slot* holder = nullptr;
+    if (it != routes_.end()) {
+      for (const route_entry& e : it->second) {
+        if (e.ready && (holder == nullptr || weight(e.worker) < weight(holder))) holder = e.worker;
+      }
     }
-    new_prefix = !route.empty() && it == routes_.end();
+    if (holder != nullptr && weight(holder) <= weight(chosen) + 2) chosen = holder;
+    new_prefix =
+        !route.empty() && (it == routes_.end() ||
+                           std::none_of(it->second.begin(), it->second.end(),
+                                        [&](const route_entry& e) { return e.worker == chosen; }));
     ++chosen->load;
   }
   worker_slot& w = *chosen;
@@ -544,18 +552,11 @@ void compile_server::compile(int conn, const frame& request) {
     refusal = std::string("the worker failed: ") + e.what();
     retire(w, true);
   }
-  if (w.pid > 0) {
-    ++w.requests;
-    w.resident = proc_status_bytes(w.pid, "VmRSS");
-    w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
-  }
+  if (w.pid > 0) ++w.requests;
   const frame_type reply_type = raw ? frame_type::raw_compile_reply : frame_type::compile_reply;
-  // The client has its answer before a worker past its memory bound is replaced (the slot's lock
-  // is still held: no request reaches the old process meanwhile).
-  const bool over_bound = w.pid > 0 && w.resident > settings_.worker_memory_limit;
   // Claimed before the reply is sent, so that the client's next status shows it being made.
-  const bool make_image = new_prefix && !over_bound && answer && answer->type == reply_type &&
-                          w.pid > 0 && claim_image(w, route);
+  const bool make_image =
+      new_prefix && answer && answer->type == reply_type && w.pid > 0 && claim_image(w, route);
   try {
     if (client_gone) {
     } else if (!refusal.empty()) {
@@ -568,10 +569,25 @@ void compile_server::compile(int conn, const frame& request) {
   } catch (const std::exception& e) {
     cucore::log(log_level::debug, std::string("compile server: reply lost: ") + e.what());
   }
-  if (over_bound) {
+  // Read after the reply (it costs a /proc read or two, nothing the client waits for). A worker
+  // past its memory bound is replaced now, its lock still held: no request reaches the old
+  // process meanwhile, and it makes no image.
+  if (w.pid > 0) {
+    w.resident = proc_status_bytes(w.pid, "VmRSS");
+    w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
+  }
+  if (w.pid > 0 && w.resident > settings_.worker_memory_limit) {
     cucore::log(log_level::info, "compile server: worker " + std::to_string(w.pid) + " holds " +
                                      std::to_string(w.resident >> 20) +
                                      " MiB, over its bound: replaced");
+    if (make_image) {
+      w.making_image = false;
+      const std::lock_guard lock(routes_mutex_);
+      if (const auto it = routes_.find(route); it != routes_.end()) {
+        std::erase_if(it->second, [&](const route_entry& e) { return e.worker == &w; });
+        if (it->second.empty()) routes_.erase(it);
+      }
+    }
     retire(w, false);
   } else if (make_image) {
     make_image_after(
@@ -581,12 +597,17 @@ void compile_server::compile(int conn, const frame& request) {
   }
 }
 
-// Whether `w` is to make the prefix's image now: no request waits for a worker, and no worker
-// holds or makes it. Then the route is claimed (not ready) and the worker marked as making it.
+// Whether `w` is to make the prefix's image now: no request waits for a worker, `w` has none, and
+// no worker is making one (16 workers making one image at once took 8x a plain compile each).
+// Then `w`'s entry is added (not ready) and the worker marked as making it.
 bool compile_server::claim_image(worker_slot& w, const std::string& route) {
   if (stop_ || queued_ > 0) return false;
   const std::lock_guard lock(routes_mutex_);
-  if (!routes_.try_emplace(route, route_entry{&w, false}).second) return false;
+  auto& entries = routes_[route];
+  for (const route_entry& e : entries) {
+    if (e.worker == &w || !e.ready) return false;
+  }
+  entries.push_back(route_entry{&w, false});
   w.making_image = true;
   return true;
 }
@@ -614,14 +635,14 @@ void compile_server::make_image_after(worker_slot& w, const std::string& route, 
     w.resident = proc_status_bytes(w.pid, "VmRSS");
     w.peak = std::max<std::uint64_t>(w.peak, proc_status_bytes(w.pid, "VmHWM"));
   }
-  // Made: later misses of the prefix go here. Not made: the prefix's next miss tries again.
+  // Made: later misses of the prefix may go here. Not made: the prefix's next miss tries again.
   const std::lock_guard lock(routes_mutex_);
-  if (const auto it = routes_.find(route); it != routes_.end() && it->second.worker == &w) {
-    if (made) {
-      it->second.ready = true;
-    } else {
-      routes_.erase(it);
+  if (const auto it = routes_.find(route); it != routes_.end()) {
+    for (route_entry& e : it->second) {
+      if (e.worker == &w) e.ready = made;
     }
+    std::erase_if(it->second, [&](const route_entry& e) { return e.worker == &w && !e.ready; });
+    if (it->second.empty()) routes_.erase(it);
   }
 }
 
@@ -648,8 +669,8 @@ std::string compile_server::status_json() {
     std::size_t prefixes = 0;
     {
       const std::lock_guard lock(routes_mutex_);
-      for (const auto& [route, owner] : routes_) {
-        prefixes += owner.worker == &w && owner.ready ? 1 : 0;
+      for (const auto& [route, entries] : routes_) {
+        for (const route_entry& e : entries) prefixes += e.worker == &w && e.ready ? 1 : 0;
       }
     }
     prefixes_total += prefixes;
