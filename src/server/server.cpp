@@ -140,13 +140,20 @@ std::string json_escape(std::string_view s) {
 
 using compiler_variables = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
+constexpr const char* kComputeCacheVariable = "CUDA_CACHE_DISABLE";
+// Set by the server when it turned the compute cache off for a worker (its clients did not).
+constexpr const char* kComputeCacheOffMarker = "CUCORE_SERVER_WORKER_COMPUTE_CACHE_OFF";
+
 // Every variable of the compilers' table (key/compiler_environment.hpp), set or not, as this
-// process has them.
+// process has them (a worker's CUDA_CACHE_DISABLE as its clients have it: see spawn).
 compiler_variables current_compiler_variables() {
+  const char* marker = std::getenv(kComputeCacheOffMarker);
+  const bool server_set = marker != nullptr && std::string_view(marker) == "1";
   compiler_variables out;
   for (const auto& var : detail::compiler_environment()) {
     const std::string name(var.name);
     const char* value = std::getenv(name.c_str());
+    if (server_set && name == kComputeCacheVariable) value = nullptr;
     out.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
   }
   return out;
@@ -313,6 +320,19 @@ void compile_server::spawn(worker_slot& w) {
   }
   for (const auto& [name, value] : w.environment) {
     if (value) env.push_back(name + "=" + *value);
+  }
+  // NVRTC keeps ptxas's results in the driver's compute cache (~/.nv/ComputeCache, with a driver
+  // installed) and a compile answered from it logs none of ptxas's warnings; a process sees the
+  // entries that existed when it first used it (measured on the GPU machine). A long-lived worker
+  // would see entries its client's process would not: workers do not use it (unless the client
+  // set CUDA_CACHE_DISABLE itself), so a log has ptxas's warnings as a process compiling that PTX
+  // for the first time has them.
+  const bool client_chose =
+      std::any_of(w.environment.begin(), w.environment.end(),
+                  [](const auto& v) { return v.first == kComputeCacheVariable && v.second; });
+  if (!client_chose) {
+    env.push_back(std::string(kComputeCacheVariable) + "=1");
+    env.push_back(std::string(kComputeCacheOffMarker) + "=1");
   }
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
@@ -882,17 +902,9 @@ client_view current_view() {
 namespace {
 
 // The client's view: its directory and the compilers' variables, as they were there.
+// The client's view: its directory. (Its compilers' variables are the worker's own, from its
+// start: run_compile_server_worker refuses a request with others.)
 void enter_client_view(const client_view& view) {
-  for (const auto& [name, value] : view.environment) {
-    if (detail::find_compiler_variable(name) == nullptr) {
-      throw wire_error("\"" + name + "\" is not a variable the compilers read");
-    }
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
   if (::chdir(view.working_directory.c_str()) != 0) {
     throw error(
         errno_text("cannot enter the client's directory \"" + view.working_directory + "\""));

@@ -196,6 +196,12 @@ static int same_result(const char* label, const char* what, const result* x, con
       printf("  %s %s: %s bytes differ\n", label, what, kOutputs[i]);
       ok = 0;
     }
+    /* A log that differs is shown: it says why. */
+    if (i == 4 && x->size_code[i] == 0 && y->size_code[i] == 0 &&
+        (x->size[i] != y->size[i] || memcmp(x->bytes[i], y->bytes[i], x->size[i]) != 0)) {
+      printf("  %s %s: log \"%s\" against \"%s\"\n", label, what, (const char*)x->bytes[i],
+             (const char*)y->bytes[i]);
+    }
   }
   for (int i = 0; i < MAX_NAMES; ++i) {
     SAME(add_code[i]);
