@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace cucore::detail {
 
@@ -83,10 +84,60 @@ std::vector<std::string> keyed_environment() {
   return out;
 }
 
+namespace {
+
+// The keyed variables as the first compiler library was loaded (once, never changed after).
+struct load_time_environment {
+  std::once_flag once;
+  std::vector<std::optional<std::string>> values;  // kTable's order; unkeyed ones nullopt
+};
+
+load_time_environment& at_load() {
+  static auto* e = new load_time_environment;  // leaked: keys may be made during exit
+  return *e;
+}
+
+std::optional<std::string> value_of(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+// The first call records (a compiler being loaded, or the first key made before any was: the
+// values a compiler loaded after it would see, barring a change in between).
+const std::vector<std::optional<std::string>>& noted_environment() {
+  auto& e = at_load();
+  std::call_once(e.once, [&] {
+    for (const auto& v : kTable) {
+      e.values.push_back(v.effect == keyed ? value_of(v.name) : std::nullopt);
+    }
+  });
+  return e.values;
+}
+
+}  // namespace
+
+void note_compiler_environment_at_load() {
+  noted_environment();
+}
+
 std::optional<std::string> environment_bypass() {
   for (const auto& v : kTable) {
     if (v.effect == bypass && std::getenv(std::string(v.name).c_str()) != nullptr) {
-      return "$" + std::string(v.name) + " is set (" + std::string(v.why) + ")";
+      return "$" + std::string(v.name) + " is set (" + std::string(v.why) +
+             "): a cache hit would skip that; unset it to use the cache";
+    }
+  }
+  const auto& noted = noted_environment();
+  for (std::size_t i = 0; i < std::size(kTable); ++i) {
+    const auto& v = kTable[i];
+    if (v.effect != keyed) continue;
+    const auto now = value_of(v.name);
+    if (now != noted[i]) {
+      return "$" + std::string(v.name) + " changed since this process loaded the compilers (" +
+             (noted[i] ? "\"" + *noted[i] + "\"" : std::string("unset")) + ", now " +
+             (now ? "\"" + *now + "\"" : std::string("unset")) +
+             "): the compilers read some variables once per process, so which value this compile "
+             "uses cannot be told; set it before the process starts to use the cache";
     }
   }
   return std::nullopt;

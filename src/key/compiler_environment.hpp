@@ -39,8 +39,15 @@ const environment_variable* find_compiler_variable(std::string_view name) noexce
 // order (an unset one adds nothing, so a set-but-empty one differs from an unset one).
 std::vector<std::string> keyed_environment();
 
-// The first bypass variable that is set: "NAME" (why), or nullopt.
+// The first bypass variable that is set: "NAME" (why), or nullopt. Also a keyed variable whose
+// value changed since this process first loaded a compiler: NVRTC and libNVVM read some of them
+// once per process (LLVM_OVERRIDE_PRODUCER: measured, a value set after the first compile changes
+// nothing), so the key cannot tell which value a compile uses.
 std::optional<std::string> environment_bypass();
+
+// Records the keyed variables' values as a compiler library is loaded (the loader calls it before
+// the first of NVRTC, libNVVM and nvJitLink is opened; later calls change nothing).
+void note_compiler_environment_at_load();
 
 // Whether NVRTC writes the working directory into this output: --generate-line-info, -G, every
 // LTO-IR (-dlto), Tile IR (measured on NVRTC 13.0: docs/cache-keys.md).

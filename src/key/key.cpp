@@ -644,8 +644,7 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   for (const auto& variable : detail::keyed_environment()) h.add("environment", variable);
   std::optional<cache_bypass> bypass;
   if (auto why = detail::environment_bypass()) {
-    bypass = cache_bypass{cache_skip_reason::compiler_environment,
-                          *why + ": a cache hit would skip that; unset it to use the cache"};
+    bypass = cache_bypass{cache_skip_reason::compiler_environment, *why};
   } else if (type == source_type::cxx && !detail::sloppiness_allows("time_macros") &&
              (closure ? closure->time_macros : detail::mentions_time_macros(in.code))) {
     bypass = cache_bypass{

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cucore/error.hpp"
+#include "key/compiler_environment.hpp"
 
 namespace cucore::detail {
 namespace {
@@ -71,6 +72,8 @@ void optional_symbol(const Api& api, Fn& out, const char* name) {
 }
 
 library_table<nvrtc_api> load_nvrtc() {
+  // What the compilers' variables were as a compiler first read them (some are read once).
+  note_compiler_environment_at_load();
   const library_spec& spec = library_spec_of(toolkit::library::nvrtc);
   auto table = load<nvrtc_api>(
       toolkit::library::nvrtc, spec,
@@ -109,6 +112,8 @@ library_table<nvrtc_api> load_nvrtc() {
 }
 
 library_table<nvjitlink_api> load_nvjitlink() {
+  // What the compilers' variables were as a compiler first read them (some are read once).
+  note_compiler_environment_at_load();
   const library_spec& spec = library_spec_of(toolkit::library::nvjitlink);
   auto table = load<nvjitlink_api>(
       toolkit::library::nvjitlink, spec,
@@ -135,6 +140,8 @@ library_table<nvjitlink_api> load_nvjitlink() {
 }
 
 library_table<nvvm_api> load_nvvm() {
+  // What the compilers' variables were as a compiler first read them (some are read once).
+  note_compiler_environment_at_load();
   const library_spec& spec = library_spec_of(toolkit::library::nvvm);
   auto table = load<nvvm_api>(
       toolkit::library::nvvm, spec,

@@ -461,6 +461,63 @@ TEST_F(ContextOracle, CompilerEnvironmentIsKeyed) {
   EXPECT_EQ(knobs.bypass()->reason, cucore::cache_skip_reason::compiler_environment);
 }
 
+// NVRTC reads LLVM_OVERRIDE_PRODUCER once per process (measured: set after the first compile it
+// changes nothing; set from a process's start it changes the LTO-IR). A key made with the new
+// value would store the old value's output under it: a stale hit for the next process that sets
+// it from its start. A keyed variable changed since the compilers were loaded bypasses.
+TEST_F(ContextOracle, AVariableChangedAfterTheCompilersLoadedBypasses) {
+  ::unsetenv("LLVM_OVERRIDE_PRODUCER");
+  // LTO-IR names the working directory: every compile here runs in one.
+  write_file(dir_ / "p" / "k.cu", kPlain.code);
+  struct in_directory {
+    std::filesystem::path was = std::filesystem::current_path();
+    explicit in_directory(const std::filesystem::path& d) { std::filesystem::current_path(d); }
+    ~in_directory() {
+      std::filesystem::current_path(was);
+      ::unsetenv("LLVM_OVERRIDE_PRODUCER");
+    }
+  } here(dir_ / "p");
+  cucore::program_options o;
+  o.arch = "sm_90";
+  o.name = "k.cu";
+  const auto compile = [&] {
+    cucore::program p(kPlain.code, cucore::source_type::cxx, o);
+    const auto out = p.compile(cucore::code_type::ltoir);
+    return std::string(reinterpret_cast<const char*>(out.code().data()), out.size());
+  };
+  // A fresh process's LTO-IR, with the variable from its start or without it.
+  const auto fresh = [&](const std::vector<std::string>& env) {
+    std::vector<std::string> argv = {"env"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(), {CUCORE_CLI_PATH, "compile", "k.cu", "--arch", "sm_90", "--target",
+                             "ltoir", "--cache", "none", "-o", "k.ltoir"});
+    std::string said;
+    EXPECT_EQ(cucore::oracle::run_process(argv, dir_ / "p", said), 0) << said;
+    return read_file(dir_ / "p" / "k.ltoir");
+  };
+  const std::string before = compile();  // the compilers are loaded now, if not before
+  cucore::program_cache_key_inputs in;
+  in.code = kPlain.code;
+  in.options = o;
+  in.target = cucore::code_type::ltoir;
+  ASSERT_FALSE(cucore::make_program_cache_key(in).bypass());
+
+  ::setenv("LLVM_OVERRIDE_PRODUCER", "cucore-context-oracle", 1);
+  const auto key = cucore::make_program_cache_key(in);
+  const std::string after = compile();
+  ::unsetenv("LLVM_OVERRIDE_PRODUCER");
+  ASSERT_TRUE(key.bypass());
+  EXPECT_EQ(key.bypass()->reason, cucore::cache_skip_reason::compiler_environment);
+  EXPECT_TRUE(contains(key.bypass()->why, "LLVM_OVERRIDE_PRODUCER")) << key.bypass()->why;
+  EXPECT_EQ(after, before) << "NVRTC took the new value in this process: the bypass is needless";
+  // A process with the value from its start compiles another output, which a key made with the
+  // value must not answer with `after`; without it, the same as here.
+  EXPECT_EQ(fresh({}), before);
+  EXPECT_NE(fresh({"LLVM_OVERRIDE_PRODUCER=cucore-context-oracle"}), after);
+  // Set back as it was at load: keyed as before, no bypass.
+  EXPECT_FALSE(cucore::make_program_cache_key(in).bypass());
+}
+
 // `cucore compile`: __TIME__ is skipped with the reason; --lineinfo in two directories misses.
 TEST_F(ContextOracle, CommandLine) {
   const std::string cache = "dir:" + (dir_ / "cache").string();
