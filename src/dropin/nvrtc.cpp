@@ -128,6 +128,15 @@ using recorded_result = detail::nvrtc_record;
 constexpr std::string_view kEntryMagic = "cucore-dropin-nvrtc-entry-1";
 constexpr std::string_view kEntryName = "cucore run: NVRTC compile";
 
+// A result code read from an entry: nvrtcResult cannot hold a value past its range (0..31, the
+// smallest bit-field that holds CUDA 13's 0..17) without undefined behaviour, so a damaged
+// entry's is a format error (a miss).
+nvrtcResult result_code(std::int64_t value) {
+  static_assert(NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED <= 31);
+  if (value < 0 || value > 31) throw dropin::format_error{};
+  return static_cast<nvrtcResult>(value);
+}
+
 void write_output(dropin::record_writer& w, const output& o) {
   w.number(o.size_code);
   w.number(static_cast<std::int64_t>(o.size));
@@ -137,9 +146,9 @@ void write_output(dropin::record_writer& w, const output& o) {
 
 output read_output(dropin::record_reader& r) {
   output o;
-  o.size_code = static_cast<nvrtcResult>(r.number());
+  o.size_code = result_code(r.number());
   o.size = static_cast<std::size_t>(r.number());
-  o.get_code = static_cast<nvrtcResult>(r.number());
+  o.get_code = result_code(r.number());
   o.bytes = std::string(r.bytes());
   if (o.get_code == NVRTC_SUCCESS && o.bytes.size() != o.size) throw dropin::format_error{};
   return o;
@@ -175,14 +184,14 @@ recorded_result deserialize(std::span<const std::byte> data) {
   for (std::int64_t i = 0; i < count; ++i) {
     detail::nvrtc_lowered_name n;
     n.expression = std::string(r.bytes());
-    n.code = static_cast<nvrtcResult>(r.number());
+    n.code = result_code(r.number());
     n.name = std::string(r.bytes());
     res.names.push_back(std::move(n));
   }
-  res.unknown_name_code = static_cast<nvrtcResult>(r.number());
-  res.add_after_code = static_cast<nvrtcResult>(r.number());
-  res.pch_status = static_cast<nvrtcResult>(r.number());
-  res.pch_required_code = static_cast<nvrtcResult>(r.number());
+  res.unknown_name_code = result_code(r.number());
+  res.add_after_code = result_code(r.number());
+  res.pch_status = result_code(r.number());
+  res.pch_required_code = result_code(r.number());
   res.pch_required = static_cast<std::size_t>(r.number());
   if (!r.done()) res.tile = read_output(r);
   if (!r.done()) throw dropin::format_error{};

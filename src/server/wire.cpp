@@ -504,7 +504,7 @@ std::string encode(const raw_compile_reply& a) {
 raw_compile_reply decode_raw_reply(std::string_view payload) {
   reader r(payload);
   raw_compile_reply a;
-  a.result = static_cast<std::int32_t>(r.u32());
+  a.result = nvrtc_code(r);
   a.auto_pch = static_cast<auto_pch_status>(checked_enum(
       r, static_cast<std::uint32_t>(auto_pch_status::discarded), "automatic PCH status"));
   auto& rec = a.record;
@@ -525,6 +525,26 @@ raw_compile_reply decode_raw_reply(std::string_view payload) {
   if (r.boolean()) rec.tile = get_output(r);
   r.finish();
   return a;
+}
+
+std::optional<auto_pch_status> auto_pch_of_reply(frame_type type, std::string_view payload) {
+  try {
+    reader r(payload);
+    if (type == frame_type::compile_reply) {
+      (void)r.boolean();  // compiled
+      (void)r.str();      // backend
+      (void)r.str();      // status
+      (void)r.str();      // log
+    } else if (type == frame_type::raw_compile_reply) {
+      (void)r.u32();  // nvrtcCompileProgram's result
+    } else {
+      return std::nullopt;
+    }
+    return static_cast<auto_pch_status>(checked_enum(
+        r, static_cast<std::uint32_t>(auto_pch_status::discarded), "automatic PCH status"));
+  } catch (const wire_error&) {
+    return std::nullopt;
+  }
 }
 
 std::string prefix_identity(const compile_request& q) {
