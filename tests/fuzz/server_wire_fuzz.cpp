@@ -70,11 +70,26 @@ void check_payload(std::string_view payload, Decode decode) {
 void check_request(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_request(p); });
 }
+// The server's routing reads a reply's automatic-PCH status alone (auto_pch_of_reply): never a
+// crash, and where the whole reply decodes, the status it decodes to.
+template <class Decode>
+void check_auto_pch_peek(frame_type type, std::string_view payload, Decode decode) {
+  const auto peeked = auto_pch_of_reply(type, payload);
+  try {
+    if (decode(payload).auto_pch != peeked) finding("auto_pch_of_reply differs from the decode");
+  } catch (const cucore::error&) {
+  }
+}
+
 void check_reply(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_reply(p); });
+  check_auto_pch_peek(frame_type::compile_reply, payload,
+                      [](std::string_view p) { return decode_reply(p); });
 }
 void check_raw_reply(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_raw_reply(p); });
+  check_auto_pch_peek(frame_type::raw_compile_reply, payload,
+                      [](std::string_view p) { return decode_raw_reply(p); });
 }
 
 void check_stream(const std::uint8_t* data, std::size_t size) {
