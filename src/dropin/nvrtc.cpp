@@ -453,10 +453,10 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   // A compile the user's compile server answered (docs/compile-server.md): the real program stays
   // uncompiled and its getters are answered from the reply, as for a hit.
   std::optional<recorded_result> served;
-  const std::vector<std::string> option_list(options, options + num_options);
   auto compile = [&]() -> object_code {
     compiled = true;
     if (const auto mode = server_mode(inputs.options); mode != compile_server_mode::off) {
+      const std::vector<std::string> option_list(options, options + num_options);
       if (auto reply = server::compile_raw_through_server(mode, s.source, inputs.options,
                                                           option_list, s.name_expressions)) {
         real_result = static_cast<nvrtcResult>(reply->result);
