@@ -1,5 +1,5 @@
-/* The C harness of the NVRTC drop-in (docs/transparent-cache.md): calls NVRTC's C API through the real
- * libnvrtc.so.13 and through cucore's drop-in, both opened by path in this one process, on a
+/* The C harness of the NVRTC drop-in (docs/transparent-cache.md): calls NVRTC's C API through the
+ * real libnvrtc.so.13 and through cucore's drop-in, both opened by path in this one process, on a
  * matrix of programs (headers in memory and on disk, name expressions, every target, failing
  * compiles, warnings, misuse), and compares every output byte for byte: each getter's return
  * code, size and bytes, the log, each lowered name, the PCH status. Each case compiles through
@@ -101,6 +101,17 @@ static api load(const char* path) {
   *(void**)&a.GetPCHCreateStatus = must_sym(lib, "nvrtcGetPCHCreateStatus");
   *(void**)&a.GetPCHHeapSizeRequired = must_sym(lib, "nvrtcGetPCHHeapSizeRequired");
   *(void**)&a.GetPCHHeapSize = must_sym(lib, "nvrtcGetPCHHeapSize");
+  /* NVRTC opens libnvrtc-builtins.so.MAJOR.MINOR through its $ORIGIN run path, which a
+     sanitizer's dlopen interceptor hides: with a wheel's NVRTC (no builtins on the loader's path)
+     the reference compile failed under TSan. Opened here by path first, as cucore's loader does. */
+  int major = 0, minor = 0;
+  const char* slash = strrchr(path, '/');
+  if (slash != NULL && a.Version(&major, &minor) == 0) {
+    char builtins[4096];
+    snprintf(builtins, sizeof builtins, "%.*slibnvrtc-builtins.so.%d.%d", (int)(slash - path + 1),
+             path, major, minor);
+    if (access(builtins, R_OK) == 0) (void)dlopen(builtins, RTLD_NOW | RTLD_LOCAL);
+  }
   return a;
 }
 
