@@ -117,6 +117,21 @@ std::optional<frame> ask_server(compile_server_mode mode, const compile_request&
   }
 }
 
+// A request of this process's view: `options` without its compile_server field.
+compile_request make_request(std::string_view code, const program_options& options,
+                             code_type target, std::span<const std::string> name_expressions,
+                             std::span<const std::string> flags) {
+  compile_request q;
+  q.view = current_view();
+  q.code = std::string(code);
+  q.options = options;
+  q.options.compile_server.reset();
+  q.target = target;
+  q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
+  q.flags.assign(flags.begin(), flags.end());
+  return q;
+}
+
 }  // namespace
 
 std::optional<compile_reply> compile_through_server(compile_server_mode mode, std::string_view code,
@@ -126,14 +141,7 @@ std::optional<compile_reply> compile_through_server(compile_server_mode mode, st
                                                     std::span<const std::string> name_expressions) {
   if (mode == compile_server_mode::off) return std::nullopt;
   try {
-    compile_request q;
-    q.view = current_view();
-    q.code = std::string(code);
-    q.options = options;
-    q.options.compile_server.reset();
-    q.target = target;
-    q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
-    q.flags = flags;
+    const compile_request q = make_request(code, options, target, name_expressions, flags);
     const auto f = ask_server(mode, q, frame_type::compile_request, frame_type::compile_reply);
     if (!f) return std::nullopt;
     compile_reply a = decode_reply(f->payload);
@@ -159,14 +167,7 @@ std::optional<raw_compile_reply> compile_raw_through_server(
     return std::nullopt;
   }
   try {
-    compile_request q;
-    q.view = current_view();
-    q.code = std::string(code);
-    q.options = options;
-    q.options.compile_server.reset();
-    q.target = code_type::ptx;
-    q.name_expressions.assign(name_expressions.begin(), name_expressions.end());
-    q.flags.assign(flags.begin(), flags.end());
+    const compile_request q = make_request(code, options, code_type::ptx, name_expressions, flags);
     const auto f =
         ask_server(mode, q, frame_type::raw_compile_request, frame_type::raw_compile_reply);
     if (!f) return std::nullopt;
