@@ -574,12 +574,13 @@ void compile_server::compile(int conn, const frame& request) {
   }
   if (w.pid > 0) ++w.requests;
   const frame_type reply_type = raw ? frame_type::raw_compile_reply : frame_type::compile_reply;
-  // Only a prefix the worker could make an image of (its plain compile says first_seen: a
-  // prefix, keyed, no image yet; not a caller's auto_pch=false, a prefix without headers, one
-  // whose compile logs diagnostics). Claimed before the reply is sent, so that the client's next
-  // status shows it being made.
+  // Only a prefix the worker could make an image of (its plain compile succeeded and says
+  // first_seen: a prefix, keyed, no image yet; not a caller's auto_pch=false, a prefix without
+  // headers, one whose compile logs diagnostics). Claimed before the reply is sent, so that the
+  // client's next status shows it being made.
   const bool make_image =
       new_prefix && answer && answer->type == reply_type && w.pid > 0 &&
+      reply_succeeded(answer->type, answer->payload) &&
       auto_pch_of_reply(answer->type, answer->payload) == auto_pch_status::first_seen &&
       claim_image(w, route);
   try {
@@ -649,7 +650,9 @@ void compile_server::make_image_after(worker_slot& w, const std::string& route, 
   try {
     bool nobody = true;
     const frame answer = run_on_worker(w, type, payload, -1, nobody);
-    made = auto_pch_of_reply(answer.type, answer.payload) == auto_pch_status::created;
+    // Made: the worker says created, and the compile succeeded (a failed one leaves no image).
+    made = auto_pch_of_reply(answer.type, answer.payload) == auto_pch_status::created &&
+           reply_succeeded(answer.type, answer.payload);
   } catch (const std::exception& e) {
     cucore::log(log_level::debug,
                 std::string("compile server: making a prefix's image failed: ") + e.what());

@@ -547,6 +547,16 @@ std::optional<auto_pch_status> auto_pch_of_reply(frame_type type, std::string_vi
   }
 }
 
+bool reply_succeeded(frame_type type, std::string_view payload) {
+  try {
+    reader r(payload);
+    if (type == frame_type::compile_reply) return r.boolean();
+    if (type == frame_type::raw_compile_reply) return r.u32() == NVRTC_SUCCESS;
+  } catch (const wire_error&) {
+  }
+  return false;
+}
+
 std::string prefix_identity(const compile_request& q) {
   const auto prefix = detail::scan_pch_prefix(q.code);
   if (!prefix.balanced || !prefix.includes) return {};

@@ -148,6 +148,9 @@ raw_compile_reply decode_raw_reply(std::string_view payload);
 // The automatic-PCH status a compile_reply or raw_compile_reply payload carries, read without
 // decoding the rest (the server's routing); nullopt when it cannot be read.
 std::optional<auto_pch_status> auto_pch_of_reply(frame_type type, std::string_view payload);
+// Whether a compile_reply or raw_compile_reply payload is a compile that succeeded, read as above
+// (false when it cannot be read).
+bool reply_succeeded(frame_type type, std::string_view payload);
 
 // What routes a request to a worker: the program's leading preprocessing lines (automatic PCH's
 // prefix), the flags and the name; empty when the code has no such prefix.

@@ -85,11 +85,24 @@ void check_reply(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_reply(p); });
   check_auto_pch_peek(frame_type::compile_reply, payload,
                       [](std::string_view p) { return decode_reply(p); });
+  try {
+    if (decode_reply(payload).compiled != reply_succeeded(frame_type::compile_reply, payload)) {
+      finding("reply_succeeded differs from the decode");
+    }
+  } catch (const cucore::error&) {
+  }
 }
 void check_raw_reply(std::string_view payload) {
   check_payload(payload, [](std::string_view p) { return decode_raw_reply(p); });
   check_auto_pch_peek(frame_type::raw_compile_reply, payload,
                       [](std::string_view p) { return decode_raw_reply(p); });
+  try {
+    if ((decode_raw_reply(payload).result == NVRTC_SUCCESS) !=
+        reply_succeeded(frame_type::raw_compile_reply, payload)) {
+      finding("reply_succeeded differs from the decode");
+    }
+  } catch (const cucore::error&) {
+  }
 }
 
 void check_stream(const std::uint8_t* data, std::size_t size) {
