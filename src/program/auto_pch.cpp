@@ -564,7 +564,9 @@ std::optional<program_cache_key> prefix_key(const std::string& prefix,
                                             const std::optional<fs::path>& memo,
                                             std::string_view extra, std::string& why) {
   program_cache_key_inputs in;
-  in.extra_digest = std::string(extra);
+  // Only where the caller tells compiles apart beyond the options (a server's worker); an extra
+  // digest also lets the key take includes it cannot work out, refused below.
+  if (!extra.empty()) in.extra_digest = std::string(extra);
   in.code = prefix;
   in.code_type = source_type::cxx;
   in.options = options;
@@ -573,6 +575,11 @@ std::optional<program_cache_key> prefix_key(const std::string& prefix,
     program_cache_key key = make_program_cache_key(in, prefix_probes(memo));
     if (!key.includes().tracked) {
       why = "the prefix reads no header";
+      return std::nullopt;
+    }
+    if (!key.includes().vouched.empty()) {
+      why = "the prefix includes through a macro cucore cannot work out (" +
+            key.includes().vouched.front() + ")";
       return std::nullopt;
     }
     return key;
