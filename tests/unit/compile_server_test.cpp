@@ -425,8 +425,13 @@ TEST_F(CompileServer, OnStartsAServerThatStopLeavesNoFiles) {
   EXPECT_FALSE(running(status->pid)) << "the server still runs";
 }
 
-TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
-  server_process server(dir_, 1);
+// A CUB compile through the server whose worker gets `sig` while it compiles (a CUB compile takes
+// ~1 s): the worker's pid (0: none seen busy), the served bytes and the in-process ones (masked).
+struct signalled_compile {
+  int pid = 0;
+  std::string got, expected;
+};
+signalled_compile signal_the_worker_mid_compile(const fs::path& dir, int sig) {
   program local(kCubKernel, source_type::cxx, options_with(compile_server_mode::off));
   const std::string expected = masked(local.compile(code_type::ptx).text());
   std::string got;
@@ -434,9 +439,14 @@ TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
     program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
     got = masked(served.compile(code_type::ptx).text());
   });
-  // Kill the worker while it compiles (a CUB compile takes ~1 s).
-  const int killed = signal_a_busy_worker(dir_, SIGKILL);
+  const int pid = signal_a_busy_worker(dir, sig);
   client.join();
+  return {pid, got, expected};
+}
+
+TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
+  server_process server(dir_, 1);
+  const auto [killed, got, expected] = signal_the_worker_mid_compile(dir_, SIGKILL);
   ASSERT_NE(killed, 0) << "no busy worker seen";
   EXPECT_EQ(got, expected);
   // The server replaced it and serves on.
@@ -451,15 +461,7 @@ TEST_F(CompileServer, AKilledWorkerMeansAnInProcessCompile) {
 
 TEST_F(CompileServer, AStoppedWorkerMeansAnInProcessCompile) {
   server_process server(dir_, 1);
-  program local(kCubKernel, source_type::cxx, options_with(compile_server_mode::off));
-  const std::string expected = masked(local.compile(code_type::ptx).text());
-  std::string got;
-  std::thread client([&] {
-    program served(kCubKernel, source_type::cxx, options_with(compile_server_mode::on));
-    got = masked(served.compile(code_type::ptx).text());
-  });
-  const int stopped = signal_a_busy_worker(dir_, SIGSTOP);
-  client.join();
+  const auto [stopped, got, expected] = signal_the_worker_mid_compile(dir_, SIGSTOP);
   ASSERT_NE(stopped, 0) << "no busy worker seen";
   EXPECT_EQ(got, expected);
   // The server replaced it (the stopped one was killed).
