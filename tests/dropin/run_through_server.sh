@@ -67,5 +67,38 @@ for real in "$@"; do
 done
 "$cli" server stop --dir "$dir" >/dev/null
 if [ -e "$dir" ]; then bad "the server left $dir"; else ok "the server stopped and left no files"; fi
+
+# Never worse than no server: a stopped server (the drop-in gives up after
+# CUCORE_SERVER_TIMEOUT_MS of silence) and a killed one (nothing answers the socket it left): every
+# case still equals the real library's, each miss compiled in the program.
+real=$1
+"$cli" server start --dir "$dir" --workers 1 --idle-time 600 >/dev/null || bad "server start"
+pid=$(status | python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])')
+fault_run() {
+  local label=$1
+  mkdir -p "$work/src-$label"
+  if env CUCORE_RUN_NVRTC="$real" CUCORE_RUN_CACHE="dir:$work/cache-$label" CUDA_CACHE_DISABLE=1 \
+    CUCORE_SERVER_TIMEOUT_MS=300 CUCORE_LOG=info \
+    "$harness" "$real" "$dropin" "$work/src-$label" cases >"$work/out" 2>"$work/err"; then
+    ok "$label: $(tail -n 1 "$work/out")"
+  else
+    bad "$label"
+    grep -v '^ok' "$work/out"
+  fi
+  local misses served
+  misses=$(grep -c 'info: miss ' "$work/err")
+  served=$(grep -c 'compiled in the compile server' "$work/err")
+  if [ "$misses" -gt 0 ] && [ "$served" -eq 0 ]; then
+    ok "$label: $misses misses, all compiled in the program"
+  else
+    bad "$label: $misses misses, $served through the server"
+  fi
+}
+kill -STOP "$pid"
+fault_run "stopped server"
+kill -CONT "$pid"
+kill -KILL "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+fault_run "killed server"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
