@@ -199,6 +199,12 @@ std::string_view to_string(cache_skip_reason reason) noexcept {
       return "compiler_environment";
     case cache_skip_reason::header_too_new:
       return "header_too_new";
+    case cache_skip_reason::unkeyed_input:
+      return "unkeyed_input";
+    case cache_skip_reason::process_view_input:
+      return "process_view_input";
+    case cache_skip_reason::option_file:
+      return "option_file";
   }
   return "unknown";
 }

@@ -60,7 +60,9 @@ def test_persistent_stats_count_across_cache_objects_and_zero(tmp_path, options)
             assert stats["compile_seconds_saved"] == pytest.approx(stats["compile_seconds"])
             assert stats["skips"] == {"needs_extra_digest": 0, "uncacheable_options": 0,
                                       "header_changed": 0, "time_macros": 0,
-                                      "compiler_environment": 0, "header_too_new": 0}
+                                      "compiler_environment": 0, "header_too_new": 0,
+                                      "unkeyed_input": 0, "process_view_input": 0,
+                                      "option_file": 0}
             cache.zero_persistent_stats()
             assert cache.persistent_stats["local"]["hits"] == 0
             assert cache.persistent_stats["compile_seconds_saved"] is None

@@ -69,10 +69,23 @@ enum class cache_skip_reason : std::uint8_t {
   // A header the key tracked was modified within its timestamp granularity before the key was
   // made, so a change during the compile might not have shown: the result was not stored.
   header_too_new,
+  // The compiler read an input the key does not cover (a file, a search probe, an environment
+  // variable, the working directory), seen by the observation of the compile: the result was
+  // returned, not stored.
+  unkeyed_input,
+  // The compiler read an input whose contents no key can name: a file of a pseudo file system
+  // (procfs, sysfs, devtmpfs), a file that is not a regular one, or one that is per process
+  // (/proc/self/..., /dev/fd/..., /dev/std*); or it wrote a file or ran a program. Returned, not
+  // stored; the compile server refuses such a compile (the client compiles it itself).
+  process_view_input,
+  // An option's value names a file the compiler reads or writes (ptxas's --options-file, ...),
+  // which the key does not walk: compiled without the cache.
+  option_file,
 };
-inline constexpr std::size_t cache_skip_reason_count = 6;
+inline constexpr std::size_t cache_skip_reason_count = 9;
 // "needs_extra_digest", "uncacheable_options", "header_changed", "time_macros",
-// "compiler_environment", "header_too_new".
+// "compiler_environment", "header_too_new", "unkeyed_input", "process_view_input",
+// "option_file".
 std::string_view to_string(cache_skip_reason reason) noexcept;
 
 // The persistent counts of one cache, summed over its shard files.
