@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -87,6 +88,12 @@ class program {
   object_code compile(code_type target, program_cache& cache) {
     return compile(target, {}, &cache);
   }
+  // As compile(target, name_expressions, &cache), with a key the caller derived from this
+  // program's inputs (make_program_cache_key, e.g. with an extra_digest): the same bypass,
+  // single-flight, observed store gate and statistics. The key must be of this program, target
+  // and names; it is not checked.
+  object_code compile(code_type target, std::span<const std::string> name_expressions,
+                      program_cache& cache, const program_cache_key& key);
 
   // The log of the last compile (warnings on success; also carried by compile_error).
   const std::string& log() const noexcept { return log_; }
@@ -106,12 +113,19 @@ class program {
   // Why the last compile's result was not stored, when it was a miss that check_store() refused
   // (a header changed during the compile, or had been modified just before it); nullopt otherwise.
   const std::optional<store_refusal>& last_store_refusal() const noexcept { return store_refusal_; }
+  // Whether the last compile's result was put into the cache (a miss the gate allowed, whose put
+  // did not fail).
+  bool last_stored() const noexcept { return stored_; }
 
   const std::string& code() const noexcept { return code_; }
   source_type type() const noexcept { return type_; }
   const program_options& options() const noexcept { return options_; }
 
  private:
+  std::vector<std::string> begin_compile(code_type target, std::span<const std::string> text_names,
+                                         std::span<const std::string> byte_names);
+  object_code compile_cached(code_type target, std::span<const std::string> name_expressions,
+                             program_cache& cache);
   object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvvm(code_type target);
@@ -127,6 +141,7 @@ class program {
   std::optional<flight_outcome> flight_outcome_;
   std::optional<program_cache_key> cache_key_;
   std::optional<store_refusal> store_refusal_;
+  bool stored_ = false;
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

@@ -33,6 +33,7 @@
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
+#include "observe/compiler_observer.hpp"
 #include "server/client.hpp"
 #include "server/nvrtc_record.hpp"
 
@@ -453,7 +454,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   // A compile the user's compile server answered (docs/compile-server.md): the real program stays
   // uncompiled and its getters are answered from the reply, as for a hit.
   std::optional<recorded_result> served;
-  auto compile = [&]() -> object_code {
+  auto compile_observed = [&]() -> object_code {
     compiled = true;
     if (const auto mode = server_mode(inputs.options); mode != compile_server_mode::off) {
       const std::vector<std::string> option_list(options, options + num_options);
@@ -474,10 +475,20 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
                        serialize(detail::record_nvrtc_program(*r.api, prog, s.name_expressions)),
                        std::string(kEntryName));
   };
+  // What the compile read (here, or in the compile server's worker) is observed: stored only if
+  // the key covers all of it.
+  std::optional<detail::observed_inputs> seen;
+  auto compile = [&]() -> object_code {
+    detail::compiler_observation watch;
+    object_code out = compile_observed();
+    seen = watch.finish();
+    return out;
+  };
   auto store = [&](const object_code& code) {
     // As program::compile: stored only if each header the key tracked is still the file it
-    // hashed, and had settled then (program_cache_key::check_store).
-    if (const auto refusal = key->check_store()) {
+    // hashed, had settled then, and the compile read nothing else the key does not cover
+    // (program_cache_key::check_store).
+    if (const auto refusal = key->check_store(seen ? *seen : detail::unobserved_compile())) {
       dropin::note(log_level::info, "not storing " + s.name + ": " + refusal->message);
       dropin::record_skip(refusal->reason);
       return;

@@ -5,6 +5,7 @@
 
 #include "common/sha256.hpp"
 #include "key/compiler_environment.hpp"
+#include "key/observation_gate.hpp"
 #include "key/include_scanner.hpp"
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
@@ -397,6 +398,9 @@ struct program_cache_key::details {
   // What the walk found at each path it stat'd, and when it began: check_store() compares.
   std::shared_ptr<const detail::walk_manifest> walk;
   std::int64_t walk_started_ns = 0;
+  // What else the observation gate needs (check_store(observed_inputs)).
+  std::string program_name;
+  std::vector<std::string> memory_headers;
   mutable std::once_flag rendered;
   mutable std::vector<key_field> all;
 
@@ -505,6 +509,18 @@ std::optional<store_refusal> program_cache_key::check_store() const {
           stamp(details_->walk_started_ns) +
           ": a change during the compile might not have shown in its stat fields, so the result "
           "is not stored (a compile once the file has settled is)"};
+}
+
+std::optional<store_refusal> program_cache_key::check_store(
+    const detail::observed_inputs& seen) const {
+  if (auto refusal = check_store()) return refusal;
+  detail::key_coverage coverage;
+  if (details_) {
+    coverage.walk = details_->walk.get();
+    coverage.program_name = details_->program_name;
+    coverage.memory_headers = details_->memory_headers;
+  }
+  return detail::check_observed_inputs(seen, coverage);
 }
 
 std::strong_ordering operator<=>(const program_cache_key& a, const program_cache_key& b) noexcept {
@@ -664,6 +680,8 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   details->notes_at = notes_at;
   details->walk = std::move(walk.checks);
   details->walk_started_ns = walk.started_ns;
+  details->program_name = options.name;
+  for (const auto& header : options.headers) details->memory_headers.push_back(header.name);
   return program_cache_key(d, std::move(details));
 }
 

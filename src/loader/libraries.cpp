@@ -1,5 +1,7 @@
 #include "loader/libraries.hpp"
 
+#include "observe/compiler_observer.hpp"
+
 #include <unistd.h>
 
 #include <cudaTypedefs.h>
@@ -84,6 +86,8 @@ library_table<nvrtc_api> load_nvrtc() {
 #undef CUCORE_FILL
       });
   if (table.api) {
+    // What its compiles read is observed (observe/compiler_observer.hpp).
+    observe_compiler_library(table.api->library->handle(), "NVRTC");
     auto& v = table.api->nvrtc_version;
     nvrtcResult r = table.api->nvrtcVersion(&v.major, &v.minor);
     if (r != NVRTC_SUCCESS) {
@@ -124,6 +128,8 @@ library_table<nvjitlink_api> load_nvjitlink() {
 #undef CUCORE_FILL
       });
   if (table.api) {
+    // What its compiles read is observed (observe/compiler_observer.hpp).
+    observe_compiler_library(table.api->library->handle(), "nvJitLink");
     auto& v = table.api->nvjitlink_version;
     unsigned major = 0;
     unsigned minor = 0;
@@ -152,6 +158,8 @@ library_table<nvvm_api> load_nvvm() {
 #undef CUCORE_FILL
       });
   if (table.api) {
+    // What its compiles read is observed (observe/compiler_observer.hpp).
+    observe_compiler_library(table.api->library->handle(), "libNVVM");
     auto& v = table.api->versions;
     if (table.api->nvvmVersion(&v.library.major, &v.library.minor) != NVVM_SUCCESS ||
         table.api->nvvmIRVersion(&v.ir.major, &v.ir.minor, &v.debug_metadata.major,

@@ -39,6 +39,7 @@ class shared_library {
   ~shared_library();
 
   void* symbol(const char* name) const noexcept;
+  void* handle() const noexcept { return handle_; }
   // The file the loader actually mapped (resolved through symlinks).
   const std::string& path() const noexcept { return path_; }
   // That file's identity when it was opened: the same stat() before and after dlopen (nullopt

@@ -19,6 +19,7 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "loader/libraries.hpp"
+#include "observe/compiler_observer.hpp"
 #include "program/pch_log.hpp"
 
 namespace cucore {
@@ -393,6 +394,8 @@ class registry {
     }
     root_ = root;
     lock_fd_ = fd;
+    // NVRTC's PCH files there are this process's, made from headers a prefix key covers.
+    detail::add_compiler_scratch_root(root_.string());
     // Removed at exit (a crash leaves it to the next process's sweep).
     static const struct remover {
       ~remover() { registry::get().remove_root(); }

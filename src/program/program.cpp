@@ -15,6 +15,7 @@
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
+#include "observe/compiler_observer.hpp"
 #include "program/auto_pch.hpp"
 #include "program/compiler_handles.hpp"
 #include "program/nvrtc_option_table.hpp"
@@ -162,27 +163,8 @@ object_code program::compile(code_type target, std::span<const std::string> name
 
 object_code program::compile(code_type target, std::span<const std::string> text_names,
                              std::span<const std::string> byte_names, program_cache* cache) {
-  check_target(type_, target);
-  // NVRTC resolves both kinds alike (each distinct expression once); only the key tells them
-  // apart.
-  std::vector<std::string> all_names(text_names.begin(), text_names.end());
-  for (const auto& name : byte_names) {
-    if (std::find(all_names.begin(), all_names.end(), name) == all_names.end()) {
-      all_names.push_back(name);
-    }
-  }
+  const std::vector<std::string> all_names = begin_compile(target, text_names, byte_names);
   const std::span<const std::string> name_expressions(all_names);
-  if (!name_expressions.empty() && type_ != source_type::cxx) {
-    throw invalid_argument("name_expressions are only supported for c++ programs (NVRTC); " +
-                           std::string(to_string(type_)) + " code uses its symbols' own names");
-  }
-  log_.clear();
-  pch_status_ = pch_status::not_requested;
-  auto_pch_ = auto_pch_status::off;
-  cache_outcome_ = cache_outcome::off;
-  flight_outcome_.reset();
-  cache_key_.reset();
-  store_refusal_.reset();
   if (cache == nullptr) return compile_uncached(target, name_expressions);
 
   program_cache_key_inputs inputs;
@@ -199,10 +181,52 @@ object_code program::compile(code_type target, std::span<const std::string> text
         std::string(e.what()) +
         " [program::compile(..., cache) derives the key itself and cannot take "
         "an extra_digest: build the key with cucore::make_program_cache_key(..., "
-        "extra_digest) and use the cache's get()/put(), or compile without the "
-        "cache]");
+        "extra_digest) and pass it to program::compile(target, names, cache, key), or compile "
+        "without the cache]");
   }
+  return compile_cached(target, name_expressions, *cache);
+}
 
+object_code program::compile(code_type target, std::span<const std::string> name_expressions,
+                             program_cache& cache, const program_cache_key& key) {
+  const std::vector<std::string> all_names = begin_compile(target, name_expressions, {});
+  cache_key_ = key;
+  return compile_cached(target, all_names, cache);
+}
+
+std::vector<std::string> program::begin_compile(code_type target,
+                                                std::span<const std::string> text_names,
+                                                std::span<const std::string> byte_names) {
+  check_target(type_, target);
+  // NVRTC resolves both kinds alike (each distinct expression once); only the key tells them
+  // apart.
+  std::vector<std::string> all_names(text_names.begin(), text_names.end());
+  for (const auto& name : byte_names) {
+    if (std::find(all_names.begin(), all_names.end(), name) == all_names.end()) {
+      all_names.push_back(name);
+    }
+  }
+  if (!all_names.empty() && type_ != source_type::cxx) {
+    throw invalid_argument("name_expressions are only supported for c++ programs (NVRTC); " +
+                           std::string(to_string(type_)) + " code uses its symbols' own names");
+  }
+  log_.clear();
+  pch_status_ = pch_status::not_requested;
+  auto_pch_ = auto_pch_status::off;
+  cache_outcome_ = cache_outcome::off;
+  flight_outcome_.reset();
+  cache_key_.reset();
+  store_refusal_.reset();
+  stored_ = false;
+  return all_names;
+}
+
+// The one cached compile of the library and the tool: bypass, lookup, single-flight, the compile
+// observed, the store gate, the store, the statistics.
+object_code program::compile_cached(code_type target,
+                                    std::span<const std::string> name_expressions,
+                                    program_cache& cache_ref) {
+  program_cache* cache = &cache_ref;
   // The output depends on what no key names (the clock), or the compile writes files: without the
   // cache (cache_outcome::off), the skip counted.
   if (const auto& bypass = cache_key_->bypass()) {
@@ -213,11 +237,19 @@ object_code program::compile(code_type target, std::span<const std::string> text
   }
   // Single-flight: on a miss, one of the processes and threads missing this key compiles and
   // the others wait for its entry (cache/single_flight.hpp).
-  auto compile = [&] { return compile_uncached(target, name_expressions); };
+  // What the compile read is observed: stored only if the key covers all of it.
+  std::optional<detail::observed_inputs> seen;
+  auto compile = [&] {
+    detail::compiler_observation watch;
+    object_code out = compile_uncached(target, name_expressions);
+    seen = watch.finish();
+    return out;
+  };
   auto store = [&](const object_code& compiled) {
     // NVRTC read the headers after the key was made: stored only if each is still the file the
-    // key hashed, and was settled then (program_cache_key::check_store).
-    if (auto refusal = cache_key_->check_store()) {
+    // key hashed, and was settled then, and it read nothing else the key does not cover
+    // (program_cache_key::check_store).
+    if (auto refusal = cache_key_->check_store(seen ? *seen : detail::unobserved_compile())) {
       cucore::log(log_level::warning, "not storing the compiled program in the " +
                                           cache->description() + " cache: " + refusal->message);
       if (const auto stats = cache->statistics()) stats->record_skip(refusal->reason);
@@ -226,6 +258,7 @@ object_code program::compile(code_type target, std::span<const std::string> text
     }
     try {
       cache->put(*cache_key_, compiled);
+      stored_ = true;
     } catch (const std::exception& e) {
       // The compile succeeded; a cache that cannot store it only costs a later recompile.
       cucore::log(log_level::warning, "could not store the compiled program in the " +

@@ -149,6 +149,8 @@ std::optional<compile_reply> compile_through_server(compile_server_mode mode, st
       say("the reply is for another target or program");
       return std::nullopt;
     }
+    // What the worker's compile read goes to this thread's observation (the store gate).
+    detail::compiler_observation::add_to_current(a.observed);
     cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
     return a;
   } catch (const std::bad_alloc&) {
@@ -179,6 +181,7 @@ std::optional<raw_compile_reply> compile_raw_through_server(
         return std::nullopt;
       }
     }
+    detail::compiler_observation::add_to_current(a.observed);
     cucore::log(log_level::debug, "compiled \"" + options.name + "\" in the compile server");
     return a;
   } catch (const std::bad_alloc&) {

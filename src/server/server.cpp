@@ -1144,8 +1144,20 @@ int run_compile_server_worker(int fd, const std::string& nvrtc) {
       if (q.view.environment != own_environment) {
         throw error("the client's compiler variables differ from the worker's");
       }
-      payload = raw ? server::encode(server::compile_raw_in_worker(q))
-                    : server::encode(server::compile_in_worker(q));
+      // Observed: the client's store gate checks what it read. A compile that read this
+      // process's own view (/dev/stdin, /proc/self, the host's name, ...) is the client's to make.
+      const auto observed = [](auto&& compile_it) {
+        detail::compiler_observation watch;
+        auto reply = compile_it();
+        reply.observed = watch.finish();
+        if (const auto* in = detail::first_process_view_input(reply.observed)) {
+          throw error("the compile read " + in->name +
+                      ", whose contents are the worker's own: the client compiles it");
+        }
+        return server::encode(reply);
+      };
+      payload = raw ? observed([&] { return server::compile_raw_in_worker(q); })
+                    : observed([&] { return server::compile_in_worker(q); });
     } catch (const std::exception& e) {
       type = frame_type::refusal;
       payload = e.what();

@@ -407,6 +407,35 @@ compile_request decode_request(std::string_view payload) {
   return q;
 }
 
+namespace {
+
+void put_observed(writer& w, const detail::observed_inputs& seen) {
+  w.str(seen.unobserved);
+  w.u32(static_cast<std::uint32_t>(seen.inputs.size()));
+  for (const auto& in : seen.inputs) {
+    w.u32(static_cast<std::uint32_t>(in.call));
+    w.u32(in.found ? 1 : 0);
+    w.str(in.name);
+  }
+}
+
+detail::observed_inputs get_observed(reader& r) {
+  detail::observed_inputs seen;
+  seen.unobserved = r.str();
+  const std::uint32_t n = r.u32();
+  for (std::uint32_t i = 0; i < n; ++i) {  // bounded by the payload: each takes 12 bytes at least
+    detail::observed_input in;
+    in.call = static_cast<detail::observed_call>(checked_enum(
+        r, static_cast<std::uint32_t>(detail::observed_call::side_effect), "observed call"));
+    in.found = r.boolean();
+    in.name = r.str();
+    seen.inputs.push_back(std::move(in));
+  }
+  return seen;
+}
+
+}  // namespace
+
 std::string encode(const compile_reply& a) {
   writer w;
   put(w, a.compiled);
@@ -420,6 +449,7 @@ std::string encode(const compile_reply& a) {
   w.str(a.name);
   w.strings(a.symbols);
   put(w, a.tile_ir);
+  put_observed(w, a.observed);
   return w.take();
 }
 
@@ -441,6 +471,7 @@ compile_reply decode_reply(std::string_view payload) {
   a.symbols = r.strings();
   if (a.symbols.size() % 2 != 0) throw wire_error("a symbol without its lowered name");
   get(r, a.tile_ir);
+  a.observed = get_observed(r);
   r.finish();
   return a;
 }
@@ -498,6 +529,7 @@ std::string encode(const raw_compile_reply& a) {
   w.u64(rec.pch_required);
   put(w, rec.tile.has_value());
   if (rec.tile) put_output(w, *rec.tile);
+  put_observed(w, a.observed);
   return w.take();
 }
 
@@ -523,6 +555,7 @@ raw_compile_reply decode_raw_reply(std::string_view payload) {
   rec.pch_required_code = nvrtc_code(r);
   rec.pch_required = static_cast<std::size_t>(r.u64());
   if (r.boolean()) rec.tile = get_output(r);
+  a.observed = get_observed(r);
   r.finish();
   return a;
 }

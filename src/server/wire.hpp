@@ -16,6 +16,7 @@
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 #include "cucore/program.hpp"
+#include "observe/compiler_observer.hpp"
 #include "server/nvrtc_record.hpp"
 
 namespace cucore::server {
@@ -28,7 +29,7 @@ class wire_error : public error {
 inline constexpr std::uint32_t kMagic = 0x53435543;  // "CUCS"
 // Bumped on any change of a frame or payload: a client and server of different versions never
 // talk (the client compiles itself).
-inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kProtocolVersion = 3;  // 3: replies carry observed inputs
 // The largest payload either side accepts (a request holds source and headers; a reply the code).
 inline constexpr std::uint32_t kMaxPayload = 256u << 20;
 
@@ -129,6 +130,9 @@ struct compile_reply {
   std::string code, name;
   std::vector<std::string> symbols;  // expression, lowered, ...
   std::optional<std::string> tile_ir;
+  // What the worker's compile read (absolute paths): the client's store gate checks them against
+  // its key. A compile that read its worker's own view (first_process_view_input) is refused.
+  detail::observed_inputs observed;
 };
 
 // A raw request's answer: nvrtcCompileProgram's result and every getter's answer after it, as
@@ -137,6 +141,7 @@ struct raw_compile_reply {
   std::int32_t result = 0;
   detail::nvrtc_record record;
   auto_pch_status auto_pch = auto_pch_status::off;
+  detail::observed_inputs observed;  // as compile_reply's
 };
 
 std::string encode(const compile_request& r);

@@ -144,34 +144,17 @@ std::string backend_name(const program& prog, const cache_report& cache, source_
   return std::string(to_string(prog.backend()));
 }
 
-// Compiles with the key the tool derives itself (--extra-digest included): get, else compile and
-// put. A put that fails is a warning, never a failed compile. As program::compile(..., cache)
-// does, the result is stored only if program_cache_key::check_store() allows it: a header edited
-// while NVRTC read it must not be stored under the key of its old bytes.
+// Compiles with the key the tool derives itself (--extra-digest included), through the library's
+// one cached compile (program::compile with a key): the same lookup, single-flight, observed
+// store gate, store and statistics as every other front end.
 object_code compile_with_key(program& prog, const compile_inputs& in, program_cache& cache,
                              cache_report& report) {
-  auto compile = [&] { return prog.compile(in.target, in.name_expressions); };
-  auto store = [&](const object_code& result) {
-    if (auto refusal = report.key->check_store()) {
-      cucore::log(log_level::warning, "not storing the compiled program in the " +
-                                          cache.description() + " cache: " + refusal->message);
-      if (const auto stats = cache.statistics()) stats->record_skip(refusal->reason);
-      report.not_stored = std::move(refusal);
-      return;
-    }
-    try {
-      cache.put(*report.key, result);
-      report.stored = true;
-    } catch (const std::exception& e) {
-      cucore::log(log_level::warning, "could not store the compiled program in the " +
-                                          cache.description() + " cache: " + e.what());
-    }
-  };
-  report.outcome = "miss";
-  flight_result result = get_or_compile(cache, *report.key, compile, store);
-  report.outcome = result.from_cache() ? "hit" : "miss";
-  report.flight = result.outcome;
-  return std::move(result.code);
+  object_code code = prog.compile(in.target, in.name_expressions, cache, *report.key);
+  report.outcome = prog.last_cache_outcome() == cache_outcome::hit ? "hit" : "miss";
+  report.flight = prog.last_flight_outcome();
+  report.stored = prog.last_stored();
+  report.not_stored = prog.last_store_refusal();
+  return code;
 }
 
 // --no-single-flight and --single-flight-wait, applied to `cache`.

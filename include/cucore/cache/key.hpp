@@ -117,6 +117,10 @@ struct key_field {
 
 struct program_cache_key_inputs;
 
+namespace detail {
+struct observed_inputs;  // what a compile was observed reading (src/observe/)
+}
+
 enum class cache_skip_reason : std::uint8_t;  // cucore/cache/statistics.hpp
 
 // Why the output of a compile must not be stored under the key it was compiled for
@@ -195,6 +199,13 @@ class program_cache_key {
   // seen (docs/cache-keys.md): a write through a mapping whose page was dirty already, and a
   // file created and removed again at an absent candidate while the compiler ran.
   std::optional<store_refusal> check_store() const;
+  // The store gate cucore's own compiles go through (program::compile, `cucore compile`, the
+  // drop-ins, the compile server's clients): check_store(), then whether the key covers every
+  // input the compile was observed reading (docs/cache-keys.md, "Observed inputs"): a file or
+  // probe its include walk checked, a variable of the compilers' table, the working directory.
+  // Else unkeyed_input, or process_view_input for a pseudo or per-process
+  // file or a side effect. An input the key's model misses then costs a store, never a hit.
+  std::optional<store_refusal> check_store(const detail::observed_inputs& seen) const;
 
   friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
     return a.digest_ == b.digest_;

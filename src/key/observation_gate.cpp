@@ -1,0 +1,142 @@
+#include "key/observation_gate.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <unordered_set>
+
+#include "key/compiler_environment.hpp"
+#include "key/walk_manifest.hpp"
+
+namespace cucore::detail {
+namespace {
+
+std::string current_directory_or_root() {
+  std::string buffer(4096, '\0');
+  if (::getcwd(buffer.data(), buffer.size()) == nullptr) return "/";
+  buffer.resize(std::strlen(buffer.c_str()));
+  return buffer;
+}
+
+// As compiler_observation spells paths: absolute, without "//" and "/./", ".." kept.
+std::string normalized(const std::string& path, const std::string& cwd) {
+  std::string p = !path.empty() && path.front() == '/' ? path : cwd + "/" + path;
+  std::string out;
+  out.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;
+    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
+        (i + 1 == p.size() || p[i + 1] == '/')) {
+      ++i;
+      continue;
+    }
+    out += p[i];
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+std::string_view base_name(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+store_refusal unkeyed(std::string what, std::string name) {
+  return store_refusal{cache_skip_reason::unkeyed_input, name,
+                       "the compiler read " + what +
+                           ", which the cache key does not cover: the result is not stored "
+                           "(the compile is cached once the key covers it; please report it)"};
+}
+
+}  // namespace
+
+std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
+                                                   const key_coverage& key) {
+  if (!seen.unobserved.empty()) {
+    return store_refusal{cache_skip_reason::unkeyed_input,
+                         {},
+                         "what the compile read could not be observed (" + seen.unobserved +
+                             "): the result is not stored"};
+  }
+  if (const observed_input* in = first_process_view_input(seen)) {
+    const bool effect = in->call == observed_call::side_effect;
+    return store_refusal{
+        cache_skip_reason::process_view_input, in->name,
+        effect ? "the compiler had a side effect (" + in->name +
+                     "): its output is not a function of its inputs alone, so it is not stored"
+               : "the compiler read " + in->name +
+                     ", whose contents are this process's or can change without the file "
+                     "changing (a pseudo file system, a device, a FIFO): the result is not "
+                     "stored"};
+  }
+  if (seen.inputs.empty()) return std::nullopt;
+  const std::string cwd = current_directory_or_root();
+  std::unordered_set<std::string> covered;
+  if (key.walk != nullptr) {
+    covered.reserve(key.walk->checks.size() * 2);
+    for (const auto& c : key.walk->checks) covered.insert(normalized(c.path, cwd));
+  }
+  // NVRTC names a program without a name "default_program".
+  const std::string program =
+      normalized(key.program_name.empty() ? "default_program" : key.program_name, cwd);
+  // Directories a stat may find: the working directory (NVRTC stats it with getcwd), the
+  // program's, and those holding a path the walk checked (the search path's own).
+  std::unordered_set<std::string> directories;
+  const auto add_ancestors = [&](std::string path) {
+    for (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0;
+         slash = path.rfind('/')) {
+      path.resize(slash);
+      if (!directories.insert(path).second) break;
+    }
+  };
+  const auto is_covered_directory = [&](const std::string& path) {
+    if (directories.empty()) {
+      directories.insert(cwd);
+      directories.insert("/");
+      add_ancestors(program);
+      for (const auto& p : covered) add_ancestors(p);
+    }
+    struct stat st {};
+    return directories.count(path) != 0 && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  };
+  for (const auto& in : seen.inputs) {
+    switch (in.call) {
+      case observed_call::getenv:
+        if (find_compiler_variable(in.name) == nullptr) {
+          return unkeyed("the environment variable " + in.name, in.name);
+        }
+        break;
+      case observed_call::getcwd:
+        // NVRTC reads it in every compile; what it does with it is the key's working-directory
+        // rule, measured by the context oracle (the key holds it where an output embeds it).
+        break;
+      case observed_call::side_effect:
+        break;  // first_process_view_input returned it already
+      case observed_call::open:
+      case observed_call::stat:
+      case observed_call::lstat:
+      case observed_call::opendir: {
+        if (covered.count(in.name) != 0) break;
+        // Statted, never opened (traced): the program's own name, NVRTC's two probes in the
+        // working directory, the names of in-memory headers.
+        const auto base = base_name(in.name);
+        const bool probe = in.call == observed_call::stat || in.call == observed_call::lstat;
+        if (probe && (in.name == program || base == "__nv_nvrtc_builtin_header.h" ||
+                      base == "__nv_name_map")) {
+          break;
+        }
+        bool memory_header = false;
+        for (const auto& h : key.memory_headers) memory_header |= normalized(h, cwd) == in.name;
+        if (probe && memory_header) break;
+        if (probe && in.found && is_covered_directory(in.name)) break;
+        return unkeyed(std::string(in.found ? "" : "(found absent) ") + in.name + " (" +
+                           std::string(to_string(in.call)) + ")",
+                       in.name);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cucore::detail

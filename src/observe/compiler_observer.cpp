@@ -1,0 +1,542 @@
+#include "observe/compiler_observer.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "observe/got_patch.hpp"
+
+namespace cucore::detail {
+
+std::string_view to_string(observed_call call) noexcept {
+  switch (call) {
+    case observed_call::open:
+      return "open";
+    case observed_call::stat:
+      return "stat";
+    case observed_call::lstat:
+      return "lstat";
+    case observed_call::opendir:
+      return "opendir";
+    case observed_call::getenv:
+      return "getenv";
+    case observed_call::getcwd:
+      return "getcwd";
+    case observed_call::side_effect:
+      return "side_effect";
+  }
+  return "unknown";
+}
+
+struct compiler_observation::state {
+  state* outer = nullptr;  // the observation open on this thread before this one
+  std::vector<observed_input> seen;
+  bool finished = false;
+};
+
+namespace {
+
+// Every observation open in the process (any thread), and the observation innermost on this
+// thread. A compiler call on a thread with an observation goes to that thread's observations; on
+// any other thread (a compiler's own worker threads) to every open one: over-attributing costs a
+// store, never a hit.
+std::mutex& registry_mutex() {
+  static auto* m = new std::mutex;  // leaked: compilers may call in until exit
+  return *m;
+}
+std::vector<compiler_observation::state*>& open_observations() {
+  static auto* v = new std::vector<compiler_observation::state*>;
+  return *v;
+}
+std::atomic<int> open_count{0};
+thread_local compiler_observation::state* innermost = nullptr;
+
+std::string& unobserved_reason() {
+  static auto* s = new std::string;
+  return *s;
+}
+
+std::vector<std::string>& scratch_roots() {
+  static auto* v = new std::vector<std::string>;
+  return *v;
+}
+
+bool under(std::string_view path, std::string_view root) {
+  return path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+         path[root.size()] == '/';
+}
+
+void record(observed_call call, bool found, std::string name) {
+  if (open_count.load(std::memory_order_acquire) == 0) return;
+  const int saved = errno;  // the compiler reads errno after the call
+  {
+    std::lock_guard lock(registry_mutex());
+    for (const auto& root : scratch_roots()) {
+      const auto at = name.find('/');  // a side effect's name is "FUNCTION PATH"
+      if (at != std::string::npos && under(std::string_view(name).substr(at), root)) {
+        errno = saved;
+        return;
+      }
+    }
+    if (innermost != nullptr) {
+      for (auto* s = innermost; s != nullptr; s = s->outer) s->seen.push_back({call, found, name});
+    } else {
+      for (auto* s : open_observations()) s->seen.push_back({call, found, name});
+    }
+  }
+  errno = saved;
+}
+
+// The path as NVRTC's ptxas and front end spell it, made absolute and without "//" and "/./"
+// (".." is kept: the kernel resolves it physically, through links, and so must a comparison).
+std::string absolute(const char* path) {
+  std::string p;
+  if (path[0] != '/') {  // as the kernel resolves it now: the working directory of this moment
+    const int saved = errno;
+    char cwd[4096];
+    p = ::getcwd(cwd, sizeof cwd) != nullptr ? cwd : "/";
+    errno = saved;
+    p += '/';
+  }
+  p += path;
+  std::string out;
+  out.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;
+    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
+        (i + 1 == p.size() || p[i + 1] == '/')) {
+      ++i;
+      continue;
+    }
+    out += p[i];
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+void record_name(observed_call call, bool found, const char* name) {
+  if (open_count.load(std::memory_order_acquire) == 0) return;
+  record(call, found, name != nullptr ? std::string(name) : std::string());
+}
+
+void record_path(observed_call call, bool found, const char* path) {
+  if (open_count.load(std::memory_order_acquire) == 0) return;
+  record(call, found, path != nullptr && path[0] != '\0' ? absolute(path) : std::string());
+}
+
+void record_effect(const char* function, const char* path) {
+  if (open_count.load(std::memory_order_acquire) == 0) return;
+  std::string name = function;
+  if (path != nullptr) name.append(" ").append(path);
+  record(observed_call::side_effect, true, std::move(name));
+}
+
+bool fopen_writes(const char* mode) {
+  return mode != nullptr && std::strpbrk(mode, "wa+") != nullptr;
+}
+bool open_writes(int flags) {
+  return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0;
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+// The replacements patched into the compilers' imports. Each calls this process's own C library
+// function (the one the compiler would have bound to) and records what it was asked and found.
+
+namespace observed {
+
+extern "C" {
+
+FILE* fopen_(const char* path, const char* mode) {
+  FILE* f = std::fopen(path, mode);
+  if (fopen_writes(mode)) {
+    record_effect("fopen", path);
+  } else {
+    record_path(observed_call::open, f != nullptr, path);
+  }
+  return f;
+}
+
+FILE* freopen_(const char* path, const char* mode, FILE* stream) {
+  FILE* f = std::freopen(path, mode, stream);
+  if (path == nullptr || fopen_writes(mode)) {
+    record_effect("freopen", path);
+  } else {
+    record_path(observed_call::open, f != nullptr, path);
+  }
+  return f;
+}
+
+int open_(const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = static_cast<mode_t>(va_arg(ap, int));
+    va_end(ap);
+  }
+  const int fd = ::open(path, flags, mode);
+  if (open_writes(flags)) {
+    record_effect("open", path);
+  } else if ((flags & O_DIRECTORY) != 0) {
+    record_path(observed_call::opendir, fd >= 0, path);
+  } else {
+    record_path(observed_call::open, fd >= 0, path);
+  }
+  return fd;
+}
+
+int openat_(int dirfd, const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = static_cast<mode_t>(va_arg(ap, int));
+    va_end(ap);
+  }
+  const int fd = ::openat(dirfd, path, flags, mode);
+  if (open_writes(flags) || (dirfd != AT_FDCWD && path != nullptr && path[0] != '/')) {
+    record_effect("openat", path);  // relative to a descriptor: not a path a key can name
+  } else {
+    record_path(observed_call::open, fd >= 0, path);
+  }
+  return fd;
+}
+
+int open_2_(const char* path, int flags) {
+  return open_(path, flags);
+}
+
+int creat_(const char* path, mode_t mode) {
+  record_effect("creat", path);
+  return ::creat(path, mode);
+}
+
+int stat_(const char* path, struct stat* buf) {
+  const int r = ::stat(path, buf);
+  record_path(observed_call::stat, r == 0, path);
+  return r;
+}
+
+int lstat_(const char* path, struct stat* buf) {
+  const int r = ::lstat(path, buf);
+  record_path(observed_call::lstat, r == 0, path);
+  return r;
+}
+
+// glibc before 2.33 exported stat and lstat as these (the compilers are built against such a
+// glibc); the version argument selects struct stat's layout, which is this process's.
+int xstat_(int, const char* path, struct stat* buf) {
+  return stat_(path, buf);
+}
+int lxstat_(int, const char* path, struct stat* buf) {
+  return lstat_(path, buf);
+}
+
+int fstatat_(int dirfd, const char* path, struct stat* buf, int flags) {
+  const int r = ::fstatat(dirfd, path, buf, flags);
+  if (dirfd != AT_FDCWD && path != nullptr && path[0] != '/' && path[0] != '\0') {
+    record_effect("fstatat", path);
+  } else if (path != nullptr && path[0] != '\0') {
+    record_path((flags & AT_SYMLINK_NOFOLLOW) != 0 ? observed_call::lstat : observed_call::stat,
+                r == 0, path);
+  }
+  return r;
+}
+int fxstatat_(int, int dirfd, const char* path, struct stat* buf, int flags) {
+  return fstatat_(dirfd, path, buf, flags);
+}
+
+int access_(const char* path, int mode) {
+  const int r = ::access(path, mode);
+  record_path(observed_call::stat, r == 0, path);
+  return r;
+}
+
+int statfs_(const char* path, struct statfs* buf) {
+  const int r = ::statfs(path, buf);
+  record_path(observed_call::stat, r == 0, path);
+  return r;
+}
+
+DIR* opendir_(const char* path) {
+  DIR* d = ::opendir(path);
+  record_path(observed_call::opendir, d != nullptr, path);
+  return d;
+}
+
+ssize_t readlink_(const char* path, char* buf, size_t size) {
+  const ssize_t r = ::readlink(path, buf, size);
+  record_path(observed_call::lstat, r >= 0, path);
+  return r;
+}
+
+char* realpath_(const char* path, char* resolved) {
+  char* r = ::realpath(path, resolved);
+  record_path(observed_call::stat, r != nullptr, path);
+  return r;
+}
+
+char* getenv_(const char* name) {
+  char* value = std::getenv(name);
+  record_name(observed_call::getenv, value != nullptr, name);
+  return value;
+}
+
+char* secure_getenv_(const char* name) {
+  char* value = ::secure_getenv(name);
+  record_name(observed_call::getenv, value != nullptr, name);
+  return value;
+}
+
+char* getcwd_(char* buf, size_t size) {
+  char* r = ::getcwd(buf, size);
+  record(observed_call::getcwd, r != nullptr, {});
+  return r;
+}
+
+int chdir_(const char* path) {
+  record_effect("chdir", path);
+  return ::chdir(path);
+}
+int mkdir_(const char* path, mode_t mode) {
+  record_effect("mkdir", path);
+  return ::mkdir(path, mode);
+}
+int unlink_(const char* path) {
+  record_effect("unlink", path);
+  return ::unlink(path);
+}
+int remove_(const char* path) {
+  record_effect("remove", path);
+  return std::remove(path);
+}
+int rmdir_(const char* path) {
+  record_effect("rmdir", path);
+  return ::rmdir(path);
+}
+int rename_(const char* from, const char* to) {
+  record_effect("rename", from);
+  return std::rename(from, to);
+}
+int mkstemp_(char* templ) {
+  record_effect("mkstemp", templ);
+  return ::mkstemp(templ);
+}
+int execv_(const char* path, char* const argv[]) {
+  record_effect("execv", path);
+  return ::execv(path, argv);
+}
+int execve_(const char* path, char* const argv[], char* const envp[]) {
+  record_effect("execve", path);
+  return ::execve(path, argv, envp);
+}
+int execvp_(const char* file, char* const argv[]) {
+  record_effect("execvp", file);
+  return ::execvp(file, argv);
+}
+int system_(const char* command) {
+  record_effect("system", command);
+  return std::system(command);
+}
+pid_t fork_() {
+  record_effect("fork", nullptr);
+  return ::fork();
+}
+FILE* popen_(const char* command, const char* type) {
+  record_effect("popen", command);
+  return ::popen(command, type);
+}
+int connect_(int fd, const struct sockaddr* addr, socklen_t len) {
+  record_effect("connect", nullptr);
+  return ::connect(fd, addr, len);
+}
+
+}  // extern "C"
+
+}  // namespace observed
+
+namespace {
+
+// The functions patched, by the name a compiler imports them under. Variants that no compiler
+// imports today (checked: NVRTC, nvJitLink and libNVVM 12.9, 13.0 and 13.5) are listed too, so
+// that a release that moves to them is still observed.
+const std::vector<got_replacement>& replacements() {
+  using namespace observed;
+  static const std::vector<got_replacement> table = {
+      {"fopen", reinterpret_cast<void*>(&fopen_)},
+      {"fopen64", reinterpret_cast<void*>(&fopen_)},
+      {"freopen", reinterpret_cast<void*>(&freopen_)},
+      {"freopen64", reinterpret_cast<void*>(&freopen_)},
+      {"open", reinterpret_cast<void*>(&open_)},
+      {"open64", reinterpret_cast<void*>(&open_)},
+      {"__open_2", reinterpret_cast<void*>(&open_2_)},
+      {"__open64_2", reinterpret_cast<void*>(&open_2_)},
+      {"openat", reinterpret_cast<void*>(&openat_)},
+      {"openat64", reinterpret_cast<void*>(&openat_)},
+      {"creat", reinterpret_cast<void*>(&creat_)},
+      {"creat64", reinterpret_cast<void*>(&creat_)},
+      {"stat", reinterpret_cast<void*>(&stat_)},
+      {"stat64", reinterpret_cast<void*>(&stat_)},
+      {"lstat", reinterpret_cast<void*>(&lstat_)},
+      {"lstat64", reinterpret_cast<void*>(&lstat_)},
+      {"__xstat", reinterpret_cast<void*>(&xstat_)},
+      {"__xstat64", reinterpret_cast<void*>(&xstat_)},
+      {"__lxstat", reinterpret_cast<void*>(&lxstat_)},
+      {"__lxstat64", reinterpret_cast<void*>(&lxstat_)},
+      {"fstatat", reinterpret_cast<void*>(&fstatat_)},
+      {"fstatat64", reinterpret_cast<void*>(&fstatat_)},
+      {"__fxstatat", reinterpret_cast<void*>(&fxstatat_)},
+      {"__fxstatat64", reinterpret_cast<void*>(&fxstatat_)},
+      {"access", reinterpret_cast<void*>(&access_)},
+      {"euidaccess", reinterpret_cast<void*>(&access_)},
+      {"eaccess", reinterpret_cast<void*>(&access_)},
+      {"statfs", reinterpret_cast<void*>(&statfs_)},
+      {"statfs64", reinterpret_cast<void*>(&statfs_)},
+      {"opendir", reinterpret_cast<void*>(&opendir_)},
+      {"readlink", reinterpret_cast<void*>(&readlink_)},
+      {"realpath", reinterpret_cast<void*>(&realpath_)},
+      {"getenv", reinterpret_cast<void*>(&getenv_)},
+      {"secure_getenv", reinterpret_cast<void*>(&secure_getenv_)},
+      {"__secure_getenv", reinterpret_cast<void*>(&secure_getenv_)},
+      {"getcwd", reinterpret_cast<void*>(&getcwd_)},
+      {"chdir", reinterpret_cast<void*>(&chdir_)},
+      {"mkdir", reinterpret_cast<void*>(&mkdir_)},
+      {"unlink", reinterpret_cast<void*>(&unlink_)},
+      {"remove", reinterpret_cast<void*>(&remove_)},
+      {"rmdir", reinterpret_cast<void*>(&rmdir_)},
+      {"rename", reinterpret_cast<void*>(&rename_)},
+      {"mkstemp", reinterpret_cast<void*>(&mkstemp_)},
+      {"mkstemp64", reinterpret_cast<void*>(&mkstemp_)},
+      {"execv", reinterpret_cast<void*>(&execv_)},
+      {"execve", reinterpret_cast<void*>(&execve_)},
+      {"execvp", reinterpret_cast<void*>(&execvp_)},
+      {"system", reinterpret_cast<void*>(&system_)},
+      {"fork", reinterpret_cast<void*>(&fork_)},
+      {"popen", reinterpret_cast<void*>(&popen_)},
+      {"connect", reinterpret_cast<void*>(&connect_)},
+  };
+  return table;
+}
+
+}  // namespace
+
+void observe_compiler_library(void* handle, std::string_view what) {
+  static std::mutex patching;
+  std::lock_guard lock(patching);
+  std::string error;
+  if (!patch_imports(handle, replacements(), error)) {
+    std::lock_guard registry(registry_mutex());
+    std::string& reason = unobserved_reason();
+    if (reason.empty()) reason = std::string(what) + "'s imports could not be patched: " + error;
+  }
+}
+
+void add_compiler_scratch_root(const std::string& directory) {
+  std::lock_guard lock(registry_mutex());
+  scratch_roots().push_back(directory);
+}
+
+compiler_observation::compiler_observation() : state_(new state) {
+  std::lock_guard lock(registry_mutex());
+  state_->outer = innermost;
+  innermost = state_;
+  open_observations().push_back(state_);
+  open_count.fetch_add(1, std::memory_order_release);
+}
+
+compiler_observation::~compiler_observation() {
+  finish();
+  delete state_;
+}
+
+observed_inputs compiler_observation::finish() {
+  observed_inputs out;
+  {
+    std::lock_guard lock(registry_mutex());
+    if (state_->finished) return out;
+    state_->finished = true;
+    auto& open = open_observations();
+    open.erase(std::remove(open.begin(), open.end(), state_), open.end());
+    open_count.fetch_sub(1, std::memory_order_release);
+    // Observations end in the reverse order of their start on a thread (they are scoped).
+    if (innermost == state_) innermost = state_->outer;
+    out.unobserved = unobserved_reason();
+    out.inputs = std::move(state_->seen);
+  }
+  std::sort(out.inputs.begin(), out.inputs.end());
+  out.inputs.erase(std::unique(out.inputs.begin(), out.inputs.end()), out.inputs.end());
+  return out;
+}
+
+void compiler_observation::add_to_current(const observed_inputs& seen) {
+  std::lock_guard lock(registry_mutex());
+  for (auto* s = innermost; s != nullptr; s = s->outer) {
+    s->seen.insert(s->seen.end(), seen.inputs.begin(), seen.inputs.end());
+    if (!seen.unobserved.empty()) {
+      s->seen.push_back({observed_call::side_effect, true, "unobserved " + seen.unobserved});
+    }
+  }
+}
+
+const observed_inputs& unobserved_compile() {
+  static const observed_inputs none{"the compile ran outside an observation", {}};
+  return none;
+}
+
+bool is_process_view_path(const std::string& path) {
+  for (const std::string_view root : {"/proc", "/sys", "/dev"}) {
+    if (path.size() >= root.size() && path.compare(0, root.size(), root) == 0 &&
+        (path.size() == root.size() || path[root.size()] == '/')) {
+      return true;
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;               // absent: what a probe found
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return true;  // FIFO, device, socket
+  struct statfs fs {};
+  if (::statfs(path.c_str(), &fs) != 0) return true;
+  constexpr long kProc = 0x9fa0;
+  constexpr long kSysfs = 0x62656572;
+  constexpr long kDevpts = 0x1cd1;
+  constexpr long kDebugfs = 0x64626720;
+  constexpr long kTracefs = 0x74726163;
+  constexpr long kCgroup2 = 0x63677270;
+  constexpr long kCgroup = 0x27e0eb;
+  const long type = static_cast<long>(fs.f_type);
+  return type == kProc || type == kSysfs || type == kDevpts || type == kDebugfs ||
+         type == kTracefs || type == kCgroup2 || type == kCgroup;
+}
+
+const observed_input* first_process_view_input(const observed_inputs& seen) {
+  for (const auto& in : seen.inputs) {
+    if (in.call == observed_call::side_effect) return &in;
+    if ((in.call == observed_call::open || in.call == observed_call::opendir) && in.found &&
+        is_process_view_path(in.name)) {
+      return &in;
+    }
+    if ((in.call == observed_call::stat || in.call == observed_call::lstat) &&
+        is_process_view_path(in.name)) {
+      return &in;  // a probe of a per-process name (/dev/stdin, /proc/self/fd/0): its answer is too
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace cucore::detail
