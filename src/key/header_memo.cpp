@@ -133,7 +133,7 @@ std::shared_ptr<scanned_file> make_scanned(std::string_view text) {
   file->wrappers = find_wrappers(text);
   file->conditionals = scan_conditionals(text);
   file->defined = defined_names(text);
-  file->time_macros = mentions_time_macros(text);
+  file->time_macros = scan_time_tokens(text);
   derive(*file);
   return file;
 }
@@ -189,7 +189,8 @@ constexpr std::string_view kMemoMagic = "CUCOREHM";
 // #elifdef, ASCII identifiers, every --std); a version 3 memo holds structures read the old way,
 // which could skip a group NVRTC enters, so it is ignored.
 // 5: each record also says whether the file names __TIME__, __DATE__ or __TIMESTAMP__.
-constexpr std::uint32_t kMemoVersion = 5;
+// 6: ... and its paste operators and identifier pieces of those names (scan_time_tokens).
+constexpr std::uint32_t kMemoVersion = 6;
 constexpr std::size_t kMemoMaxRecords = 200'000;
 
 using memo_map =
@@ -275,8 +276,11 @@ void parse_memo(std::string_view data, memo_map& into) {
     }
     file->defined = r.strs();
     const std::uint8_t time_macros = r.u8();
-    if (!r.ok() || time_macros > 1) return;
-    file->time_macros = time_macros != 0;
+    if (!r.ok() || time_macros > 3) return;
+    file->time_macros.literal = (time_macros & 1) != 0;
+    file->time_macros.paste = (time_macros & 2) != 0;
+    file->time_macros.pieces[0] = r.u64();
+    file->time_macros.pieces[1] = r.u64();
     derive(*file);
     parsed.emplace(std::move(path), std::make_pair(id, std::move(file)));
   }
@@ -337,7 +341,10 @@ std::string serialize_memo(const memo_map& records) {
       w.u8(g.when_undefined);
     }
     w.strs(file->defined);
-    w.u8(file->time_macros ? 1 : 0);
+    w.u8(static_cast<std::uint8_t>((file->time_macros.literal ? 1 : 0) |
+                                   (file->time_macros.paste ? 2 : 0)));
+    w.u64(file->time_macros.pieces[0]);
+    w.u64(file->time_macros.pieces[1]);
   }
   const std::uint64_t sum = checksum_of(w.out);
   w.u64(sum);

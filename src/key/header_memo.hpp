@@ -81,8 +81,9 @@ struct scanned_file {
   wrapper_info wrappers;
   conditional_structure conditionals;  // for skipping includes in groups never entered
   std::vector<std::string> defined;    // every macro name the file may #define (a superset)
-  // Whether the file mentions __TIME__, __DATE__ or __TIMESTAMP__ (mentions_time_macros).
-  bool time_macros = false;
+  // Its mentions of __TIME__, __DATE__ or __TIMESTAMP__, paste operators and identifier pieces
+  // of those names (scan_time_tokens).
+  time_tokens time_macros;
   // Derived (not stored): whether where the file was found matters to what it includes
   // (#include_next, __has_include_next continue the search from there).
   bool continues_search = false;

@@ -235,7 +235,7 @@ class walker {
   // ---- Which macros may be defined (for skipping groups never entered).
 
   void note_defined(const scanned_file& data) {
-    out_.time_macros = out_.time_macros || data.time_macros;
+    out_.time_macros.merge(data.time_macros);
     for (const auto& name : data.defined) {
       if (defined_.insert(name).second) ++defined_version_;
     }

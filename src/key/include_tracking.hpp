@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cucore/options.hpp"
+#include "key/include_scanner.hpp"
 
 namespace cucore::detail {
 
@@ -77,9 +78,9 @@ struct include_closure {
   // References not followed: they sit in #if groups the preprocessor never enters (a condition
   // on macros that nothing the compile reads defines, and NVRTC does not predefine).
   std::size_t skipped = 0;
-  // Whether the program text or a file of the closure mentions __TIME__, __DATE__ or
-  // __TIMESTAMP__ (the clock decides the output then).
-  bool time_macros = false;
+  // The time-macro tokens of the program text and every file and in-memory header of the closure
+  // merged (scan_time_tokens): whether the clock may decide the output.
+  time_tokens time_macros;
   // SHA-256 of the entries framed as key fields are (label, 8-byte big-endian length, payload):
   // "header" path NUL digest, "header_absent" path, "header_in_memory" name. The key takes this.
   std::array<std::byte, 32> digest{};

@@ -250,7 +250,8 @@ std::string walk_inputs(std::string_view code, const include_search& search,
 // kStaleTempNs old.
 
 constexpr std::string_view kManifestMagic = "CUCOREWM";
-constexpr std::uint32_t kManifestVersion = 2;  // 2: time_macros
+// 2: time_macros; 3: time_macros as paste flag and identifier pieces too (scan_time_tokens)
+constexpr std::uint32_t kManifestVersion = 3;
 constexpr std::size_t kManifestShardFiles = 8;
 constexpr std::uint64_t kManifestShardBytes = 512 * 1024;
 
@@ -423,7 +424,10 @@ std::string serialize_manifest(const walk_manifest& m, const sha256_digest& hash
   body.u64(closure.absent);
   body.u64(closure.in_memory);
   body.u64(closure.skipped);
-  body.u8(closure.time_macros ? 1 : 0);
+  body.u8(static_cast<std::uint8_t>((closure.time_macros.literal ? 1 : 0) |
+                                    (closure.time_macros.paste ? 2 : 0)));
+  body.u64(closure.time_macros.pieces[0]);
+  body.u64(closure.time_macros.pieces[1]);
   body.raw(closure.digest.data(), closure.digest.size());
 
   record_writer w;
@@ -533,8 +537,11 @@ std::shared_ptr<walk_manifest> parse_manifest(std::string_view data, const sha25
   const std::uint64_t in_memory = r.u64();
   closure->skipped = r.u64();
   const std::uint8_t time_macros = r.u8();
-  if (time_macros > 1) return nullptr;
-  closure->time_macros = time_macros != 0;
+  if (time_macros > 3) return nullptr;
+  closure->time_macros.literal = (time_macros & 1) != 0;
+  closure->time_macros.paste = (time_macros & 2) != 0;
+  closure->time_macros.pieces[0] = r.u64();
+  closure->time_macros.pieces[1] = r.u64();
   r.raw(closure->digest.data(), closure->digest.size());
   if (!r.ok() || !r.at_end() || files != closure->files || absent != closure->absent ||
       in_memory != closure->in_memory) {
