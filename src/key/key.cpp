@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -532,6 +533,27 @@ std::strong_ordering operator<=>(const program_cache_key& a, const program_cache
 // -----------------------------------------------------------------------------------------------
 // make_program_cache_key
 
+namespace {
+
+// The time-macro tokens of the whole unit: the program text and its closure (files, in-memory
+// headers, pre-includes), every option string the compiler gets (-D values, extra options) and
+// NVRTC_APPEND_FLAGS, which NVRTC appends to them (docs/cache-keys.md, "The clock").
+detail::time_tokens unit_time_tokens(std::string_view code, const detail::include_closure* closure,
+                                     const std::vector<std::string>& flags) {
+  detail::time_tokens unit = closure ? closure->time_macros : detail::scan_time_tokens(code);
+  for (const auto& flag : flags) unit.merge(detail::scan_time_tokens(flag));
+  // The value the compilers were loaded with, as the key names it (keyed_environment).
+  constexpr std::string_view appended = "NVRTC_APPEND_FLAGS=";
+  for (const auto& variable : detail::keyed_environment()) {
+    if (variable.starts_with(appended)) {
+      unit.merge(detail::scan_time_tokens(std::string_view(variable).substr(appended.size())));
+    }
+  }
+  return unit;
+}
+
+}  // namespace
+
 program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
                                          const compiler_probes& probes) {
   const source_type type = in.code_type;
@@ -662,12 +684,13 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   if (auto why = detail::environment_bypass()) {
     bypass = cache_bypass{cache_skip_reason::compiler_environment, *why};
   } else if (type == source_type::cxx && !detail::sloppiness_allows("time_macros") &&
-             (closure ? closure->time_macros : detail::mentions_time_macros(in.code))) {
+             detail::may_use_time_macros(unit_time_tokens(in.code, closure.get(), flags))) {
     bypass = cache_bypass{
         cache_skip_reason::time_macros,
-        "the program or a header it includes uses __TIME__, __DATE__ or __TIMESTAMP__, which "
-        "expand to the time of the compile: set CUCORE_SLOPPINESS=time_macros to cache it "
-        "anyway (a hit then keeps the first compile's time)"};
+        "the program, a header it includes or an option uses __TIME__, __DATE__ or "
+        "__TIMESTAMP__ or may form one by pasting (##), which expand to the time of the compile: "
+        "set CUCORE_SLOPPINESS=time_macros to cache it anyway (a hit then keeps the first "
+        "compile's time)"};
   }
   if (in.extra_digest) h.add("extra_digest", *in.extra_digest);
 
