@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cucore/cucore.hpp"
+#include "key/observation_gate.hpp"
 #include "observe/compiler_observer.hpp"
 #include "test_support.hpp"
 
@@ -110,4 +111,121 @@ TEST_F(CompilerObservation, EveryHeaderOfACubKernelIsSeenAndCovered) {
   EXPECT_EQ(refusal_text(c.key.check_store(c.seen)), "stored") << describe(c.seen);
   if (std::getenv("CUCORE_SHOW_OBSERVED") != nullptr)
     std::fprintf(stderr, "%s", describe(c.seen).c_str());
+}
+
+namespace {
+
+// Compiles through a cache twice: neither may be a hit when the gate refused the first.
+struct twice {
+  cucore::cache_outcome first, second;
+  std::optional<cucore::store_refusal> refusal;
+  std::string first_ptx, second_ptx;
+};
+
+twice compile_twice(const std::string& code, const cucore::program_options& o) {
+  cucore::in_memory_program_cache cache;
+  twice out{};
+  cucore::program a(code, cucore::source_type::cxx, o);
+  out.first_ptx = a.compile(cucore::code_type::ptx, {}, &cache).text();
+  out.first = a.last_cache_outcome();
+  out.refusal = a.last_store_refusal();
+  cucore::program b(code, cucore::source_type::cxx, o);
+  out.second_ptx = b.compile(cucore::code_type::ptx, {}, &cache).text();
+  out.second = b.last_cache_outcome();
+  return out;
+}
+
+cucore::detail::key_coverage no_coverage() {
+  return {};
+}
+
+}  // namespace
+
+// Issue 39, class 3: a file whose contents change without its identity (procfs). Two UTS
+// namespaces would show another host's name under the first one's key: no key can name it, so
+// nothing is stored.
+TEST_F(CompilerObservation, AProcfsIncludeIsCompiledAndNeverStored) {
+  if (!fs::exists("/proc/sys/kernel/ostype")) GTEST_SKIP() << "no /proc/sys/kernel/ostype";
+  const std::string code =
+      "__device__ int\n#include \"/proc/sys/kernel/ostype\"\n= 1;\n"
+      "extern \"C\" __global__ void k(int* p) { *p = 1; }\n";
+  const auto t = compile_twice(code, sm90());
+  EXPECT_EQ(t.first, cucore::cache_outcome::miss);
+  EXPECT_EQ(t.second, cucore::cache_outcome::miss);
+  ASSERT_TRUE(t.refusal);
+  EXPECT_EQ(t.refusal->reason, cucore::cache_skip_reason::process_view_input);
+  EXPECT_NE(t.refusal->message.find("/proc/sys/kernel/ostype"), std::string::npos);
+}
+
+// Issue 39, class 4 (in process): a probe of a per-process name answers for this process alone.
+TEST_F(CompilerObservation, AProbeOfAPerProcessNameIsNeverStored) {
+  for (const char* name : {"/dev/stdin", "/proc/self/fd/0"}) {
+    const std::string code = std::string("#if __has_include(\"") + name +
+                             "\")\n__device__ int val = 2;\n#else\n__device__ int val = 1;\n"
+                             "#endif\nextern \"C\" __global__ void k(int* p) { *p = val; }\n";
+    const auto t = compile_twice(code, sm90());
+    EXPECT_EQ(t.second, cucore::cache_outcome::miss) << name;
+    ASSERT_TRUE(t.refusal) << name;
+    EXPECT_EQ(t.refusal->reason, cucore::cache_skip_reason::process_view_input) << name;
+  }
+}
+
+// Issue 39, class 2, as the gate sees it: ptxas reads a file an option names. Whatever the key's
+// option table says of it, the compile's observation names the file, and the gate refuses it.
+TEST_F(CompilerObservation, AFileAnOptionNamesIsSeenByTheGate) {
+  const fs::path file = dir_ / "ptxas.opts";
+  write(file, "--maxrregcount=16\n");
+  auto o = sm90();
+  o.ptxas_options = {"--options-file=" + file.string()};
+  const auto c = compile_observed("extern \"C\" __global__ void k(int* p) { *p = 1; }", o);
+  ASSERT_TRUE(c.compiled);
+  EXPECT_TRUE(saw(c.seen, observed_call::open, file.string())) << describe(c.seen);
+  const auto refusal = c.key.check_store(c.seen);
+  ASSERT_TRUE(refusal) << describe(c.seen);
+  EXPECT_EQ(refusal->reason, cucore::cache_skip_reason::unkeyed_input);
+  EXPECT_EQ(refusal->path, file.string());
+}
+
+// The gate's rules on inputs no compile here makes: a variable outside the compilers' table, a
+// side effect, an observation that could not be made.
+TEST_F(CompilerObservation, TheGateRefusesWhatNoKeyCovers) {
+  using cucore::detail::check_observed_inputs;
+  using cucore::detail::observed_input;
+  observed_inputs seen;
+  seen.inputs = {{observed_call::getenv, true, "NVRTC_APPEND_FLAGS"},
+                 {observed_call::getcwd, true, ""}};
+  EXPECT_EQ(check_observed_inputs(seen, no_coverage()), std::nullopt);
+  seen.inputs.push_back({observed_call::getenv, true, "CUCORE_NOT_A_COMPILER_VARIABLE"});
+  auto r = check_observed_inputs(seen, no_coverage());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, cucore::cache_skip_reason::unkeyed_input);
+  EXPECT_EQ(r->path, "CUCORE_NOT_A_COMPILER_VARIABLE");
+  seen.inputs = {{observed_call::side_effect, true, "fopen /tmp/written"}};
+  r = check_observed_inputs(seen, no_coverage());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, cucore::cache_skip_reason::process_view_input);
+  seen.inputs = {{observed_call::open, true, (dir_ / "unwalked.h").string()}};
+  write(dir_ / "unwalked.h", "int x;\n");
+  r = check_observed_inputs(seen, no_coverage());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, cucore::cache_skip_reason::unkeyed_input);
+  seen.inputs.clear();
+  seen.unobserved = "NVRTC's imports could not be patched";
+  r = check_observed_inputs(seen, no_coverage());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, cucore::cache_skip_reason::unkeyed_input);
+}
+
+// Observations nest, and inputs observed elsewhere (a compile server's worker) join the ones open
+// on this thread.
+TEST_F(CompilerObservation, NestedObservationsAndAddedInputs) {
+  compiler_observation outer;
+  {
+    compiler_observation inner;
+    observed_inputs remote;
+    remote.inputs = {{observed_call::open, true, "/served/header.h"}};
+    compiler_observation::add_to_current(remote);
+    EXPECT_TRUE(saw(inner.finish(), observed_call::open, "/served/header.h"));
+  }
+  EXPECT_TRUE(saw(outer.finish(), observed_call::open, "/served/header.h"));
 }
