@@ -166,6 +166,8 @@ parsed_nvrtc_options parse_nvrtc_options(int count, const char* const* options) 
     out.canonical.push_back("-" + std::string(canonical) + (has_value ? "=" + value : ""));
     if (canonical == "no-source-include") out.fields.no_source_include = true;
     if (canonical == "arch" && has_value) out.fields.arch = value;
+    // ptxas's arguments: the key bypasses those that name files (ptxas --options-file, ...).
+    if (canonical == "Xptxas" && has_value) out.fields.ptxas_options.push_back(value);
   }
   for (const auto& [name, index] : undefined) {
     (void)index;

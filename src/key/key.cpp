@@ -683,6 +683,13 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   std::optional<cache_bypass> bypass;
   if (auto why = detail::environment_bypass()) {
     bypass = cache_bypass{cache_skip_reason::compiler_environment, *why};
+  } else if (std::string why = detail::ptxas_arguments_name_files(options.ptxas_options);
+             !why.empty()) {
+    // Every code type whose compile runs ptxas with them: c++ (NVRTC's --ptxas-options) and ptx
+    // (nvJitLink's -Xptxas=); compiler_flags() refuses them for nvvm and the driver linker.
+    bypass = cache_bypass{cache_skip_reason::option_file,
+                          "program_options::ptxas_options " + why +
+                              ": the compile runs without the cache"};
   } else if (type == source_type::cxx && !detail::sloppiness_allows("time_macros") &&
              detail::may_use_time_macros(unit_time_tokens(in.code, closure.get(), flags))) {
     bypass = cache_bypass{

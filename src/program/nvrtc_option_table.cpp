@@ -308,4 +308,127 @@ std::string empty_output_cause(std::span<const std::string> flags, std::string_v
   return {};
 }
 
+namespace {
+
+// ptxas's options as `ptxas --help` lists them (CUDA 13.0), less those that name a file
+// (--options-file/-optf, --output-file/-o) or only print (--help, --version, --list-version).
+// takes_value: the value may be the next argument ("<value>" in --help; checked for
+// --maxrregcount, --opt-level, --entry, --fmad on NVRTC 12.9, 13.0 and 13.5). One that --help
+// shows without a value is marked false: were it to take the next argument after all, that
+// argument is checked on its own (a file option, or no option: reported), which is sound.
+struct ptxas_option {
+  std::string_view long_name;
+  std::string_view short_name;
+  bool takes_value;
+};
+constexpr auto kPtxasOptions = std::to_array<ptxas_option>({
+    {"Ofast-compile", "Ofc", V},
+    {"allow-expensive-optimizations", "allow-expensive-optimizations", V},
+    {"compile-as-tools-patch", "astoolspatch", N},
+    {"compile-only", "c", N},
+    {"compiler-annotations", "annotate", N},
+    {"def-load-cache", "dlcm", N},
+    {"def-store-cache", "dscm", N},
+    {"device-debug", "g", N},
+    {"device-function-maxrregcount", "func-maxrregcount", V},
+    {"device-stack-protector", "device-stack-protector", V},
+    {"disable-optimizer-constants", "disable-optimizer-consts", N},
+    {"disable-warnings", "w", N},
+    {"dont-merge-basicblocks", "no-bb-merge", N},
+    {"entry", "e", V},
+    {"extensible-whole-program", "ewp", N},
+    {"fmad", "fmad", V},
+    {"force-load-cache", "flcm", N},
+    {"force-store-cache", "fscm", N},
+    {"g-tensor-memory-access-check", "g-tmem-access-check", N},
+    {"generate-line-info", "lineinfo", N},
+    {"gno-tensor-memory-access-check", "gno-tmem-access-check", N},
+    {"gpu-name", "arch", V},
+    {"input-as-string", "ias", V},  // PTX text, keyed as written
+    {"legacy-bar-warp-wide-behavior", "legacy-bar-warp-wide-behavior", N},
+    {"machine", "m", V},
+    {"make-errors-visible-at-exit", "make-errors-visible-at-exit", N},
+    {"maxntid", "maxntid", V},
+    {"maxrregcount", "maxrregcount", V},
+    {"minnctapersm", "minnctapersm", V},
+    {"opt-level", "", V},  // -O: its value attached only ("-O 2" reads "2" as an input file)
+    {"optimize-float-atomics", "opt-fp-atomics", N},
+    {"override-directive-values", "override-directive-values", N},
+    {"position-independent-code", "pic", V},
+    {"preserve-relocs", "preserve-relocs", N},
+    {"register-usage-level", "regUsageLevel", V},
+    {"return-at-end", "ret-end", N},
+    {"sanitize", "sanitize", V},
+    {"sp-bounds-check", "sp-bounds-check", N},
+    {"split-compile", "split-compile", V},
+    {"suppress-async-bulk-multicast-advisory-warning",
+     "suppress-async-bulk-multicast-advisory-warning", N},
+    {"suppress-debug-info", "suppress-debug-info", N},
+    {"suppress-double-demote-warning", "suppress-double-demote-warning", N},
+    {"suppress-sparse-mma-advisory-info", "suppress-sparse-mma-advisory-info", N},
+    {"suppress-stack-size-warning", "suppress-stack-size-warning", N},
+    {"verbose", "v", N},
+    {"warn-on-double-precision-use", "warn-double-usage", N},
+    {"warn-on-local-memory-usage", "warn-lmem-usage", N},
+    {"warn-on-spills", "warn-spills", N},
+    {"warning-as-error", "Werror", N},
+});
+
+const ptxas_option* find_ptxas_option(std::string_view name, bool long_form) {
+  for (const auto& o : kPtxasOptions) {
+    if (!name.empty() && (long_form ? o.long_name : o.short_name) == name) return &o;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ptxas_arguments_name_files(std::span<const std::string> arguments) {
+  for (std::size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& a = arguments[i];
+    const std::string which = quoted_option(a);
+    if (!a.starts_with('-') || a == "-" || a == "--") {
+      return which +
+             " is no ptxas option: ptxas reads it as a PTX input file, which the cache "
+             "key does not cover";
+    }
+    const bool long_form = a.starts_with("--");
+    const std::string_view spelled = std::string_view(a).substr(long_form ? 2 : 1);
+    const std::string_view name = spelled.substr(0, spelled.find('='));
+    const bool attached = name.size() != spelled.size();
+    // The file options, in every spelling ptxas takes, with the value attached or next.
+    const bool reads = long_form ? name == "options-file" : name == "optf";
+    const bool writes = long_form ? name == "output-file" : name == "o";
+    if (reads || writes) {
+      std::string file = attached                   ? std::string(spelled.substr(name.size() + 1))
+                         : i + 1 < arguments.size() ? arguments[i + 1]
+                                                    : std::string();
+      std::string what = which;
+      if (!attached && i + 1 < arguments.size()) what += " " + quoted_option(arguments[i + 1]);
+      if (reads) {
+        return what + " makes ptxas read options from the file " + quoted_option(file) +
+               " (--options-file), which the cache key does not cover";
+      }
+      return what + " makes ptxas write the file " + quoted_option(file) +
+             " (--output-file), which a cache hit would skip";
+    }
+    const ptxas_option* o = find_ptxas_option(name, long_form);
+    // -O3, -m64: digits attached to -O / -m; -O alone, or -O=3.
+    if (o == nullptr && !long_form && !attached && name.size() > 1 &&
+        (name.front() == 'O' || name.front() == 'm') &&
+        std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    if (o == nullptr && !long_form && name == "O") continue;
+    if (o == nullptr) {
+      return which +
+             " is not a ptxas option cucore knows (ptxas --help lists them; the built-in ptxas "
+             "also takes hidden ones that read or write files): it may name a file ptxas reads "
+             "or writes, which the cache key does not cover";
+    }
+    if (o->takes_value && !attached) ++i;  // its value: any next argument
+  }
+  return {};
+}
+
 }  // namespace cucore::detail

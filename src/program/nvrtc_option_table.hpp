@@ -77,6 +77,18 @@ std::string quoted_option(std::string_view element);
 // -tile-only, without -simt-only (13.1+).
 bool compiles_tile_code(std::span<const std::string> flags);
 
+// ptxas's arguments as NVRTC (--ptxas-options, -Xptxas) and nvJitLink (-Xptxas=) hand them over:
+// each value one argument, never split at blanks or commas (measured on NVRTC 12.9, 13.0, 13.5
+// and nvJitLink 13.0). Why they may make ptxas read or write a file the cache key does not cover,
+// or "" when none can: every argument must be an option of ptxas's own --help that names no file
+// (long names with "--", short with "-", exact: ptxas takes no prefixes and no '_'), its value
+// attached with '=' or in the next argument, or -O / -m with the value attached ("-O3", "-m64").
+// Anything else is reported: --options-file/-optf (reads options from a file), --output-file/-o
+// (writes a file), an argument that is no option (ptxas reads it as a PTX input file), and an
+// option --help does not list (the built-in ptxas has hidden ones that read or write files, e.g.
+// --compiler-stats-file, --apply-controls, --nv-host), --help, --version.
+std::string ptxas_arguments_name_files(std::span<const std::string> arguments);
+
 // The option among `flags` that explains why NVRTC produced no bytes of the asked-for output, and
 // what to do instead, or "" when none does (-tile-only compiles Tile code only).
 std::string empty_output_cause(std::span<const std::string> flags, std::string_view target);

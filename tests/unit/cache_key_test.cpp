@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/toolkit.hpp"
 #include "test_support.hpp"
@@ -1689,6 +1690,93 @@ TEST(MakeProgramCacheKey, SameKeyInAnotherProcess) {
   const std::string theirs = cucore::testing::read_text(out);
   EXPECT_FALSE(theirs.empty());
   EXPECT_EQ(theirs, keys_for_cross_process_check());
+}
+
+// ---------------------------------------------------------------------------------------------
+// ptxas options that name files (issue 39): ptxas reads or writes them, the key does not walk
+// them, so every spelling bypasses (option_file); ptxas's ordinary options do not.
+
+TEST(MakeProgramCacheKey, PtxasOptionsNamingFilesBypass) {
+  const std::vector<std::vector<std::string>> naming = {
+      {"--options-file=opts.txt"},
+      {"-optf=opts.txt"},
+      {"-optf=/abs/opts.txt,other.txt"},
+      {"--options-file", "opts.txt"},
+      {"-optf", "../opts.txt"},
+      {"-v", "-optf=opts.txt"},
+      {"--maxrregcount=32", "--options-file=opts.txt"},
+      {"--output-file=out.o"},
+      {"-o=out.o"},
+      {"-o", "out.o"},
+      {"opts.txt"},                         // no option: ptxas reads it as a PTX input file
+      {" -v"},                              // the same (ptxas: "Input file ' -v'")
+      {"-O", "2"},                          // -O takes no separate value: "2" is an input file
+      {"--compiler-stats-file=stats.txt"},  // hidden options of the built-in ptxas
+      {"--apply-controls=c.txt"},
+      {"-v,-optf=opts.txt"},  // one argument, as NVRTC passes it (ptxas fails it; still bypassed)
+      {"-v -optf=opts.txt"},
+      {"--help"},
+      {"-ofoo.o"},
+  };
+  for (const source_type type : {source_type::cxx, source_type::ptx}) {
+    for (const auto& options : naming) {
+      SCOPED_TRACE(std::string(type_name(type)) + ": " + options.front());
+      auto in = base(type);
+      in.options.ptxas_options = options;
+      const program_cache_key k = key(in);
+      ASSERT_TRUE(k.bypass().has_value());
+      EXPECT_EQ(k.bypass()->reason, cache_skip_reason::option_file);
+      EXPECT_TRUE(contains(k.bypass()->why, "ptxas_options")) << k.bypass()->why;
+      EXPECT_TRUE(contains(k.bypass()->why, "without the cache")) << k.bypass()->why;
+    }
+  }
+  // The why names the option and the file.
+  auto in = base();
+  in.options.ptxas_options = {"-optf", "my_opts.txt"};
+  const std::string why = key(in).bypass()->why;
+  EXPECT_TRUE(contains(why, "\"-optf\"")) << why;
+  EXPECT_TRUE(contains(why, "my_opts.txt")) << why;
+  EXPECT_TRUE(contains(why, "--options-file")) << why;
+  in.options.ptxas_options = {"--output-file=written.o"};
+  const std::string writes = key(in).bypass()->why;
+  EXPECT_TRUE(contains(writes, "written.o")) << writes;
+  EXPECT_TRUE(contains(writes, "write")) << writes;
+}
+
+TEST(MakeProgramCacheKey, OrdinaryPtxasOptionsDoNotBypass) {
+  const std::vector<std::vector<std::string>> ordinary = {
+      {"-v"},
+      {"--verbose"},
+      {"--maxrregcount=32"},
+      {"-maxrregcount=32"},
+      {"--maxrregcount", "32"},
+      {"-O3"},
+      {"-O=3"},
+      {"-O0"},
+      {"--opt-level=2"},
+      {"--opt-level", "2"},
+      {"--warn-on-spills"},
+      {"-warn-spills"},
+      {"-v", "--warn-on-local-memory-usage", "-Werror"},
+      {"-m64"},
+      {"--fmad", "false"},
+      {"--entry=k"},
+      {"-e", "k"},
+      {"--allow-expensive-optimizations=true"},
+      {"-Ofc=max"},
+      {"--device-debug"},
+      {"-lineinfo"},
+      {"--def-load-cache"},
+  };
+  for (const source_type type : {source_type::cxx, source_type::ptx}) {
+    for (const auto& options : ordinary) {
+      SCOPED_TRACE(std::string(type_name(type)) + ": " + options.front());
+      auto in = base(type);
+      in.options.ptxas_options = options;
+      const program_cache_key k = key(in);
+      EXPECT_FALSE(k.bypass().has_value()) << k.bypass()->why;
+    }
+  }
 }
 
 }  // namespace

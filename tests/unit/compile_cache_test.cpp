@@ -268,5 +268,61 @@ TEST(CompileWithCache, WithoutACacheNothingIsKeyed) {
   EXPECT_FALSE(p.last_cache_key());
 }
 
+// Issue 39: ptxas reads the file --ptxas-options=--options-file=FILE names, which the key does not
+// walk. The compile bypasses the cache, so each edit of FILE gives what an uncached compile gives:
+// the same cubin, or the same failure.
+TEST(CompileWithCache, PtxasOptionsFileBypassesTheCache) {
+  constexpr const char* kPressure = R"(
+extern "C" __global__ void k(float* a, float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i % 7] + __sinf(a[i + 1]);
+  a[0] = s;
+})";
+  testing::temp_dir dir;
+  const std::string file = (dir / "ptxas.opts").string();
+  in_memory_program_cache cache;
+  // The cubin's bytes, or "failed: " and the log.
+  const auto compile = [&](const std::vector<std::string>& ptxas, bool cached) {
+    program_options o = options();
+    o.ptxas_options = ptxas;
+    program p(kPressure, source_type::cxx, o);
+    try {
+      const object_code out =
+          cached ? p.compile(code_type::cubin, {}, &cache) : p.compile(code_type::cubin);
+      return std::string(out.text());
+    } catch (const compile_error& e) {
+      return "failed: " + std::string(e.what());
+    }
+  };
+  std::vector<std::string> results;
+  for (const auto& spelling : std::vector<std::vector<std::string>>{
+           {"--options-file=" + file}, {"-optf=" + file}, {"-optf", file}}) {
+    SCOPED_TRACE(spelling.front());
+    for (const char* contents :
+         {"--maxrregcount=24\n", "--maxrregcount=64\n", "-O0\n", "--no-such-ptxas-option\n"}) {
+      SCOPED_TRACE(contents);
+      testing::write_text(file, contents);
+      const std::string cached = compile(spelling, true);
+      EXPECT_EQ(cached, compile(spelling, false));
+      EXPECT_EQ(compile(spelling, true), cached);  // again: still no stale hit
+      results.push_back(cached);
+    }
+  }
+  // The file was read: its contents changed the output, and the garbage failed the compile.
+  EXPECT_NE(results[0], results[2]);
+  EXPECT_TRUE(results[3].starts_with("failed: ")) << results[3].substr(0, 200);
+  EXPECT_FALSE(results[0].starts_with("failed: ")) << results[0].substr(0, 200);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.stats().hits, 0u);
+  // An ordinary ptxas option is still cached.
+  program_options o = options();
+  o.ptxas_options = {"--maxrregcount=64"};
+  program first(kPressure, source_type::cxx, o);
+  first.compile(code_type::cubin, {}, &cache);
+  program second(kPressure, source_type::cxx, o);
+  second.compile(code_type::cubin, {}, &cache);
+  EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
+}
+
 }  // namespace
 }  // namespace cucore
