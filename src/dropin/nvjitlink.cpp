@@ -29,6 +29,7 @@
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR
@@ -190,6 +191,7 @@ struct link_state {
   std::vector<std::string> options;
   dropin::record_writer inputs{"cucore-dropin-nvjitlink-inputs-1"};
   std::string uncacheable;
+  cache_skip_reason uncacheable_reason = cache_skip_reason::uncacheable_options;
   std::optional<recorded_link> hit;
   // After a hit: the real link was completed for a getter its record cannot answer, and its result.
   bool real_completed = false;
@@ -260,7 +262,7 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
   const auto forward = [&] { return api.nvJitLinkComplete(handle); };
   if (!s.uncacheable.empty()) {
     dropin::note(log_level::info, "bypass link: " + s.uncacheable);
-    dropin::record_skip(cache_skip_reason::uncacheable_options);
+    dropin::record_skip(s.uncacheable_reason);
     return forward();
   }
   program_cache* cache = dropin::process_cache();
@@ -362,13 +364,36 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, ui
   try {
     state = std::make_shared<link_state>();
     if (num_options > 0 && options == nullptr) state->uncacheable = "no option array";
+    // ptxas's arguments (-Xptxas=, each one argument) and the options that name files: the key
+    // does not read the files (nvJitLink 13.0 takes only these exact spellings).
+    std::vector<std::string> ptxas;
+    const auto names_file = [&](std::string why) {
+      state->uncacheable = std::move(why);
+      state->uncacheable_reason = cache_skip_reason::option_file;
+    };
     for (uint32_t i = 0; state->uncacheable.empty() && i < num_options; ++i) {
       if (options[i] == nullptr) {
         state->uncacheable = "a NULL option";
-      } else if (std::strchr(options[i], '/') != nullptr) {
-        state->uncacheable = std::string("option \"") + options[i] + "\" may name a file";
+        continue;
+      }
+      const std::string_view o(options[i]);
+      if (o.starts_with("-uidx=")) {
+        names_file("option \"" + std::string(o) +
+                   "\" makes nvJitLink read that index file, which the key does not cover");
+      } else if (o.starts_with("-Xnvvm=")) {
+        state->uncacheable = "option \"" + std::string(o) +
+                             "\" passes an option to NVVM inside nvJitLink, which may read or "
+                             "write files";
+      } else if (o.find('/') != std::string_view::npos) {
+        names_file("option \"" + std::string(o) + "\" may name a file");
       } else {
-        state->options.emplace_back(options[i]);
+        if (o.starts_with("-Xptxas=")) ptxas.emplace_back(o.substr(8));
+        state->options.emplace_back(o);
+      }
+    }
+    if (state->uncacheable.empty()) {
+      if (std::string why = detail::ptxas_arguments_name_files(ptxas); !why.empty()) {
+        names_file("-Xptxas= " + why);
       }
     }
   } catch (...) {

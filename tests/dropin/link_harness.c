@@ -1,9 +1,9 @@
-/* The C harness of the nvJitLink and libNVVM drop-ins (docs/transparent-cache.md): calls each C API through the
- * real library and through cucore's drop-in, both opened by path in this one process, on a matrix
- * (PTX, LTO-IR, a file, logs, failing links; one and two NVVM modules, lazy modules, LTO-IR out,
- * invalid IR), and compares every getter's return code, size and bytes. Each case runs once
- * through the real library and twice through the drop-in (tests/dropin/run_link_harness.sh runs
- * two processes over one cache and counts the hits).
+/* The C harness of the nvJitLink and libNVVM drop-ins (docs/transparent-cache.md): calls each C API
+ * through the real library and through cucore's drop-in, both opened by path in this one process,
+ * on a matrix (PTX, LTO-IR, a file, logs, failing links; one and two NVVM modules, lazy modules,
+ * LTO-IR out, invalid IR), and compares every getter's return code, size and bytes. Each case runs
+ * once through the real library and twice through the drop-in (tests/dropin/run_link_harness.sh
+ * runs two processes over one cache and counts the hits).
  *
  * Usage: link_harness nvjitlink REAL_NVJITLINK DROPIN_NVJITLINK REAL_NVRTC WORKDIR
  *        link_harness nvvm REAL_NVVM DROPIN_NVVM DATA_DIR
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed = 0;
 static int failed = 0;
@@ -276,6 +277,33 @@ static int run_nvjitlink(const char* real_path, const char* dropin_path, const c
     free_run(&want);
     free_run(&first);
     free_run(&second);
+  }
+  /* -Xptxas=-optf=FILE, a relative path: ptxas reads FILE, which the key does not cover, so the
+   * drop-in bypasses; a link after each edit of FILE is nvJitLink's (issue 39). Neither a miss
+   * nor a hit: not counted as cacheable. */
+  if (chdir(workdir) == 0) {
+    const char* contents[] = {"--maxrregcount=32\n", "--maxrregcount=64\n", "--no-such-option\n"};
+    const char* labels[] = {"ptxas options file: --maxrregcount=32",
+                            "ptxas options file: --maxrregcount=64",
+                            "ptxas options file: an unknown option (fails)"};
+    link_case c = {
+        "-Xptxas=-optf=FILE", 2,     {"-arch=sm_90", "-Xptxas=-optf=ptxas.opts"}, 1, {2}, {ptx},
+        {ptx_size},           {NULL}};
+    for (int i = 0; i < 3; ++i) {
+      FILE* o = fopen("ptxas.opts", "w");
+      fputs(contents[i], o);
+      fclose(o);
+      run_result want = run_link(&real, &c);
+      run_result got = run_link(&dropin, &c);
+      check(same_run(&want, &got, 0), "a link after editing the file equals nvJitLink's",
+            labels[i]);
+      /* nvJitLink compiles PTX as it is added: the unknown option fails AddData. */
+      check((want.add[0] == 0) == (i < 2), "nvJitLink read the file", labels[i]);
+      free_run(&want);
+      free_run(&got);
+    }
+  } else {
+    check(0, "chdir to the work directory", workdir);
   }
   printf("cacheable cases: %d\n", cacheable);
   free(ptx);

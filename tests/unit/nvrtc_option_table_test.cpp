@@ -174,5 +174,21 @@ TEST(NvrtcOptionTable, Nvrtc13OptionsAreKnownAndCoveredByTheirFields) {
   }
 }
 
+// The drop-in's -Xptxas=VALUE (and --ptxas-options=VALUE) reach the key as ptxas_options, whose
+// check bypasses those that name files (issue 39): the option array alone cannot tell.
+TEST(DropinNvrtcOptions, PtxasOptionsReachTheKeysFileCheck) {
+  const auto parsed = parse({"-arch=sm_90", "-Xptxas=-optf=opts.txt", "--ptxas-options=-v",
+                             "-Xptxas=--options-file=rel/opts.txt"});
+  ASSERT_EQ(parsed.bypass, "");
+  EXPECT_EQ(parsed.fields.ptxas_options,
+            (std::vector<std::string>{"-optf=opts.txt", "-v", "--options-file=rel/opts.txt"}));
+  EXPECT_TRUE(
+      contains(detail::ptxas_arguments_name_files(parsed.fields.ptxas_options), "opts.txt"));
+  const auto plain = parse({"-arch=sm_90", "-Xptxas=-v", "--ptxas-options=--maxrregcount=32"});
+  EXPECT_EQ(detail::ptxas_arguments_name_files(plain.fields.ptxas_options), "");
+  // A bare -Xptxas takes the next element, which the drop-in does not follow: it bypasses.
+  EXPECT_FALSE(parse({"-arch=sm_90", "-Xptxas", "-optf", "-Xptxas", "opts.txt"}).bypass.empty());
+}
+
 }  // namespace
 }  // namespace cucore
