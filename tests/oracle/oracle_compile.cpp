@@ -17,17 +17,25 @@
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
+#include "observe/compiler_observer.hpp"
 #include "oracle_case.hpp"
 
 int main(int argc, char** argv) {
   std::string cache_dir;
-  if (argc >= 3 && std::string(argv[1]) == "--cache") {
-    cache_dir = argv[2];
+  std::string observed_file;
+  for (;;) {
+    if (argc >= 3 && std::string(argv[1]) == "--cache") {
+      cache_dir = argv[2];
+    } else if (argc >= 3 && std::string(argv[1]) == "--observed") {
+      observed_file = argv[2];
+    } else {
+      break;
+    }
     argv += 2;
     argc -= 2;
   }
   if (argc != 2 && argc != 3) {
-    std::cerr << "usage: oracle_compile [--cache DIR] CASE.json [OUTPUT]\n";
+    std::cerr << "usage: oracle_compile [--cache DIR] [--observed FILE] CASE.json [OUTPUT]\n";
     return 2;
   }
   try {
@@ -40,8 +48,28 @@ int main(int argc, char** argv) {
     cucore::program program(c.code, cucore::source_type::cxx, cucore::oracle::options_of(c));
     std::optional<cucore::file_stream_program_cache> cache;
     if (!cache_dir.empty()) cache.emplace(cache_dir);
-    const cucore::object_code out = program.compile(cucore::oracle::target_of(c),
-                                                    c.name_expressions, cache ? &*cache : nullptr);
+    // --observed FILE: what cucore's observation of the compile saw, a line per input ("CALL
+    // FOUND PATH"), for the oracle to hold against the tracer's view.
+    std::optional<cucore::detail::compiler_observation> watch;
+    if (!observed_file.empty()) watch.emplace();
+    const auto write_observed = [&] {
+      if (!watch) return;
+      std::ofstream file(observed_file);
+      for (const auto& in : watch->finish().inputs) {
+        file << cucore::detail::to_string(in.call) << ' ' << (in.found ? 1 : 0) << ' ' << in.name
+             << '\n';
+      }
+    };
+    std::optional<cucore::object_code> compiled;
+    try {
+      compiled = program.compile(cucore::oracle::target_of(c), c.name_expressions,
+                                 cache ? &*cache : nullptr);
+    } catch (const cucore::compile_error&) {
+      write_observed();
+      throw;
+    }
+    write_observed();
+    const cucore::object_code& out = *compiled;
     if (cache) std::cout << cucore::to_string(program.last_cache_outcome()) << '\n';
     if (argc == 3) {
       std::ofstream file(argv[2], std::ios::binary);

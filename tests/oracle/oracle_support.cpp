@@ -194,6 +194,7 @@ file_accesses trace_compile(const oracle_case& c, const fs::path& scratch, const
   fs::create_directories(scratch);
   const fs::path case_file = scratch / "case.json";
   const fs::path trace_file = scratch / "trace.txt";
+  const fs::path observed_file = scratch / "observed.txt";
   {
     std::ofstream out(case_file, std::ios::binary);
     out << nlohmann::json(c).dump();
@@ -218,10 +219,23 @@ file_accesses trace_compile(const oracle_case& c, const fs::path& scratch, const
                                    "-o",
                                    trace_file.string(),
                                    CUCORE_ORACLE_COMPILE,
+                                   "--observed",
+                                   observed_file.string(),
                                    case_file.string()};
   if (!output.empty()) argv.push_back(output.string());
   file_accesses seen;
   seen.exit_status = run_process(argv, {}, seen.errors);
+  // What cucore's own observation of the compile saw (the store gate's input): every access the
+  // tracer sees must be in it.
+  if (std::ifstream observed(observed_file); observed) {
+    std::string call, found, path;
+    while (observed >> call >> found && std::getline(observed >> std::ws, path)) {
+      if (call == "open" && found == "1") seen.observed_read.insert(path);
+      if (found == "0" && call != "getenv") seen.observed_absent.insert(path);
+    }
+  } else {
+    seen.errors += "\noracle_compile wrote no observation";
+  }
   const std::string scratch_prefix = normalized(scratch.string(), fs::current_path()) + "/";
   std::ifstream in(trace_file);
   if (!in) throw std::runtime_error("strace wrote no trace: " + seen.errors);
@@ -352,11 +366,13 @@ oracle_report compare(const oracle_case& c, const file_accesses& seen, const tra
     if (!in_roots(p) || normalized(c.name, c.cwd) == p) continue;
     ++r.read;
     if (tracked.files.count(p) == 0) r.untracked_reads.push_back(p);
+    if (seen.observed_read.count(p) == 0) r.unobserved.push_back("read " + p);
   }
   for (const auto& p : seen.absent) {
     if (!in_roots(p) || is_harmless(p)) continue;
     ++r.probed_absent;
     if (tracked.absent.count(p) == 0) r.untracked_absent.push_back(p);
+    if (seen.observed_absent.count(p) == 0) r.unobserved.push_back("probed " + p);
   }
   r.tracked_files = tracked.files.size();
   r.tracked_absent = tracked.absent.size();
@@ -375,6 +391,9 @@ std::string oracle_report::describe() const {
   }
   for (const auto& p : untracked_absent) {
     if (shown++ < 40) out << "\n  probed, not tracked: " << p;
+  }
+  for (const auto& p : unobserved) {
+    if (shown++ < 60) out << "\n  not seen by the store gate's observation: " << p;
   }
   return out.str();
 }

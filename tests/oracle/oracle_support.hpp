@@ -26,8 +26,11 @@ namespace cucore::oracle {
 struct file_accesses {
   std::set<std::string> read;    // regular files opened
   std::set<std::string> absent;  // paths probed (open, stat, access, ...) and not there
-  int exit_status = -1;          // oracle_compile's: 0 compiled, 1 compile error
-  std::string errors;            // its standard error
+  // What cucore's observation of the same compile saw (src/observe/): opened, and not found.
+  std::set<std::string> observed_read;
+  std::set<std::string> observed_absent;
+  int exit_status = -1;  // oracle_compile's: 0 compiled, 1 compile error
+  std::string errors;    // its standard error
 };
 
 // Runs oracle_compile on `c` under strace; `scratch` holds the case file and the trace.
@@ -52,7 +55,11 @@ struct oracle_report {
   std::size_t tracked_files = 0;
   std::size_t tracked_absent = 0;
   double ratio = 0;  // tracked files / files read
-  bool holds() const { return untracked_reads.empty() && untracked_absent.empty(); }
+  // Accesses the tracer saw that the compile's observation (the store gate's input) did not.
+  std::vector<std::string> unobserved;
+  bool holds() const {
+    return untracked_reads.empty() && untracked_absent.empty() && unobserved.empty();
+  }
   std::string describe() const;  // for a failure message
 };
 

@@ -395,6 +395,59 @@ TEST_F(CompileServer, TheCacheStoresTheSameKeyAndAHitNeverReachesTheServer) {
   EXPECT_TRUE(std::equal(b.code().begin(), b.code().end(), a.code().begin()));
 }
 
+// Issue 39, class 4: a compile that reads its worker's own process view (a probe of /dev/stdin or
+// /proc/self/fd/0, a procfs file whose contents are the host's) is refused by the worker: the
+// client compiles it with its own view, as without a server, and nothing is stored.
+TEST_F(CompileServer, AProcessViewInputIsTheClientsToCompileAndIsNeverStored) {
+  server_process server(dir_, 1);
+  const std::vector<std::string> codes = {
+      "#if __has_include(\"/dev/stdin\")\n__device__ int val = 2;\n#else\n"
+      "__device__ int val = 1;\n#endif\nextern \"C\" __global__ void k(int* p) { *p = val; }\n",
+      "#if __has_include(\"/proc/self/fd/0\")\n__device__ int val = 2;\n#else\n"
+      "__device__ int val = 1;\n#endif\nextern \"C\" __global__ void k(int* p) { *p = val; }\n",
+      "__device__ int\n#include \"/proc/sys/kernel/ostype\"\n= 1;\n"
+      "extern \"C\" __global__ void k(int* p) { *p = 1; }\n"};
+  for (const auto& code : codes) {
+    program local(code, source_type::cxx, options_with(compile_server_mode::off));
+    const object_code expected = local.compile(code_type::ptx);
+    in_memory_program_cache cache;
+    for (int i = 0; i < 2; ++i) {
+      const std::uint64_t before = server.requests();
+      program served(code, source_type::cxx, options_with(compile_server_mode::on));
+      const object_code got = served.compile(code_type::ptx, {}, &cache);
+      EXPECT_EQ(server.requests(), before + 1) << code;  // asked, and refused
+      EXPECT_EQ(masked(got.text()), masked(expected.text())) << code;
+      EXPECT_EQ(served.last_cache_outcome(), cache_outcome::miss) << code;
+      ASSERT_TRUE(served.last_store_refusal()) << code;
+      EXPECT_EQ(served.last_store_refusal()->reason, cache_skip_reason::process_view_input);
+    }
+  }
+}
+
+// What a worker's compile read travels back to the client (its store gate): a header it read is
+// seen by the client's observation, and the result is stored.
+TEST_F(CompileServer, TheWorkersObservationsReachTheClientsGate) {
+  server_process server(dir_, 1);
+  const fs::path header = tmp_.path() / "served.cuh";
+  std::ofstream(header) << "#pragma once\nconstexpr int served_value = 5;\n";
+  std::this_thread::sleep_for(50ms);  // older than its timestamps' granularity
+  program_options o = options_with(compile_server_mode::on, (tmp_.path() / "k.cu").string());
+  const std::string code =
+      "#include \"served.cuh\"\nextern \"C\" __global__ void k(int* p) { *p = served_value; }\n";
+  in_memory_program_cache cache;
+  const std::uint64_t before = server.requests();
+  program served(code, source_type::cxx, o);
+  detail::compiler_observation watch;
+  (void)served.compile(code_type::ptx, {}, &cache);
+  const detail::observed_inputs seen = watch.finish();
+  EXPECT_EQ(server.requests(), before + 1);
+  EXPECT_TRUE(std::any_of(seen.inputs.begin(), seen.inputs.end(), [&](const auto& in) {
+    return in.call == detail::observed_call::open && in.name == header.string();
+  }));
+  EXPECT_FALSE(served.last_store_refusal());
+  EXPECT_TRUE(served.last_stored());
+}
+
 TEST_F(CompileServer, NoServerCompilesInProcess) {
   // auto: none runs, none is started.
   program a(small_kernel(2), source_type::cxx, options_with(compile_server_mode::automatic));
@@ -897,6 +950,31 @@ TEST(Wire, RawCompileRepliesRoundTrip) {
   EXPECT_THROW(server::decode_raw_reply(bytes), server::wire_error);
   bytes[8] = 31;
   EXPECT_EQ(static_cast<int>(server::decode_raw_reply(bytes).record.ptx.size_code), 31);
+}
+
+TEST(Wire, ObservedInputsRoundTripInBothReplies) {
+  detail::observed_inputs seen;
+  seen.inputs = {{detail::observed_call::open, true, "/a/b.h"},
+                 {detail::observed_call::stat, false, "/a/c.stdh"},
+                 {detail::observed_call::getenv, false, "NVRTC_APPEND_FLAGS"}};
+  server::compile_reply a;
+  a.observed = seen;
+  const std::string bytes = server::encode(a);
+  EXPECT_TRUE(server::decode_reply(bytes).observed.inputs == seen.inputs);
+  EXPECT_EQ(server::encode(server::decode_reply(bytes)), bytes);
+  server::raw_compile_reply raw;
+  raw.observed = seen;
+  raw.observed.unobserved = "why not";
+  const std::string raw_bytes = server::encode(raw);
+  const auto back = server::decode_raw_reply(raw_bytes);
+  EXPECT_TRUE(back.observed.inputs == seen.inputs);
+  EXPECT_EQ(back.observed.unobserved, "why not");
+  // A call kind past the last one is refused (the gate would not know it).
+  std::string bad = bytes;
+  const std::size_t calls = bad.size() - (3 * 16 + 6 + 9 + 18);  // u32 call, u32 found, u64 length
+  ASSERT_EQ(static_cast<unsigned char>(bad[calls]), 0u);         // the first input's call: open
+  bad[calls] = 9;
+  EXPECT_THROW(server::decode_reply(bad), server::wire_error);
 }
 
 TEST(Wire, AnUnknownPchStatusNamesItsField) {
