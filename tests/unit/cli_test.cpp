@@ -2283,6 +2283,36 @@ TEST_F(Cache, StatsTrimClear) {
   EXPECT_TRUE(contains(r.err, "--max-size")) << r.err;
 }
 
+// --ptxas-options naming an options file (a relative path; issue 39): ptxas reads it and the key
+// does not, so the compile runs without the cache (option_file), and each edit of the file gives
+// what ptxas makes of it.
+TEST_F(Cache, PtxasOptionsFileCompilesWithoutTheCache) {
+  file("t.cu", "extern \"C\" __global__ void k(int* o) { o[0] = 47; }\n");
+  file("ptxas.opts", "--maxrregcount=32\n");
+  const std::vector<std::string> args = {
+      "compile", "t.cu", "--arch", kArch, "--target", "cubin", "--ptxas-options=-optf=ptxas.opts",
+      "--json"};
+  for (int round = 0; round < 2; ++round) {
+    const json j = json_of(args);
+    EXPECT_EQ(j["cache"].string, "skipped");
+    EXPECT_TRUE(j["cache_skip_reason"].string.starts_with("option_file: "))
+        << j["cache_skip_reason"].string;
+    EXPECT_TRUE(contains(j["cache_skip_reason"].string, "ptxas.opts"))
+        << j["cache_skip_reason"].string;
+  }
+  file("ptxas.opts", "--no-such-ptxas-option\n");
+  const run_result r = cucore(args);
+  EXPECT_NE(r.status, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out + r.err, "no-such-ptxas-option")) << describe(r);
+  const json s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["skips"]["option_file"].number, 3);
+  EXPECT_EQ(json_of({"cache", "stats", "--json"})["entries"].number, 0);
+  // An ordinary ptxas option goes through the cache: no skip.
+  const std::vector<std::string> plain = {
+      "compile", "t.cu", "--arch", kArch, "--target", "cubin", "--ptxas-options=-v", "--json"};
+  EXPECT_EQ(json_of(plain)["cache"].string, "miss");
+}
+
 // A header modified less than its timestamp granularity before the key was made (here: an mtime in
 // the future, deterministically) is compiled but not stored; --json and the statistics say why.
 // Once its mtime is old and it has settled, the next compile stores.
