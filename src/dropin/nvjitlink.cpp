@@ -28,6 +28,8 @@
 #include "cucore/cache/single_flight.hpp"
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
+#include "key/observation_gate.hpp"
+#include "observe/compiler_observer.hpp"
 #include "loader/libraries.hpp"
 #include "program/nvrtc_option_table.hpp"
 
@@ -292,13 +294,24 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
 
   bool linked = false;
   nvJitLinkResult real_result = NVJITLINK_SUCCESS;
+  // What the link read is observed: with no file in its key, it is stored only if it read
+  // none, and no variable outside the compilers' table (key/observation_gate.hpp).
+  std::optional<detail::observed_inputs> seen;
   auto compile = [&]() -> object_code {
     linked = true;
+    detail::compiler_observation watch;
     real_result = forward();
+    seen = watch.finish();
     if (real_result != NVJITLINK_SUCCESS) throw real_link_failed{};
     return object_code(code_type::object, serialize(record(r, handle)), "cucore run: nvJitLink");
   };
   auto store = [&](const object_code& code) {
+    if (const auto refusal =
+            detail::check_observed_inputs(seen ? *seen : detail::unobserved_compile(), {})) {
+      dropin::note(log_level::info, "not storing a link: " + refusal->message);
+      dropin::record_skip(refusal->reason);
+      return;
+    }
     try {
       cache->put(key, code);
     } catch (const std::exception& e) {

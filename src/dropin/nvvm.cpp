@@ -22,6 +22,8 @@
 #include "cucore/cache/single_flight.hpp"
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
+#include "key/observation_gate.hpp"
+#include "observe/compiler_observer.hpp"
 #include "loader/libraries.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -252,9 +254,14 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
 
   bool compiled = false;
   nvvmResult real_result = NVVM_SUCCESS;
+  // What the compile read is observed: with no file in its key, it is stored only if it read
+  // none, and no variable outside the compilers' table (key/observation_gate.hpp).
+  std::optional<detail::observed_inputs> seen;
   auto compile = [&]() -> object_code {
     compiled = true;
+    detail::compiler_observation watch;
     real_result = forward();
+    seen = watch.finish();
     if (real_result != NVVM_SUCCESS) throw real_compile_failed{};
     recorded_compile c;
     c.outputs[0] = record_output(prog, api.nvvmGetCompiledResultSize, api.nvvmGetCompiledResult);
@@ -262,6 +269,12 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
     return object_code(code_type::object, serialize(c), "cucore run: libNVVM");
   };
   auto store = [&](const object_code& code) {
+    if (const auto refusal =
+            detail::check_observed_inputs(seen ? *seen : detail::unobserved_compile(), {})) {
+      dropin::note(log_level::info, "not storing an NVVM compile: " + refusal->message);
+      dropin::record_skip(refusal->reason);
+      return;
+    }
     try {
       cache->put(key, code);
     } catch (const std::exception& e) {

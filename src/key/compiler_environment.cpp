@@ -59,6 +59,10 @@ constexpr std::array kTable{
                          "measured: outputs unchanged (NVRTC 13.5; OpenSSL's CPU feature mask)"},
     environment_variable{"LLVM_IGNORED_ENV_VAR", harmless,
                          "measured: outputs unchanged (NVRTC 13.5)"},
+    // Read in PCH mode (the store gate's observation): where the front end makes its scratch
+    // file (created and unlinked at once); the context oracle changes it: outputs unchanged.
+    environment_variable{"TMPDIR", harmless,
+                         "measured: outputs unchanged (NVRTC 13.0, PCH mode's scratch file)"},
 };
 
 }  // namespace

@@ -402,6 +402,7 @@ struct program_cache_key::details {
   // What else the observation gate needs (check_store(observed_inputs)).
   std::string program_name;
   std::vector<std::string> memory_headers;
+  bool extra_digest = false;
   mutable std::once_flag rendered;
   mutable std::vector<key_field> all;
 
@@ -520,6 +521,7 @@ std::optional<store_refusal> program_cache_key::check_store(
     coverage.walk = details_->walk.get();
     coverage.program_name = details_->program_name;
     coverage.memory_headers = details_->memory_headers;
+    coverage.extra_digest = details_->extra_digest;
   }
   return detail::check_observed_inputs(seen, coverage);
 }
@@ -712,6 +714,7 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   details->walk_started_ns = walk.started_ns;
   details->program_name = options.name;
   for (const auto& header : options.headers) details->memory_headers.push_back(header.name);
+  details->extra_digest = in.extra_digest.has_value();
   return program_cache_key(d, std::move(details));
 }
 

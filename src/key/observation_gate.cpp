@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
@@ -94,6 +95,10 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
     if (directories.empty()) {
       directories.insert(cwd);
       directories.insert("/");
+      // NVRTC stats $PWD beside getcwd() (a variable of the table: measured harmless).
+      if (const char* pwd = std::getenv("PWD"); pwd != nullptr && pwd[0] == '/') {
+        directories.insert(normalized(pwd, cwd));
+      }
       add_ancestors(program);
       for (const auto& p : covered) add_ancestors(p);
     }
@@ -130,6 +135,7 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
         for (const auto& h : key.memory_headers) memory_header |= normalized(h, cwd) == in.name;
         if (probe && memory_header) break;
         if (probe && in.found && is_covered_directory(in.name)) break;
+        if (key.extra_digest) break;
         return unkeyed(std::string(in.found ? "" : "(found absent) ") + in.name + " (" +
                            std::string(to_string(in.call)) + ")",
                        in.name);

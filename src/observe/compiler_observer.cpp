@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,11 +140,48 @@ void record_path(observed_call call, bool found, const char* path) {
   record(call, found, path != nullptr && path[0] != '\0' ? absolute(path) : std::string());
 }
 
-void record_effect(const char* function, const char* path) {
+// A side effect: "FUNCTION PATH" (the path made absolute), or "FUNCTION COMMAND".
+void record_effect(const char* function, const char* path, bool is_path = true) {
   if (open_count.load(std::memory_order_acquire) == 0) return;
   std::string name = function;
-  if (path != nullptr) name.append(" ").append(path);
+  if (path != nullptr && path[0] != '\0') name.append(" ").append(is_path ? absolute(path) : path);
   record(observed_call::side_effect, true, std::move(name));
+}
+
+// The compile's own scratch files: a file it created (opened for writing, creat, mkstemp) and
+// removed again (unlink, remove), absent now. NVRTC's front end makes one in TMPDIR in PCH mode
+// (measured: /tmp/edg0_PID created, unlinked at once, used through its descriptor). Every input
+// about such a path is dropped: its contents were the compile's own.
+void drop_scratch_files(std::vector<observed_input>& inputs) {
+  std::set<std::string> created, removed;
+  for (const auto& in : inputs) {
+    if (in.call != observed_call::side_effect) continue;
+    const auto space = in.name.find(' ');
+    if (space == std::string::npos || in.name.compare(space + 1, 1, "/") != 0) continue;
+    const std::string_view function(in.name.data(), space);
+    const std::string path = in.name.substr(space + 1);
+    if (function == "fopen" || function == "freopen" || function == "open" ||
+        function == "openat" || function == "creat" || function == "mkstemp") {
+      created.insert(path);
+    } else if (function == "unlink" || function == "remove") {
+      removed.insert(path);
+    }
+  }
+  std::set<std::string> scratch;
+  for (const auto& path : created) {
+    struct stat st {};
+    if (removed.count(path) != 0 && ::lstat(path.c_str(), &st) != 0) scratch.insert(path);
+  }
+  if (scratch.empty()) return;
+  const auto about_scratch = [&](const observed_input& in) {
+    if (in.call == observed_call::getenv || in.call == observed_call::getcwd) return false;
+    const auto space = in.name.find(' ');
+    const std::string path = in.call == observed_call::side_effect && space != std::string::npos
+                                 ? in.name.substr(space + 1)
+                                 : in.name;
+    return scratch.count(path) != 0;
+  };
+  inputs.erase(std::remove_if(inputs.begin(), inputs.end(), about_scratch), inputs.end());
 }
 
 bool fopen_writes(const char* mode) {
@@ -336,8 +374,9 @@ int rename_(const char* from, const char* to) {
   return std::rename(from, to);
 }
 int mkstemp_(char* templ) {
-  record_effect("mkstemp", templ);
-  return ::mkstemp(templ);
+  const int fd = ::mkstemp(templ);
+  record_effect("mkstemp", templ);  // the name it made
+  return fd;
 }
 int execv_(const char* path, char* const argv[]) {
   record_effect("execv", path);
@@ -348,11 +387,11 @@ int execve_(const char* path, char* const argv[], char* const envp[]) {
   return ::execve(path, argv, envp);
 }
 int execvp_(const char* file, char* const argv[]) {
-  record_effect("execvp", file);
+  record_effect("execvp", file, false);
   return ::execvp(file, argv);
 }
 int system_(const char* command) {
-  record_effect("system", command);
+  record_effect("system", command, false);
   return std::system(command);
 }
 pid_t fork_() {
@@ -360,7 +399,7 @@ pid_t fork_() {
   return ::fork();
 }
 FILE* popen_(const char* command, const char* type) {
-  record_effect("popen", command);
+  record_effect("popen", command, false);
   return ::popen(command, type);
 }
 int connect_(int fd, const struct sockaddr* addr, socklen_t len) {
@@ -482,6 +521,7 @@ observed_inputs compiler_observation::finish() {
   }
   std::sort(out.inputs.begin(), out.inputs.end());
   out.inputs.erase(std::unique(out.inputs.begin(), out.inputs.end()), out.inputs.end());
+  drop_scratch_files(out.inputs);
   return out;
 }
 

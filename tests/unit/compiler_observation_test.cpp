@@ -229,3 +229,16 @@ TEST_F(CompilerObservation, NestedObservationsAndAddedInputs) {
   }
   EXPECT_TRUE(saw(outer.finish(), observed_call::open, "/served/header.h"));
 }
+
+// NVRTC's front end writes the pre-include list to a file of its own in TMPDIR and reads it back
+// (measured: /tmp/edg0_NNNNN): the compile's own scratch, not an input, so the result is stored.
+TEST_F(CompilerObservation, APreIncludeCompileIsStored) {
+  write(dir_ / "pre.h", "#pragma once\nconstexpr int pre_value = 4;\n");
+  auto o = sm90();
+  o.name = (dir_ / "k.cu").string();
+  o.pre_include = {(dir_ / "pre.h").string()};
+  const auto c = compile_observed("extern \"C\" __global__ void k(int* p) { *p = pre_value; }", o);
+  ASSERT_TRUE(c.compiled);
+  EXPECT_EQ(refusal_text(c.key.check_store(c.seen)), "stored") << describe(c.seen);
+  if (std::getenv("CUCORE_SHOW_OBSERVED") != nullptr) std::fprintf(stderr, "%s", describe(c.seen).c_str());
+}
