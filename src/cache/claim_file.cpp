@@ -1,4 +1,5 @@
 #include "cache/claim_file.hpp"
+#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -73,7 +74,8 @@ class inotify_pool {
         return fd;
       }
     }
-    return posix::unique_fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    return posix::unique_fd(
+        detail::off_standard_streams(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)));
   }
   static void give(posix::unique_fd fd, std::initializer_list<int> watches) noexcept {
     if (!fd) return;

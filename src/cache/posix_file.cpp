@@ -1,4 +1,5 @@
 #include "cache/posix_file.hpp"
+#include "common/descriptors.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -38,7 +39,7 @@ unique_fd open_file(const char* path, int flags, mode_t mode, std::error_code& e
 unique_fd open_file_at(int dir_fd, const char* name, int flags, mode_t mode,
                        std::error_code& ec) noexcept {
   for (;;) {
-    const int fd = ::openat(dir_fd, name, flags | O_CLOEXEC, mode);
+    const int fd = detail::off_standard_streams(::openat(dir_fd, name, flags | O_CLOEXEC, mode));
     if (fd >= 0) {
       ec.clear();
       return unique_fd(fd);

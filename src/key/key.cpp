@@ -714,7 +714,12 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
   details->walk_started_ns = walk.started_ns;
   details->program_name = options.name;
   for (const auto& header : options.headers) details->memory_headers.push_back(header.name);
-  details->extra_digest = in.extra_digest.has_value();
+  // The extra_digest vouches for files only where the key asked for one because of them (a
+  // drop-in's digest of its verbatim options vouches for nothing).
+  details->extra_digest =
+      in.extra_digest.has_value() &&
+      (options.pch.value_or(false) || options.use_pch || options.pch_dir ||
+       options.use_libdevice.value_or(false) || !details->includes.vouched.empty());
   return program_cache_key(d, std::move(details));
 }
 

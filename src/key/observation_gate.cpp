@@ -43,6 +43,13 @@ std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// The directory part of an absolute path ("/" for a name in the root).
+std::string_view base_name_dir(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos || slash == 0 ? std::string_view("/")
+                                                       : path.substr(0, slash);
+}
+
 store_refusal unkeyed(std::string what, std::string name) {
   return store_refusal{cache_skip_reason::unkeyed_input, name,
                        "the compiler read " + what +
@@ -123,18 +130,30 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
       case observed_call::lstat:
       case observed_call::opendir: {
         if (covered.count(in.name) != 0) break;
-        // Statted, never opened (traced): the program's own name, NVRTC's two probes in the
-        // working directory, the names of in-memory headers.
+        // Statted, never opened (traced): the program's own name, the names of in-memory
+        // headers, and NVRTC's probes in the working directory (or the program's): its two
+        // internal names, and NVRTC 13.5's cuda_tile.h (measured: statted in every Tile compile,
+        // never opened, a file there holding #error changes nothing).
         const auto base = base_name(in.name);
+        const std::string_view parent = base_name_dir(in.name);
         const bool probe = in.call == observed_call::stat || in.call == observed_call::lstat;
-        if (probe && (in.name == program || base == "__nv_nvrtc_builtin_header.h" ||
-                      base == "__nv_name_map")) {
+        const bool beside = parent == cwd || parent == base_name_dir(program);
+        if (probe && (in.name == program ||
+                      (beside && (base == "__nv_nvrtc_builtin_header.h" ||
+                                  base == "__nv_name_map" || base == "cuda_tile.h")))) {
           break;
         }
         bool memory_header = false;
         for (const auto& h : key.memory_headers) memory_header |= normalized(h, cwd) == in.name;
         if (probe && memory_header) break;
         if (probe && in.found && is_covered_directory(in.name)) break;
+        // NVRTC 13.3+'s --use-bundled-headers=DIR protocol, in a directory the key searches: it
+        // flocks DIR/.nvrtc_install.lock (never reads it) and reads DIR/.nvrtc_headers_version,
+        // which matched its own version (else it would reinstall: a side effect, refused).
+        if ((base == ".nvrtc_install.lock" || base == ".nvrtc_headers_version") &&
+            is_covered_directory(std::string(parent))) {
+          break;
+        }
         if (key.extra_digest) break;
         return unkeyed(std::string(in.found ? "" : "(found absent) ") + in.name + " (" +
                            std::string(to_string(in.call)) + ")",

@@ -19,9 +19,9 @@ struct key_coverage {
   const walk_manifest* walk = nullptr;      // every path the include walk stat'd; null: none
   std::string program_name;                 // options.name (NVRTC stats it, never reads it)
   std::vector<std::string> memory_headers;  // in-memory headers' names (NVRTC may stat them)
-  // The caller's extra_digest vouches for files the key cannot see (PCH files, libdevice, what a
-  // macro include reads): a file outside the walk is then accepted; a process-view input and a
-  // variable outside the table are not.
+  // An extra_digest the key required (PCH options, libdevice, a macro include it could not work
+  // out) vouches for files the key cannot see: a file outside the walk is then accepted; a
+  // process-view input and a variable outside the table are not.
   bool extra_digest = false;
 };
 

@@ -204,7 +204,7 @@ extern "C" {
 FILE* fopen_(const char* path, const char* mode) {
   FILE* f = std::fopen(path, mode);
   if (fopen_writes(mode)) {
-    record_effect("fopen", path);
+    if (f != nullptr) record_effect("fopen", path);
   } else {
     record_path(observed_call::open, f != nullptr, path);
   }
@@ -229,9 +229,14 @@ int open_(const char* path, int flags, ...) {
     mode = static_cast<mode_t>(va_arg(ap, int));
     va_end(ap);
   }
+  // O_CREAT alone on a file that exists creates nothing: NVRTC 13.3+ opens its bundled headers'
+  // .nvrtc_install.lock so, to flock it (traced: no write). Observed as an open, not an effect.
+  const bool lock_style = (flags & (O_CREAT | O_TRUNC | O_APPEND | O_EXCL)) == O_CREAT &&
+                          (flags & O_TMPFILE) != O_TMPFILE && path != nullptr &&
+                          ::access(path, F_OK) == 0;
   const int fd = ::open(path, flags, mode);
-  if (open_writes(flags)) {
-    record_effect("open", path);
+  if (open_writes(flags) && !lock_style) {
+    if (fd >= 0) record_effect("open", path);
   } else if ((flags & O_DIRECTORY) != 0) {
     record_path(observed_call::opendir, fd >= 0, path);
   } else {
@@ -350,28 +355,34 @@ char* getcwd_(char* buf, size_t size) {
 }
 
 int chdir_(const char* path) {
-  record_effect("chdir", path);
-  return ::chdir(path);
+  const int r = ::chdir(path);
+  if (r == 0) record_effect("chdir", path);  // a call that failed changed nothing
+  return r;
 }
 int mkdir_(const char* path, mode_t mode) {
-  record_effect("mkdir", path);
-  return ::mkdir(path, mode);
+  const int r = ::mkdir(path, mode);
+  if (r == 0) record_effect("mkdir", path);  // a call that failed changed nothing
+  return r;
 }
 int unlink_(const char* path) {
-  record_effect("unlink", path);
-  return ::unlink(path);
+  const int r = ::unlink(path);
+  if (r == 0) record_effect("unlink", path);  // a call that failed changed nothing
+  return r;
 }
 int remove_(const char* path) {
-  record_effect("remove", path);
-  return std::remove(path);
+  const int r = std::remove(path);
+  if (r == 0) record_effect("remove", path);  // a call that failed changed nothing
+  return r;
 }
 int rmdir_(const char* path) {
-  record_effect("rmdir", path);
-  return ::rmdir(path);
+  const int r = ::rmdir(path);
+  if (r == 0) record_effect("rmdir", path);  // a call that failed changed nothing
+  return r;
 }
 int rename_(const char* from, const char* to) {
-  record_effect("rename", from);
-  return std::rename(from, to);
+  const int r = std::rename(from, to);
+  if (r == 0) record_effect("rename", from);
+  return r;
 }
 int mkstemp_(char* templ) {
   const int fd = ::mkstemp(templ);
@@ -540,7 +551,38 @@ const observed_inputs& unobserved_compile() {
   return none;
 }
 
-bool is_process_view_path(const std::string& path) {
+namespace {
+
+// Whether the file system of device `dev` (holding `path`) is a pseudo one, asked once per device
+// within one check.
+class pseudo_file_systems {
+ public:
+  bool holds(dev_t dev, const std::string& path) {
+    for (const auto& [d, pseudo] : known_) {
+      if (d == dev) return pseudo;
+    }
+    struct statfs fs {};
+    const bool pseudo = ::statfs(path.c_str(), &fs) != 0 || is_pseudo(static_cast<long>(fs.f_type));
+    known_.emplace_back(dev, pseudo);
+    return pseudo;
+  }
+
+ private:
+  static bool is_pseudo(long type) {
+    constexpr long kProc = 0x9fa0;
+    constexpr long kSysfs = 0x62656572;
+    constexpr long kDevpts = 0x1cd1;
+    constexpr long kDebugfs = 0x64626720;
+    constexpr long kTracefs = 0x74726163;
+    constexpr long kCgroup2 = 0x63677270;
+    constexpr long kCgroup = 0x27e0eb;
+    return type == kProc || type == kSysfs || type == kDevpts || type == kDebugfs ||
+           type == kTracefs || type == kCgroup2 || type == kCgroup;
+  }
+  std::vector<std::pair<dev_t, bool>> known_;
+};
+
+bool process_view_path(const std::string& path, pseudo_file_systems& file_systems) {
   for (const std::string_view root : {"/proc", "/sys", "/dev"}) {
     if (path.size() >= root.size() && path.compare(0, root.size(), root) == 0 &&
         (path.size() == root.size() || path[root.size()] == '/')) {
@@ -550,30 +592,28 @@ bool is_process_view_path(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;               // absent: what a probe found
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return true;  // FIFO, device, socket
-  struct statfs fs {};
-  if (::statfs(path.c_str(), &fs) != 0) return true;
-  constexpr long kProc = 0x9fa0;
-  constexpr long kSysfs = 0x62656572;
-  constexpr long kDevpts = 0x1cd1;
-  constexpr long kDebugfs = 0x64626720;
-  constexpr long kTracefs = 0x74726163;
-  constexpr long kCgroup2 = 0x63677270;
-  constexpr long kCgroup = 0x27e0eb;
-  const long type = static_cast<long>(fs.f_type);
-  return type == kProc || type == kSysfs || type == kDevpts || type == kDebugfs ||
-         type == kTracefs || type == kCgroup2 || type == kCgroup;
+  return file_systems.holds(st.st_dev, path);  // procfs, sysfs, ... mounted elsewhere
+}
+
+}  // namespace
+
+bool is_process_view_path(const std::string& path) {
+  pseudo_file_systems file_systems;
+  return process_view_path(path, file_systems);
 }
 
 const observed_input* first_process_view_input(const observed_inputs& seen) {
+  pseudo_file_systems file_systems;
+  const auto is_process_view_path = [&](const std::string& path) {
+    return process_view_path(path, file_systems);
+  };
+  // Found or not: whether /dev/stdin or /proc/self/fd/0 opens is this process's answer too
+  // (measured: with stdin closed, NVRTC's __has_include("/dev/stdin") is false).
   for (const auto& in : seen.inputs) {
     if (in.call == observed_call::side_effect) return &in;
-    if ((in.call == observed_call::open || in.call == observed_call::opendir) && in.found &&
+    if (in.call != observed_call::getenv && in.call != observed_call::getcwd &&
         is_process_view_path(in.name)) {
       return &in;
-    }
-    if ((in.call == observed_call::stat || in.call == observed_call::lstat) &&
-        is_process_view_path(in.name)) {
-      return &in;  // a probe of a per-process name (/dev/stdin, /proc/self/fd/0): its answer is too
     }
   }
   return nullptr;

@@ -1,4 +1,5 @@
 #include "program/auto_pch.hpp"
+#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -383,7 +384,8 @@ class registry {
       return false;
     }
     const fs::path root = templ;
-    const int fd = ::open((root / "owner.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    const int fd = detail::off_standard_streams(
+        ::open((root / "owner.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       if (fd >= 0) ::close(fd);
       fs::remove_all(root, ec);
@@ -411,7 +413,8 @@ class registry {
       if (!name.starts_with("cucore-pch-")) continue;
       std::error_code e2;
       if (!d->is_directory(e2) || d->is_symlink(e2)) continue;
-      const int fd = ::open((d->path() / "owner.lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      const int fd = detail::off_standard_streams(
+          ::open((d->path() / "owner.lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
       if (fd < 0) continue;  // not made by cucore (or not yet locked): left alone
       if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
         fs::remove_all(d->path(), e2);

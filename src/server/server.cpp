@@ -1,5 +1,6 @@
 // The compile server: its private directory, the listening process and its worker processes.
 #include "cucore/server.hpp"
+#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -275,7 +276,8 @@ class compile_server {
 bool compile_server::acquire_lock() {
   const fs::path path = lock_path(settings_.directory);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    unique_fd fd(detail::off_standard_streams(
+        ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)));
     if (!fd && errno == ENOENT) {  // a server exiting at that moment removed the directory
       prepare_compile_server_directory(settings_.directory);
       continue;
@@ -767,7 +769,8 @@ int compile_server::run(int ready_fd) {
   } cleanup{sock, lock, settings_.directory};
 
   ::unlink(sock.c_str());  // a server killed before it could remove its socket
-  listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  listen_fd_.reset(detail::off_standard_streams(
+      ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   if (!listen_fd_) throw error(errno_text("socket"));
   const sockaddr_un addr = socket_address(settings_.directory);
   const mode_t old_mask = ::umask(077);
@@ -869,7 +872,8 @@ unique_fd connect_to_server(const fs::path& dir, std::string& why) {
     why = problem;
     return {};
   }
-  unique_fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  unique_fd fd(detail::off_standard_streams(
+      ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)));
   if (!fd) {
     why = errno_text("socket");
     return {};

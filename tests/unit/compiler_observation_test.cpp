@@ -200,6 +200,11 @@ TEST_F(CompilerObservation, TheGateRefusesWhatNoKeyCovers) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->reason, cucore::cache_skip_reason::unkeyed_input);
   EXPECT_EQ(r->path, "CUCORE_NOT_A_COMPILER_VARIABLE");
+  // An absent answer about a per-process name is this process's answer too (stdin closed).
+  seen.inputs = {{observed_call::open, false, "/dev/stdin"}};
+  r = check_observed_inputs(seen, no_coverage());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, cucore::cache_skip_reason::process_view_input);
   seen.inputs = {{observed_call::side_effect, true, "fopen /tmp/written"}};
   r = check_observed_inputs(seen, no_coverage());
   ASSERT_TRUE(r);
@@ -240,5 +245,6 @@ TEST_F(CompilerObservation, APreIncludeCompileIsStored) {
   const auto c = compile_observed("extern \"C\" __global__ void k(int* p) { *p = pre_value; }", o);
   ASSERT_TRUE(c.compiled);
   EXPECT_EQ(refusal_text(c.key.check_store(c.seen)), "stored") << describe(c.seen);
-  if (std::getenv("CUCORE_SHOW_OBSERVED") != nullptr) std::fprintf(stderr, "%s", describe(c.seen).c_str());
+  if (std::getenv("CUCORE_SHOW_OBSERVED") != nullptr)
+    std::fprintf(stderr, "%s", describe(c.seen).c_str());
 }

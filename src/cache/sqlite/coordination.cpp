@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cache/sqlite/internal.hpp"
+#include "common/descriptors.hpp"
 
 namespace cucore {
 namespace detail::sqlite {
@@ -61,7 +62,8 @@ bool sqlite_program_cache::impl::acquire_shared_lock_locked() {
   if (lock_unusable || lock_shared) return true;
   if (lock_fd < 0) {
     const std::string lock_path = path + ".lock";
-    lock_fd = ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, modes.file);
+    lock_fd = detail::off_standard_streams(
+        ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, modes.file));
     if (lock_fd >= 0) (void)detail::trust::set_created_file_mode(lock_fd, modes);
     if (lock_fd < 0) {
       const int err = errno;
