@@ -203,6 +203,9 @@ compile_reply compiled_reply() {
   a.name = "scale.cu";
   a.symbols = {"scale<2>", "_Z5scaleILi2EEvPf", "scale<4>", "_Z5scaleILi4EEvPf"};
   a.tile_ir = std::string("tile ir\0bytes", 13);
+  a.observed.inputs = {{cucore::detail::observed_call::open, true, "/src/scale.cuh"},
+                       {cucore::detail::observed_call::stat, false, "/src/scale.stdh"},
+                       {cucore::detail::observed_call::getenv, false, "NVRTC_APPEND_FLAGS"}};
   return a;
 }
 
@@ -233,6 +236,8 @@ raw_compile_reply raw_reply_with_names() {
   r.pch_required = 0;
   r.tile =
       cucore::detail::nvrtc_output{NVRTC_SUCCESS, 7, NVRTC_SUCCESS, std::string("tile\0ir", 7)};
+  a.observed.unobserved = "NVRTC's imports could not be patched";
+  a.observed.inputs = {{cucore::detail::observed_call::getcwd, true, ""}};
   return a;
 }
 
