@@ -4,6 +4,8 @@
 // not Google Benchmark (each sample is a second or more).
 //
 //   observe_bench [--rounds N] [--corpus DIR]
+//   observe_bench --once plain|observed     one CUB compile (with the key and the gate), for
+//                                           valgrind --tool=callgrind's instruction counts
 //
 // Kernels: a CUB BlockReduce (the toolkit's CCCL) and the corpus's CuTe tiled copy (CUTLASS 4.2
 // from scripts/fetch-corpus.sh; default .cache/corpus under the source tree; skipped without it).
@@ -88,10 +90,32 @@ std::vector<kernel> kernels(const fs::path& corpus) {
 int main(int argc, char** argv) {
   int rounds = 5;
   fs::path corpus = fs::path(CUCORE_SOURCE_DIR) / ".cache" / "corpus";
+  std::string once;  // plain or observed: one compile of the CUB kernel, for an instruction count
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
     if (a == "--corpus") corpus = argv[i + 1];
+    if (a == "--once") once = argv[i + 1];
+  }
+  if (!once.empty()) {
+    // Under `valgrind --tool=callgrind`: the difference of the two runs' totals is what the
+    // observation and the gate cost, free of the machine's noise.
+    // Both make the key (a miss does), so that the difference is the observation and the gate.
+    const kernel k = kernels(corpus).front();
+    cucore::program p(k.code, cucore::source_type::cxx, k.options);
+    cucore::program_cache_key_inputs in;
+    in.code = k.code;
+    in.code_type = cucore::source_type::cxx;
+    in.options = k.options;
+    in.target = cucore::code_type::cubin;
+    const cucore::program_cache_key key = cucore::make_program_cache_key(in);
+    if (once == "plain") {
+      (void)p.compile(cucore::code_type::cubin);
+      return 0;
+    }
+    cucore::detail::compiler_observation watch;
+    (void)p.compile(cucore::code_type::cubin);
+    return key.check_store(watch.finish()) ? 1 : 0;
   }
   // CPU seconds per compile (medians), the median of each round's observed/plain ratio, the
   // gate's check alone (wall), and how many distinct inputs the observation held.

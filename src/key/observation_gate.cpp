@@ -20,24 +20,6 @@ std::string current_directory_or_root() {
   return buffer;
 }
 
-// As compiler_observation spells paths: absolute, without "//" and "/./", ".." kept.
-std::string normalized(const std::string& path, const std::string& cwd) {
-  std::string p = !path.empty() && path.front() == '/' ? path : cwd + "/" + path;
-  std::string out;
-  out.reserve(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;
-    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
-        (i + 1 == p.size() || p[i + 1] == '/')) {
-      ++i;
-      continue;
-    }
-    out += p[i];
-  }
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 std::string_view base_name(std::string_view path) {
   const auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -83,11 +65,13 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
   std::unordered_set<std::string> covered;
   if (key.walk != nullptr) {
     covered.reserve(key.walk->checks.size() * 2);
-    for (const auto& c : key.walk->checks) covered.insert(normalized(c.path, cwd));
+    for (const auto& c : key.walk->checks) covered.insert(absolute_path(c.path, cwd));
   }
+  std::unordered_set<std::string> memory_headers;
+  for (const auto& h : key.memory_headers) memory_headers.insert(absolute_path(h, cwd));
   // NVRTC names a program without a name "default_program".
   const std::string program =
-      normalized(key.program_name.empty() ? "default_program" : key.program_name, cwd);
+      absolute_path(key.program_name.empty() ? "default_program" : key.program_name, cwd);
   // Directories a stat may find: the working directory (NVRTC stats it with getcwd), the
   // program's, and those holding a path the walk checked (the search path's own).
   std::unordered_set<std::string> directories;
@@ -104,7 +88,7 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
       directories.insert("/");
       // NVRTC stats $PWD beside getcwd() (a variable of the table: measured harmless).
       if (const char* pwd = std::getenv("PWD"); pwd != nullptr && pwd[0] == '/') {
-        directories.insert(normalized(pwd, cwd));
+        directories.insert(absolute_path(pwd, cwd));
       }
       add_ancestors(program);
       for (const auto& p : covered) add_ancestors(p);
@@ -143,9 +127,7 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
                                   base == "__nv_name_map" || base == "cuda_tile.h")))) {
           break;
         }
-        bool memory_header = false;
-        for (const auto& h : key.memory_headers) memory_header |= normalized(h, cwd) == in.name;
-        if (probe && memory_header) break;
+        if (probe && memory_headers.count(in.name) != 0) break;
         if (probe && in.found && is_covered_directory(in.name)) break;
         // NVRTC 13.3+'s --use-bundled-headers=DIR protocol, in a directory the key searches: it
         // flocks DIR/.nvrtc_install.lock (never reads it) and reads DIR/.nvrtc_headers_version,

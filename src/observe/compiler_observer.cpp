@@ -103,31 +103,15 @@ void record(observed_call call, bool found, std::string name) {
   errno = saved;
 }
 
-// The path as NVRTC's ptxas and front end spell it, made absolute and without "//" and "/./"
-// (".." is kept: the kernel resolves it physically, through links, and so must a comparison).
+// A path the compiler gave, as the kernel resolves it now: against the working directory of this
+// moment when relative.
 std::string absolute(const char* path) {
-  std::string p;
-  if (path[0] != '/') {  // as the kernel resolves it now: the working directory of this moment
-    const int saved = errno;
-    char cwd[4096];
-    p = ::getcwd(cwd, sizeof cwd) != nullptr ? cwd : "/";
-    errno = saved;
-    p += '/';
-  }
-  p += path;
-  std::string out;
-  out.reserve(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;
-    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
-        (i + 1 == p.size() || p[i + 1] == '/')) {
-      ++i;
-      continue;
-    }
-    out += p[i];
-  }
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
+  if (path[0] == '/') return absolute_path(path, "/");
+  const int saved = errno;
+  char cwd[4096];
+  const bool known = ::getcwd(cwd, sizeof cwd) != nullptr;
+  errno = saved;
+  return absolute_path(path, known ? cwd : "/");
 }
 
 void record_name(observed_call call, bool found, const char* name) {
@@ -544,6 +528,25 @@ void compiler_observation::add_to_current(const observed_inputs& seen) {
       s->seen.push_back({observed_call::side_effect, true, "unobserved " + seen.unobserved});
     }
   }
+}
+
+std::string absolute_path(std::string_view path, std::string_view cwd) {
+  std::string p;
+  if (path.empty() || path.front() != '/') (p = cwd) += '/';
+  p += path;
+  std::string out;
+  out.reserve(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '/' && !out.empty() && out.back() == '/') continue;
+    if (p[i] == '.' && !out.empty() && out.back() == '/' &&
+        (i + 1 == p.size() || p[i + 1] == '/')) {
+      ++i;
+      continue;
+    }
+    out += p[i];
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
 }
 
 const observed_inputs& unobserved_compile() {

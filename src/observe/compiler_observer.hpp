@@ -79,6 +79,11 @@ class compiler_observation {
 // What a store gate is given for a compile that ran without an observation: nothing vouched for.
 const observed_inputs& unobserved_compile();
 
+// `path` as an observation spells it: made absolute against `cwd` when relative, without "//" and
+// "/./" (".." is kept: the kernel resolves it physically, through links, and so must a
+// comparison).
+std::string absolute_path(std::string_view path, std::string_view cwd);
+
 // Whether `path` (absolute) names something whose contents are per process or can change
 // without its identity changing: /proc, /sys, /dev (and what lies on procfs, sysfs or devtmpfs
 // elsewhere), or a file that is not a regular file. A compile that read one must not be stored,
