@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <optional>
 #include <span>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
@@ -72,12 +72,14 @@ class program {
   // the code can read (#include beside options.name, include_path, the toolkit's directories,
   // pre_include, in-memory headers) are tracked by the key; after a miss the result is stored only
   // if program_cache_key::check_store() allows it (every tracked header the same file as at the
-  // walk, none modified just before it), else returned unstored: last_store_refusal() says why,
+  // walk, none modified just before it, and every input the compile was observed reading covered
+  // by the key: docs/cache-keys.md, "Observed inputs"), else returned unstored:
+  // last_store_refusal() says why,
   // and a warning is logged and counted in the cache's statistics. A failure to store is
   // logged and never fails the compile. Inputs whose key needs an extra_digest (PCH options,
   // use_libdevice, an #include through a macro whose value cannot be worked out) and options with
   // side effects (create_pch, time, fdevice_time_trace) are refused with invalid_argument: derive
-  // the key with make_program_cache_key(..., extra_digest) and use the cache's get/put yourself.
+  // the key with make_program_cache_key(..., extra_digest) and pass it to the overload below.
   object_code compile(code_type target, std::span<const std::string> name_expressions = {},
                       program_cache* cache = nullptr);
   // As above, for a language binding that tells text name expressions from byte strings

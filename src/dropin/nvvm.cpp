@@ -23,8 +23,8 @@
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "key/observation_gate.hpp"
-#include "observe/compiler_observer.hpp"
 #include "loader/libraries.hpp"
+#include "observe/compiler_observer.hpp"
 
 #define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR

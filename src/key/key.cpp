@@ -5,10 +5,10 @@
 
 #include "common/sha256.hpp"
 #include "key/compiler_environment.hpp"
-#include "key/observation_gate.hpp"
 #include "key/include_scanner.hpp"
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
+#include "key/observation_gate.hpp"
 #include "key/walk_manifest.hpp"
 #include "program/extra_nvrtc_options.hpp"
 #include "program/nvrtc_option_table.hpp"
@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
@@ -689,9 +689,9 @@ program_cache_key make_program_cache_key(const program_cache_key_inputs& in,
              !why.empty()) {
     // Every code type whose compile runs ptxas with them: c++ (NVRTC's --ptxas-options) and ptx
     // (nvJitLink's -Xptxas=); compiler_flags() refuses them for nvvm and the driver linker.
-    bypass = cache_bypass{cache_skip_reason::option_file,
-                          "program_options::ptxas_options " + why +
-                              ": the compile runs without the cache"};
+    bypass =
+        cache_bypass{cache_skip_reason::option_file, "program_options::ptxas_options " + why +
+                                                         ": the compile runs without the cache"};
   } else if (type == source_type::cxx && !detail::sloppiness_allows("time_macros") &&
              detail::may_use_time_macros(unit_time_tokens(in.code, closure.get(), flags))) {
     bypass = cache_bypass{

@@ -223,8 +223,7 @@ std::vector<std::string> program::begin_compile(code_type target,
 
 // The one cached compile of the library and the tool: bypass, lookup, single-flight, the compile
 // observed, the store gate, the store, the statistics.
-object_code program::compile_cached(code_type target,
-                                    std::span<const std::string> name_expressions,
+object_code program::compile_cached(code_type target, std::span<const std::string> name_expressions,
                                     program_cache& cache_ref) {
   program_cache* cache = &cache_ref;
   // The output depends on what no key names (the clock), or the compile writes files: without the

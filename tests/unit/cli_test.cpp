@@ -2310,7 +2310,33 @@ TEST_F(Cache, PtxasOptionsFileCompilesWithoutTheCache) {
   // An ordinary ptxas option goes through the cache: no skip.
   const std::vector<std::string> plain = {
       "compile", "t.cu", "--arch", kArch, "--target", "cubin", "--ptxas-options=-v", "--json"};
-  EXPECT_EQ(json_of(plain)["cache"].string, "miss");
+  const json p = json_of(plain);
+  EXPECT_EQ(p["cache"].string, "miss");
+  EXPECT_TRUE(p["stored"].is(json::kind::boolean) && p["stored"].boolean)
+      << p["cache_skip_reason"].string;
+}
+
+// Inputs no key can cover (issue 39, classes 3 and 4): a procfs file whose contents change without
+// its identity (the host's name in another UTS namespace) and a probe of a per-process name. The
+// tool compiles them through the store gate: miss, not stored, the reason named, never a hit.
+TEST_F(Cache, ProcessViewInputsAreCompiledNeverStored) {
+  file("proc.cu",
+       "__device__ int\n#include \"/proc/sys/kernel/ostype\"\n= 1;\n"
+       "extern \"C\" __global__ void k(int* o) { o[0] = 1; }\n");
+  file("stdin.cu",
+       "#if __has_include(\"/dev/stdin\")\n__device__ int v = 2;\n#else\n__device__ int v = 1;\n"
+       "#endif\nextern \"C\" __global__ void k(int* o) { o[0] = v; }\n");
+  for (const char* name : {"proc.cu", "stdin.cu"}) {
+    for (int round = 0; round < 2; ++round) {
+      const json j = json_of({"compile", name, "--arch", kArch, "--target", "ptx", "--json"});
+      EXPECT_EQ(j["cache"].string, "miss") << name << " round " << round;
+      EXPECT_TRUE(j["stored"].is(json::kind::boolean) && !j["stored"].boolean) << name;
+      EXPECT_EQ(j["cache_skip"].string, "process_view_input") << name;
+    }
+  }
+  const json s = json_of({"cache", "stats", "--json"})["statistics"];
+  EXPECT_EQ(s["skips"]["process_view_input"].number, 4);
+  EXPECT_EQ(json_of({"cache", "stats", "--json"})["entries"].number, 0);
 }
 
 // A header modified less than its timestamp granularity before the key was made (here: an mtime in

@@ -11,6 +11,7 @@
 
 #include "cucore/cucore.hpp"
 #include "key/observation_gate.hpp"
+#include "nvrtc_versions.hpp"  // CUCORE_TEST_NVRTC: the version matrix
 #include "observe/compiler_observer.hpp"
 #include "test_support.hpp"
 
