@@ -279,7 +279,6 @@ extern "C" __global__ void k(float* a, float* b, int n) {
   a[0] = s;
 })";
   testing::temp_dir dir;
-  const std::string file = (dir / "ptxas.opts").string();
   in_memory_program_cache cache;
   // The cubin's bytes, or "failed: " and the log.
   const auto compile = [&](const std::vector<std::string>& ptxas, bool cached) {
@@ -295,16 +294,25 @@ extern "C" __global__ void k(float* a, float* b, int n) {
     }
   };
   std::vector<std::string> results;
-  for (const auto& spelling : std::vector<std::vector<std::string>>{
-           {"--options-file=" + file}, {"-optf=" + file}, {"-optf", file}}) {
+  // A file name of its own per edit: where a driver is installed, NVRTC's ptxas keeps its results
+  // in the driver's compute cache under the option string, which does not see the file's contents
+  // either (measured on the GPU machine: the garbage file "compiled"), so an edit under the same
+  // name would not show in an uncached compile there.
+  int edits = 0;
+  for (const auto& spelling :
+       std::vector<std::vector<std::string>>{{"--options-file="}, {"-optf="}, {"-optf", ""}}) {
     SCOPED_TRACE(spelling.front());
     for (const char* contents :
          {"--maxrregcount=24\n", "--maxrregcount=64\n", "-O0\n", "--no-such-ptxas-option\n"}) {
       SCOPED_TRACE(contents);
+      const std::string file = (dir / ("ptxas" + std::to_string(edits++) + ".opts")).string();
       testing::write_text(file, contents);
-      const std::string cached = compile(spelling, true);
-      EXPECT_EQ(cached, compile(spelling, false));
-      EXPECT_EQ(compile(spelling, true), cached);  // again: still no stale hit
+      std::vector<std::string> with_file = spelling;
+      with_file.back() += file;
+      const auto& spelling_of = with_file;
+      const std::string cached = compile(spelling_of, true);
+      EXPECT_EQ(cached, compile(spelling_of, false));
+      EXPECT_EQ(compile(spelling_of, true), cached);  // again: still no stale hit
       results.push_back(cached);
     }
   }

@@ -21,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "test_support.hpp"  // cuda_version_root
+
 #include "cucore/toolkit.hpp"
 #include "test_support.hpp"  // cuda_version_root
 
