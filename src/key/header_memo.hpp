@@ -24,6 +24,7 @@
 #include "key/conditional_scan.hpp"
 #include "key/include_scanner.hpp"
 #include "key/include_tracking.hpp"
+#include "key/time_macros.hpp"
 
 namespace cucore::detail {
 

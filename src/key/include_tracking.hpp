@@ -29,6 +29,7 @@
 
 #include "cucore/options.hpp"
 #include "key/include_scanner.hpp"
+#include "key/time_macros.hpp"
 
 namespace cucore::detail {
 

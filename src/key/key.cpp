@@ -9,6 +9,7 @@
 #include "key/include_tracking.hpp"
 #include "key/memoized_probes.hpp"
 #include "key/observation_gate.hpp"
+#include "key/time_macros.hpp"
 #include "key/walk_manifest.hpp"
 #include "program/extra_nvrtc_options.hpp"
 #include "program/nvrtc_option_table.hpp"

@@ -5,7 +5,7 @@
 // __TIME__ and __TIMESTAMP__ would all change). Different outputs (or statuses) mean the output
 // depends on the clock; then the key of the same inputs, derived in the same child, must bypass
 // with cache_skip_reason::time_macros, else a cache would serve one clock's output under the
-// other. The key's scan (src/key/include_scanner.hpp, scan_time_tokens / may_use_time_macros) is
+// other. The key's scan (src/key/time_macros.hpp, scan_time_tokens / may_use_time_macros) is
 // never consulted to decide what depends on the clock: NVRTC decides.
 //
 // ClockOracle.FixedProgramsAgainstTheClock: the oracle on hand-written programs (it must see the

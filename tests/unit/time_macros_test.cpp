@@ -16,6 +16,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "key/include_scanner.hpp"
+#include "key/time_macros.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
