@@ -30,6 +30,7 @@
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "cucore/server.hpp"
+#include "nvrtc_versions.hpp"  // CUCORE_TEST_NVRTC: the version matrix
 #include "server/wire.hpp"
 #include "test_support.hpp"
 
