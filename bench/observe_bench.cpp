@@ -85,6 +85,16 @@ std::vector<kernel> kernels(const fs::path& corpus) {
   return out;
 }
 
+// The key a miss of `k`'s cubin makes.
+cucore::program_cache_key key_of(const kernel& k) {
+  cucore::program_cache_key_inputs in;
+  in.code = k.code;
+  in.code_type = cucore::source_type::cxx;
+  in.options = k.options;
+  in.target = cucore::code_type::cubin;
+  return cucore::make_program_cache_key(in);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,16 +109,11 @@ int main(int argc, char** argv) {
   }
   if (!once.empty()) {
     // Under `valgrind --tool=callgrind`: the difference of the two runs' totals is what the
-    // observation and the gate cost, free of the machine's noise.
-    // Both make the key (a miss does), so that the difference is the observation and the gate.
+    // observation and the gate cost, free of the machine's noise (both make the key, as a miss
+    // does).
     const kernel k = kernels(corpus).front();
     cucore::program p(k.code, cucore::source_type::cxx, k.options);
-    cucore::program_cache_key_inputs in;
-    in.code = k.code;
-    in.code_type = cucore::source_type::cxx;
-    in.options = k.options;
-    in.target = cucore::code_type::cubin;
-    const cucore::program_cache_key key = cucore::make_program_cache_key(in);
+    const cucore::program_cache_key key = key_of(k);
     if (once == "plain") {
       (void)p.compile(cucore::code_type::cubin);
       return 0;
@@ -122,12 +127,7 @@ int main(int argc, char** argv) {
   std::printf("%-18s %6s %12s %12s %9s %12s %8s\n", "kernel", "rounds", "plain_cpu_s",
               "observed_cpu_s", "ratio", "gate_check_ms", "inputs");
   for (const auto& k : kernels(corpus)) {
-    cucore::program_cache_key_inputs in;
-    in.code = k.code;
-    in.code_type = cucore::source_type::cxx;
-    in.options = k.options;
-    in.target = cucore::code_type::cubin;
-    const cucore::program_cache_key key = cucore::make_program_cache_key(in);
+    const cucore::program_cache_key key = key_of(k);
     cucore::program warm(k.code, cucore::source_type::cxx, k.options);
     (void)warm.compile(cucore::code_type::cubin);  // NVRTC loaded, files in the page cache
     std::vector<double> plain, observed, gate, paired;
