@@ -1,5 +1,4 @@
 #include "cache/claim_file.hpp"
-#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,6 +20,7 @@
 
 #include "cache/claim_watch.hpp"
 #include "cache/posix_file.hpp"
+#include "common/descriptors.hpp"
 #include "common/sha256.hpp"
 
 namespace cucore::detail {

@@ -1,5 +1,4 @@
 #include "cache/posix_file.hpp"
-#include "common/descriptors.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,6 +12,8 @@
 #include <cstring>
 #include <random>
 #include <thread>
+
+#include "common/descriptors.hpp"
 
 namespace cucore::detail::posix {
 

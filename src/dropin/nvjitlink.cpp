@@ -296,18 +296,15 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
   nvJitLinkResult real_result = NVJITLINK_SUCCESS;
   // What the link read is observed: with no file in its key, it is stored only if it read
   // none, and no variable outside the compilers' table (key/observation_gate.hpp).
-  std::optional<detail::observed_inputs> seen;
+  detail::observed_inputs seen = detail::unobserved_compile();
   auto compile = [&]() -> object_code {
     linked = true;
-    detail::compiler_observation watch;
-    real_result = forward();
-    seen = watch.finish();
+    real_result = detail::run_observed(seen, forward);
     if (real_result != NVJITLINK_SUCCESS) throw real_link_failed{};
     return object_code(code_type::object, serialize(record(r, handle)), "cucore run: nvJitLink");
   };
   auto store = [&](const object_code& code) {
-    if (const auto refusal =
-            detail::check_observed_inputs(seen ? *seen : detail::unobserved_compile(), {})) {
+    if (const auto refusal = detail::check_observed_inputs(seen, {})) {
       dropin::note(log_level::info, "not storing a link: " + refusal->message);
       dropin::record_skip(refusal->reason);
       return;

@@ -477,18 +477,13 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   };
   // What the compile read (here, or in the compile server's worker) is observed: stored only if
   // the key covers all of it.
-  std::optional<detail::observed_inputs> seen;
-  auto compile = [&]() -> object_code {
-    detail::compiler_observation watch;
-    object_code out = compile_observed();
-    seen = watch.finish();
-    return out;
-  };
+  detail::observed_inputs seen = detail::unobserved_compile();
+  auto compile = [&] { return detail::run_observed(seen, compile_observed); };
   auto store = [&](const object_code& code) {
     // As program::compile: stored only if each header the key tracked is still the file it
     // hashed, had settled then, and the compile read nothing else the key does not cover
     // (program_cache_key::check_store).
-    if (const auto refusal = key->check_store(seen ? *seen : detail::unobserved_compile())) {
+    if (const auto refusal = key->check_store(seen)) {
       dropin::note(log_level::info, "not storing " + s.name + ": " + refusal->message);
       dropin::record_skip(refusal->reason);
       return;

@@ -256,12 +256,10 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
   nvvmResult real_result = NVVM_SUCCESS;
   // What the compile read is observed: with no file in its key, it is stored only if it read
   // none, and no variable outside the compilers' table (key/observation_gate.hpp).
-  std::optional<detail::observed_inputs> seen;
+  detail::observed_inputs seen = detail::unobserved_compile();
   auto compile = [&]() -> object_code {
     compiled = true;
-    detail::compiler_observation watch;
-    real_result = forward();
-    seen = watch.finish();
+    real_result = detail::run_observed(seen, forward);
     if (real_result != NVVM_SUCCESS) throw real_compile_failed{};
     recorded_compile c;
     c.outputs[0] = record_output(prog, api.nvvmGetCompiledResultSize, api.nvvmGetCompiledResult);
@@ -269,8 +267,7 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
     return object_code(code_type::object, serialize(c), "cucore run: libNVVM");
   };
   auto store = [&](const object_code& code) {
-    if (const auto refusal =
-            detail::check_observed_inputs(seen ? *seen : detail::unobserved_compile(), {})) {
+    if (const auto refusal = detail::check_observed_inputs(seen, {})) {
       dropin::note(log_level::info, "not storing an NVVM compile: " + refusal->message);
       dropin::record_skip(refusal->reason);
       return;

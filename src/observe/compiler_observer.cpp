@@ -238,8 +238,10 @@ int openat_(int dirfd, const char* path, int flags, ...) {
     va_end(ap);
   }
   const int fd = ::openat(dirfd, path, flags, mode);
-  if (open_writes(flags) || (dirfd != AT_FDCWD && path != nullptr && path[0] != '/')) {
-    record_effect("openat", path);  // relative to a descriptor: not a path a key can name
+  const bool from_descriptor = dirfd != AT_FDCWD && path != nullptr && path[0] != '/';
+  if (open_writes(flags) || from_descriptor) {
+    // Relative to a descriptor: not a path a key can name (and named as given).
+    record_effect("openat", path, !from_descriptor);
   } else {
     record_path(observed_call::open, fd >= 0, path);
   }
@@ -251,8 +253,9 @@ int open_2_(const char* path, int flags) {
 }
 
 int creat_(const char* path, mode_t mode) {
-  record_effect("creat", path);
-  return ::creat(path, mode);
+  const int fd = ::creat(path, mode);
+  if (fd >= 0) record_effect("creat", path);
+  return fd;
 }
 
 int stat_(const char* path, struct stat* buf) {
@@ -279,7 +282,7 @@ int lxstat_(int, const char* path, struct stat* buf) {
 int fstatat_(int dirfd, const char* path, struct stat* buf, int flags) {
   const int r = ::fstatat(dirfd, path, buf, flags);
   if (dirfd != AT_FDCWD && path != nullptr && path[0] != '/' && path[0] != '\0') {
-    record_effect("fstatat", path);
+    record_effect("fstatat", path, false);  // relative to a descriptor: named as given
   } else if (path != nullptr && path[0] != '\0') {
     record_path((flags & AT_SYMLINK_NOFOLLOW) != 0 ? observed_call::lstat : observed_call::stat,
                 r == 0, path);

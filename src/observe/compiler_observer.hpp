@@ -84,6 +84,16 @@ const observed_inputs& unobserved_compile();
 // comparison).
 std::string absolute_path(std::string_view path, std::string_view cwd);
 
+// Runs `compile` inside an observation and puts what it read into `seen` (left as it was when
+// `compile` throws). Initialise `seen` with unobserved_compile(): a store gate given it refuses.
+template <class Compile>
+auto run_observed(observed_inputs& seen, Compile&& compile) {
+  compiler_observation watch;
+  auto out = compile();
+  seen = watch.finish();
+  return out;
+}
+
 // Whether `path` (absolute) names something whose contents are per process or can change
 // without its identity changing: /proc, /sys, /dev (and what lies on procfs, sysfs or devtmpfs
 // elsewhere), or a file that is not a regular file. A compile that read one must not be stored,

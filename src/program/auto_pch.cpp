@@ -1,5 +1,4 @@
 #include "program/auto_pch.hpp"
-#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -15,6 +14,7 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "common/descriptors.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"

@@ -237,18 +237,15 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   // Single-flight: on a miss, one of the processes and threads missing this key compiles and
   // the others wait for its entry (cache/single_flight.hpp).
   // What the compile read is observed: stored only if the key covers all of it.
-  std::optional<detail::observed_inputs> seen;
+  detail::observed_inputs seen = detail::unobserved_compile();
   auto compile = [&] {
-    detail::compiler_observation watch;
-    object_code out = compile_uncached(target, name_expressions);
-    seen = watch.finish();
-    return out;
+    return detail::run_observed(seen, [&] { return compile_uncached(target, name_expressions); });
   };
   auto store = [&](const object_code& compiled) {
     // NVRTC read the headers after the key was made: stored only if each is still the file the
     // key hashed, and was settled then, and it read nothing else the key does not cover
     // (program_cache_key::check_store).
-    if (auto refusal = cache_key_->check_store(seen ? *seen : detail::unobserved_compile())) {
+    if (auto refusal = cache_key_->check_store(seen)) {
       cucore::log(log_level::warning, "not storing the compiled program in the " +
                                           cache->description() + " cache: " + refusal->message);
       if (const auto stats = cache->statistics()) stats->record_skip(refusal->reason);

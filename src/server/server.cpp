@@ -1,6 +1,5 @@
 // The compile server: its private directory, the listening process and its worker processes.
 #include "cucore/server.hpp"
-#include "common/descriptors.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -26,6 +25,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/descriptors.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "key/compiler_environment.hpp"
