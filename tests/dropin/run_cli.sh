@@ -14,16 +14,26 @@ ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
 expect() { if [ "$1" = "$2" ]; then ok "$3"; else bad "$3: got \"$1\", want \"$2\""; fi; }
 
+# The drop-ins' directory the program gets: the build's, or (where the real libraries export
+# fewer names than the drop-ins) a directory of copies and links to it under the runtime directory.
+rdir=$(LD_LIBRARY_PATH=/opt/a:/opt/b "$cucore" run -- bash -c 'echo "${LD_LIBRARY_PATH%%:*}"')
+if [ "$rdir" = "$dir" ] || { [ "$(basename "$rdir")" = cucore-run ] &&
+  [ "$(readlink -f "$rdir/libcucore_dropin_nvrtc.so")" = "$(readlink -f "$dir/libcucore_dropin_nvrtc.so")" ]; }; then
+  ok "run: the drop-ins' directory $rdir serves the build's drop-ins"
+else
+  bad "run: the drop-ins' directory $rdir is neither $dir nor one of links to it"
+fi
+
 # What the program sees.
 show='echo "$LD_LIBRARY_PATH|$LD_PRELOAD|$CUCORE_RUN_LD_LIBRARY_PATH|${CUCORE_RUN_CACHE-unset}"'
 out=$(LD_LIBRARY_PATH=/opt/a:/opt/b LD_PRELOAD= "$cucore" run --cache "dir:$work/c" -- bash -c "$show")
-expect "$out" "$dir:/opt/a:/opt/b|$dir/libnvrtc.so.13:$dir/libnvJitLink.so.13:$dir/libnvvm.so.4|/opt/a:/opt/b|dir:$work/c" \
+expect "$out" "$rdir:/opt/a:/opt/b|$rdir/libnvrtc.so.13:$rdir/libnvJitLink.so.13:$rdir/libnvvm.so.4|/opt/a:/opt/b|dir:$work/c" \
   "run: drop-ins first on LD_LIBRARY_PATH and LD_PRELOAD, the original path kept, the cache named"
 out=$(LD_LIBRARY_PATH= "$cucore" run --no-preload --cache "dir:$work/c" -- bash -c "$show")
 expect "$(echo "$out" | cut -d'|' -f2)" "" "run --no-preload: LD_PRELOAD empty"
 # Nested: an inner cucore run keeps the outer original path and lists each drop-in once.
 out=$(LD_LIBRARY_PATH=/opt/a "$cucore" run --cache "dir:$work/c" -- "$cucore" run --cache "dir:$work/c" -- bash -c "$show")
-expect "$out" "$dir:/opt/a|$dir/libnvrtc.so.13:$dir/libnvJitLink.so.13:$dir/libnvvm.so.4|/opt/a|dir:$work/c" \
+expect "$out" "$rdir:/opt/a|$rdir/libnvrtc.so.13:$rdir/libnvJitLink.so.13:$rdir/libnvvm.so.4|/opt/a|dir:$work/c" \
   "nested run: each drop-in once, the outer original path"
 # The program's arguments, "--" included, reach it untouched; its exit status is cucore run's.
 out=$("$cucore" run --cache "dir:$work/c" -- bash -c 'echo "$@"; exit 3' prog -x -- --cache y)
@@ -44,7 +54,7 @@ expect "$?" 1 "CUCORE_RUN_LIBS without drop-ins: error"
 env_out=$(LD_LIBRARY_PATH=/opt/a "$cucore" env --cache "dir:$work/c")
 expect "$(echo "$env_out" | grep -c '^export ')" 5 "env: five export lines"
 out=$(eval "$env_out"; echo "$LD_LIBRARY_PATH|$CUCORE_RUN_CACHE|$CUCORE_SERVER_PROGRAM")
-expect "$out" "$dir:/opt/a|dir:$work/c|$(readlink -f "$cucore")" "env: eval gives the run environment"
+expect "$out" "$rdir:/opt/a|dir:$work/c|$(readlink -f "$cucore")" "env: eval gives the run environment"
 # --server / --no-server: the drop-ins' compile server mode (default: none set, auto).
 expect "$("$cucore" env --server | grep -c '^export CUCORE_COMPILE_SERVER=.*on')" 1 "env --server"
 expect "$("$cucore" env --no-server | grep -c '^export CUCORE_COMPILE_SERVER=.*off')" 1 \

@@ -1,7 +1,8 @@
 // Before `cucore run` puts a drop-in in a program's way: which real library the program would load
 // for each drop-in's soname, and whether the drop-in exports everything that library does
-// (docs/transparent-cache.md, "A library newer than the drop-ins"). Reads the ELF dynamic symbol
-// table through mmap (a few pages per library, well under a millisecond).
+// (docs/transparent-cache.md, "A library newer than the drop-ins"), and the copy of a drop-in that
+// exports exactly what the real library does ("Exactly the real library's API"). Reads the ELF
+// dynamic symbol table through mmap (a few pages per library, well under a millisecond).
 #include "dropin_check.hpp"
 
 #include "dropin/run_environment.hpp"
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string_view>
 
@@ -179,6 +181,112 @@ std::vector<std::string> missing_exports(std::string_view soname,
     }
   }
   return missing;
+}
+
+std::vector<std::string> extra_exports(std::string_view soname,
+                                       const std::vector<std::string>& real_exports) {
+  std::vector<std::string> extra;
+  for (const auto& api : dropin_apis()) {
+    if (api.soname != soname) continue;
+    for (const auto name : api.names) {
+      if (std::find(real_exports.begin(), real_exports.end(), name) == real_exports.end()) {
+        extra.emplace_back(name);
+      }
+    }
+  }
+  return extra;
+}
+
+// The symbol keeps its name and version (no string of .dynstr changes, so names that share its
+// bytes are safe) but has no value and no section: glibc's lookup skips such an entry (st_value 0
+// outside SHN_ABS, or SHN_UNDEF), and objdump -T lists it as *UND*. A relocation of the shim that
+// names it would make the loader bind it elsewhere: refused (the shims have none).
+std::string write_without_exports(const std::string& shim, const std::string& out,
+                                  const std::vector<std::string>& hide) {
+  std::string bytes;
+  {
+    std::ifstream in(shim, std::ios::binary);
+    if (!in) return "cannot read " + shim;
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::size_t size = bytes.size();
+  const auto in_file = [&](std::uint64_t offset, std::uint64_t length) {
+    return offset <= size && length <= size - offset;
+  };
+  Elf64_Ehdr eh{};
+  if (size < sizeof eh) return shim + " is not an ELF64 library";
+  std::memcpy(&eh, bytes.data(), sizeof eh);
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shentsize != sizeof(Elf64_Shdr) ||
+      !in_file(eh.e_shoff, std::uint64_t(eh.e_shnum) * sizeof(Elf64_Shdr))) {
+    return shim + " is not an ELF64 library";
+  }
+  std::vector<Elf64_Shdr> sections(eh.e_shnum);
+  std::memcpy(sections.data(), bytes.data() + eh.e_shoff, sections.size() * sizeof(Elf64_Shdr));
+  std::size_t dynsym = sections.size();
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    if (sections[i].sh_type == SHT_DYNSYM) dynsym = i;
+  }
+  if (dynsym == sections.size() || sections[dynsym].sh_link >= sections.size()) {
+    return shim + " has no dynamic symbol table";
+  }
+  const Elf64_Shdr& sym = sections[dynsym];
+  const Elf64_Shdr& str = sections[sym.sh_link];
+  if (!in_file(sym.sh_offset, sym.sh_size) || !in_file(str.sh_offset, str.sh_size)) {
+    return shim + " has a damaged dynamic symbol table";
+  }
+  std::vector<bool> hidden(sym.sh_size / sizeof(Elf64_Sym));
+  std::size_t found = 0;
+  for (std::size_t k = 0; k < hidden.size(); ++k) {
+    Elf64_Sym s{};
+    char* at = bytes.data() + sym.sh_offset + k * sizeof s;
+    std::memcpy(&s, at, sizeof s);
+    if (s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS || s.st_name >= str.sh_size) continue;
+    const std::string_view name(
+        bytes.data() + str.sh_offset + s.st_name,
+        strnlen(bytes.data() + str.sh_offset + s.st_name, str.sh_size - s.st_name));
+    if (std::find(hide.begin(), hide.end(), name) == hide.end()) continue;
+    hidden[k] = true;
+    ++found;
+    s.st_value = 0;
+    s.st_size = 0;
+    s.st_shndx = SHN_UNDEF;
+    std::memcpy(at, &s, sizeof s);
+  }
+  if (found != hide.size()) {
+    return shim + " defines " + std::to_string(found) + " of the " + std::to_string(hide.size()) +
+           " names to leave out (is it the drop-in it should be?)";
+  }
+  for (const auto& section : sections) {
+    if ((section.sh_type != SHT_RELA && section.sh_type != SHT_REL) || section.sh_link != dynsym) {
+      continue;
+    }
+    const std::size_t entry = section.sh_type == SHT_RELA ? sizeof(Elf64_Rela) : sizeof(Elf64_Rel);
+    if (!in_file(section.sh_offset, section.sh_size)) return shim + " has damaged relocations";
+    for (std::size_t r = 0; r < section.sh_size / entry; ++r) {
+      Elf64_Rel rel{};  // r_offset and r_info lead both kinds
+      std::memcpy(&rel, bytes.data() + section.sh_offset + r * entry, sizeof rel);
+      const auto index = ELF64_R_SYM(rel.r_info);
+      if (index < hidden.size() && hidden[index]) {
+        return shim + " has a relocation of its own to a name to leave out";
+      }
+    }
+  }
+  const std::string temp = out + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream o(temp, std::ios::binary | std::ios::trunc);
+    o.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    o.close();
+    if (!o) {
+      ::unlink(temp.c_str());
+      return "cannot write " + temp;
+    }
+  }
+  if (::chmod(temp.c_str(), 0755) != 0 || ::rename(temp.c_str(), out.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    return "cannot write " + out;
+  }
+  return {};
 }
 
 program_libraries::program_libraries(const std::string& program, const std::string& dropin_dir,

@@ -17,6 +17,18 @@ std::optional<std::vector<std::string>> elf_exports(const std::string& path);
 std::vector<std::string> missing_exports(std::string_view soname,
                                          const std::vector<std::string>& real_exports);
 
+// The names the drop-in standing in for `soname` exports that `real_exports` lacks (a 13.5 name
+// where the real library is 13.0).
+std::vector<std::string> extra_exports(std::string_view soname,
+                                       const std::vector<std::string>& real_exports);
+
+// Writes `out` (by a temporary file and rename): a copy of the shared library `shim` in which the
+// dynamic symbols named `hide` are no longer defined, so that dlsym, dlvsym and the loader's
+// binding find them no more than in a library that lacks them. Returns "" or why it cannot (not
+// an ELF64 library, a name it does not define, a relocation of its own that refers to one).
+std::string write_without_exports(const std::string& shim, const std::string& out,
+                                  const std::vector<std::string>& hide);
+
 // Where a program would load each CUDA library from, emulating its loaders without running it:
 // for a Python program (the interpreter, or a script whose #! names one), cuda.pathfinder's order
 // (NVIDIA's wheels in its site-packages, $CONDA_PREFIX, the loader, $CUDA_PATH/$CUDA_HOME); for

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -117,12 +119,23 @@ void run_note(log_level level, std::string_view message) {
 constexpr std::string_view dropin_sonames[] = {
     "libnvrtc.so.13", "libnvrtc.so.12", "libnvJitLink.so.13", "libnvJitLink.so.12", "libnvvm.so.4"};
 
-// A directory with links to the drop-ins of `dir` but those `left_out` (and every engine), for
-// LD_LIBRARY_PATH: made once per set under $XDG_RUNTIME_DIR or /tmp/cucore-run-UID (owned by
-// this user, mode 0700, else no directory: the caller then leaves every drop-in out). Links are
-// reused by later runs.
-std::optional<std::string> filtered_dropin_directory(const std::string& dir,
-                                                     const std::vector<std::string>& left_out) {
+// How a drop-in goes into the program's way: as built, left out, or as a copy without the names
+// its real library lacks (`hide`: docs/transparent-cache.md, "Exactly the real library's API").
+struct dropin_plan {
+  bool left_out = false;
+  std::optional<std::vector<std::string>> hide;  // set once a program's real library is read
+};
+
+// A directory for LD_LIBRARY_PATH with the drop-ins of `dir` as `plans` say (by soname, in
+// dropin_sonames' order): links to the drop-ins as built and to every engine, copies without the
+// names to hide, nothing for those left out. Made once per set under $XDG_RUNTIME_DIR/cucore-run
+// or /tmp/cucore-run-UID (owned by this user, mode 0700; else nullopt: the caller then leaves every
+// drop-in out), named by the drop-ins' identity (a rebuilt or upgraded cucore gets a new one) and
+// the plans, and reused by later runs. A copy that cannot be made leaves its drop-in out (`plans`
+// updated, the reason in `notes`).
+std::optional<std::string> planned_dropin_directory(const std::string& dir,
+                                                    std::vector<dropin_plan>& plans,
+                                                    std::vector<std::string>& notes) {
   namespace fs = std::filesystem;
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   const std::string base = runtime != nullptr && *runtime == '/'
@@ -134,16 +147,46 @@ std::optional<std::string> filtered_dropin_directory(const std::string& dir,
       (st.st_mode & 077) != 0) {
     return std::nullopt;
   }
-  std::string name = std::to_string(std::hash<std::string>{}(dir)) + "-without";
-  for (const auto& soname : left_out) name += "-" + soname;
-  const std::string out = base + "/" + name;
+  std::string identity = dir;
+  for (std::size_t i = 0; i < std::size(dropin_sonames); ++i) {
+    const std::string shim = dir + "/" + std::string(dropin_sonames[i]);
+    struct stat file {};
+    if (::stat(shim.c_str(), &file) == 0) {
+      identity += "|" + std::to_string(file.st_ino) + ":" + std::to_string(file.st_size) + ":" +
+                  std::to_string(file.st_mtim.tv_sec) + "." + std::to_string(file.st_mtim.tv_nsec);
+    }
+    identity += plans[i].left_out ? "|out" : "|in";
+    if (plans[i].hide) {
+      for (const auto& name : *plans[i].hide) identity += "," + name;
+    }
+  }
+  char name[32];
+  std::snprintf(name, sizeof name, "%016zx", std::hash<std::string>{}(identity));
+  // BASE/HASH/cucore-run: the drop-ins' directory keeps its name wherever it is (a program or a
+  // test telling a drop-in from the real library by it still can).
+  const std::string out = base + "/" + name + "/cucore-run";
+  ::mkdir((base + "/" + name).c_str(), 0700);
   ::mkdir(out.c_str(), 0700);
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
-    if (std::find(left_out.begin(), left_out.end(), file) != left_out.end()) continue;
-    const std::string link = out + "/" + file;
-    if (::symlink(entry.path().c_str(), link.c_str()) != 0 && errno != EEXIST) return std::nullopt;
+    const std::string target = out + "/" + file;
+    const auto* soname = std::find(std::begin(dropin_sonames), std::end(dropin_sonames), file);
+    if (soname != std::end(dropin_sonames)) {
+      dropin_plan& plan = plans[static_cast<std::size_t>(soname - std::begin(dropin_sonames))];
+      if (plan.left_out) continue;
+      if (plan.hide && !plan.hide->empty()) {
+        if (::access(target.c_str(), F_OK) == 0) continue;  // an earlier run's copy
+        const std::string why = write_without_exports(entry.path().string(), target, *plan.hide);
+        if (!why.empty()) {
+          plan.left_out = true;
+          notes.push_back("leaving out the drop-in " + file + ": " + why);
+        }
+        continue;
+      }
+    }
+    if (::symlink(entry.path().c_str(), target.c_str()) != 0 && errno != EEXIST)
+      return std::nullopt;
   }
   return out;
 }
@@ -166,33 +209,57 @@ std::vector<std::pair<std::string, std::string>> run_environment(
   const std::string original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH") != nullptr
                                    ? env_or_empty("CUCORE_RUN_LD_LIBRARY_PATH")
                                    : env_or_empty("LD_LIBRARY_PATH");
-  std::vector<std::string> left_out;
+  std::vector<dropin_plan> plans(std::size(dropin_sonames));
   int nvrtc_major = 13, nvjitlink_major = 13;
-  // The first program decides the majors; a drop-in is left out when any program's library of its
-  // soname exports a name it lacks.
+  const auto leave_out = [&](std::size_t i, const std::string& why) {
+    if (plans[i].left_out) return;
+    plans[i].left_out = true;
+    run_note(log_level::warning, "leaving out the drop-in " + std::string(dropin_sonames[i]) +
+                                     ": " + why + "; the program runs uncached for it");
+  };
+  // The first program decides the majors. A drop-in is left out when any program's library of its
+  // soname exports a name it lacks, or when two programs' libraries export different names;
+  // otherwise it goes in exporting what that library exports (--nvrtc: that file's).
   std::optional<std::pair<std::string, std::string>> found[std::size(dropin_sonames)];
+  const auto chosen_nvrtc = args.last(nvrtc_option.name);
   for (std::size_t p = 0; p < programs.size(); ++p) {
     const program_libraries libs(programs[p], dir, original);
     for (std::size_t i = 0; i < std::size(dropin_sonames); ++i) {
       const auto soname = dropin_sonames[i];
       auto where = libs.find(soname);
+      if (chosen_nvrtc && soname.starts_with("libnvrtc.so.") &&
+          chosen_nvrtc->find(std::string(".so.") + std::string(soname.substr(12))) !=
+              std::string::npos) {
+        where = std::pair(*chosen_nvrtc, std::string("--nvrtc"));
+      }
       if (p == 0) found[i] = where;
       if (!where) continue;
       const auto exports = elf_exports(where->first);
       if (!exports) continue;
       const auto missing = missing_exports(soname, *exports);
-      if (missing.empty()) continue;
-      if (std::find(left_out.begin(), left_out.end(), soname) != left_out.end()) continue;
-      left_out.emplace_back(soname);
-      run_note(log_level::warning,
-               "leaving out the drop-in " + std::string(soname) + ": the program's " +
-                   where->first + " (" + where->second + ") exports " + missing.front() +
-                   (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more"
-                                       : std::string()) +
-                   ", which the drop-in lacks (a newer release than this cucore knows); the "
-                   "program runs uncached for it");
+      if (!missing.empty()) {
+        leave_out(i,
+                  "the program's " + where->first + " (" + where->second + ") exports " +
+                      missing.front() +
+                      (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more"
+                                          : std::string()) +
+                      ", which the drop-in lacks (a newer release than this cucore knows)");
+        continue;
+      }
+      auto extra = extra_exports(soname, *exports);
+      if (!plans[i].hide) {
+        plans[i].hide = std::move(extra);
+      } else if (*plans[i].hide != extra) {
+        leave_out(i, where->first + " (" + where->second +
+                         ") exports other names than the library another program would load");
+      }
     }
   }
+  const auto is_left_out = [&](std::string_view soname) {
+    const auto* at = std::find(std::begin(dropin_sonames), std::end(dropin_sonames), soname);
+    return at != std::end(dropin_sonames) &&
+           plans[static_cast<std::size_t>(at - std::begin(dropin_sonames))].left_out;
+  };
   if (!programs.empty()) {
     // The major the program would load: a wheel in its site-packages before the loader's
     // search before $CUDA_PATH/$CUDA_HOME; 13 before 12 at the same step (cuda.pathfinder).
@@ -202,14 +269,19 @@ std::vector<std::pair<std::string, std::string>> run_environment(
     };
     nvrtc_major = rank(found[1]) < rank(found[0]) ? 12 : 13;
     nvjitlink_major = rank(found[3]) < rank(found[2]) ? 12 : 13;
-    if (!left_out.empty()) {
-      if (auto filtered = filtered_dropin_directory(dir, left_out)) {
-        dir = *filtered;
+    const bool as_built = std::none_of(plans.begin(), plans.end(), [](const dropin_plan& plan) {
+      return plan.left_out || (plan.hide && !plan.hide->empty());
+    });
+    if (!as_built) {
+      std::vector<std::string> notes;
+      if (auto planned = planned_dropin_directory(dir, plans, notes)) {
+        dir = *planned;
+        for (const auto& note : notes) run_note(log_level::warning, note);
       } else {
         run_note(log_level::warning,
-                 "cannot make a directory without the drop-ins left out: "
+                 "cannot make a directory for the drop-ins that fit the program's libraries: "
                  "the program runs without cucore run's drop-ins");
-        left_out.assign(std::begin(dropin_sonames), std::end(dropin_sonames));
+        for (auto& plan : plans) plan.left_out = true;
         dir.clear();
       }
     }
@@ -225,9 +297,7 @@ std::vector<std::pair<std::string, std::string>> run_environment(
     const std::string nvrtc = "libnvrtc.so." + std::to_string(nvrtc_major);
     for (const std::string& name : {std::string("libnvvm.so.4"), nvjitlink, nvrtc}) {
       std::error_code ec;
-      if (dir.empty() || std::find(left_out.begin(), left_out.end(), name) != left_out.end()) {
-        continue;
-      }
+      if (dir.empty() || is_left_out(name)) continue;
       if (std::filesystem::is_regular_file(dir + "/" + name, ec)) {
         preload = prepend(dir + "/" + name, preload);
       }
