@@ -6,7 +6,8 @@
 //             through the server, against the same K compiled serially in-process;
 //   overhead: a small kernel with no #include (no PCH) through the server against in-process;
 //   dropin:   K distinct CUB kernels compiled by T threads of an unmodified NVRTC program
-//             (bench/nvrtc_threads.c) under `cucore run` (empty cache, a fresh server), against the
+//             (bench/nvrtc_threads.c) under `cucore run` with no flag (empty cache, no server
+//             running: the drop-in starts one) and `--no-server`, against the
 //             same program plain, serial and threaded; then another process's K kernels of the
 //             prefix (its images made by the first);
 //   memory:   each worker's peak resident memory after the above.
@@ -142,14 +143,19 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kernels; ++i) at_once += lib + program(1, 1, 4 * kernels + i) + " & ";
     at_once += "wait)";
     const double floor = run_timed(at_once);
-    cucore::stop_compile_server(dir);
-    run_timed(start);
     const auto empty_cache = [&](int n) {
       const fs::path c = root / ("cache" + std::to_string(n));
       fs::create_directories(c);
       return "--cache dir:" + c.string() + " ";
     };
-    const std::string run = lib + cli + " run --server ";
+    // In the program (--no-server), then plain `cucore run` with no server running: the drop-in
+    // starts the user's server (here CUCORE_SERVER_DIR's) on its first miss.
+    const double in_program = run_timed(lib + cli + " run --no-server " + empty_cache(0) + "-- " +
+                                        program(kernels, threads, 5 * kernels));
+    cucore::stop_compile_server(dir);
+    ::unsetenv("CUCORE_COMPILE_SERVER");
+    ::setenv("CUCORE_SERVER_WORKERS", std::to_string(workers).c_str(), 1);
+    const std::string run = lib + cli + " run ";
     const double served_threads =
         run_timed(run + empty_cache(1) + "-- " + program(kernels, threads, 2 * kernels));
     wait_for_images();
@@ -162,11 +168,14 @@ int main(int argc, char** argv) {
         "unmodified program, %d distinct CUB kernels, %d threads, %d workers, %d cores:\n"
         "  plain serial %.2f s; plain %d threads %.2f s (%.2fx); %d plain processes at once "
         "(the floor) %.2f s (%.3fx)\n"
-        "  under cucore run through the server %.2f s: %.2fx of plain serial (target %.3fx)\n"
+        "  under cucore run --no-server %.2f s: %.2fx\n"
+        "  under cucore run (no flag: the server started on the first miss) %.2f s: %.2fx of "
+        "plain serial (target %.3fx)\n"
         "  a second process, other kernels of the prefix: %.2f s: %.2fx\n",
         kernels, threads, workers, cores, plain_serial, threads, plain_threads,
-        plain_threads / plain_serial, kernels, floor, floor / plain_serial, served_threads,
-        served_threads / plain_serial, target, served_second, served_second / plain_serial);
+        plain_threads / plain_serial, kernels, floor, floor / plain_serial, in_program,
+        in_program / plain_serial, served_threads, served_threads / plain_serial, target,
+        served_second, served_second / plain_serial);
     std::fflush(stdout);
   }
   if (only == "dropin") {

@@ -23,6 +23,22 @@ if [ ! -f "$costs" ]; then
     cp "$shipped" "$costs"
   fi
 fi
+# `cucore run` starts the user's compile server on a first miss: the tests' own, in a private
+# directory, idle-stopped soon and stopped at the end, so none outlives the run or meets the
+# user's.
+server_home=""
+if [ -z "${CUCORE_SERVER_DIR:-}" ]; then
+  server_home=$(mktemp -d "${TMPDIR:-/tmp}/cucore-test-server-XXXXXX")
+  export CUCORE_SERVER_DIR=$server_home/server
+fi
+export CUCORE_SERVER_IDLE_SECONDS=${CUCORE_SERVER_IDLE_SECONDS:-60}
+stop_server() {
+  if [ -x "build/$preset/bin/cucore" ]; then
+    "build/$preset/bin/cucore" server stop --dir "$CUCORE_SERVER_DIR" >/dev/null 2>&1 || true
+  fi
+  if [ -n "$server_home" ]; then rm -rf "$server_home"; fi
+}
+trap stop_server EXIT
 rc=0
 ctest --preset "$preset" -j "$jobs" "$@" || rc=$?
 # Only a whole run's durations are kept (a filtered run would forget the others').

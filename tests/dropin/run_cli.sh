@@ -5,7 +5,7 @@ set -u
 cucore=$1 dir=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-run-cli-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-unset CUCORE_RUN_CACHE CUCORE_RUN_LD_LIBRARY_PATH CUCORE_RUN_NVRTC CUCORE_RUN_LIBS
+unset CUCORE_RUN_CACHE CUCORE_RUN_LD_LIBRARY_PATH CUCORE_RUN_NVRTC CUCORE_RUN_LIBS CUCORE_COMPILE_SERVER
 # A sanitizer build's cucore started under an outer `cucore run` has the (C, uninstrumented) shims
 # preloaded before its ASan runtime: allowed.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
@@ -52,14 +52,18 @@ CUCORE_RUN_LIBS=$work "$cucore" run -- true 2>/dev/null
 expect "$?" 1 "CUCORE_RUN_LIBS without drop-ins: error"
 # cucore env: the same variables as export lines a shell can eval.
 env_out=$(LD_LIBRARY_PATH=/opt/a "$cucore" env --cache "dir:$work/c")
-expect "$(echo "$env_out" | grep -c '^export ')" 5 "env: five export lines"
+expect "$(echo "$env_out" | grep -c '^export ')" 6 "env: six export lines"
 out=$(eval "$env_out"; echo "$LD_LIBRARY_PATH|$CUCORE_RUN_CACHE|$CUCORE_SERVER_PROGRAM")
 expect "$out" "$rdir:/opt/a|dir:$work/c|$(readlink -f "$cucore")" "env: eval gives the run environment"
-# --server / --no-server: the drop-ins' compile server mode (default: none set, auto).
+# --server / --no-server: the drop-ins' compile server mode (default: on, unless the user set one).
 expect "$("$cucore" env --server | grep -c '^export CUCORE_COMPILE_SERVER=.*on')" 1 "env --server"
 expect "$("$cucore" env --no-server | grep -c '^export CUCORE_COMPILE_SERVER=.*off')" 1 \
   "env --no-server"
-expect "$("$cucore" env | grep -c CUCORE_COMPILE_SERVER)" 0 "env: no server mode by default"
+expect "$("$cucore" env | grep -c "^export CUCORE_COMPILE_SERVER='on'")" 1 "env: the server on by default"
+expect "$(CUCORE_COMPILE_SERVER=auto "$cucore" env | grep -c CUCORE_COMPILE_SERVER)" 0 \
+  "env: the user's CUCORE_COMPILE_SERVER kept"
+expect "$(CUCORE_COMPILE_SERVER=off "$cucore" run -- sh -c 'echo "$CUCORE_COMPILE_SERVER"')" off \
+  "run: the user's CUCORE_COMPILE_SERVER=off kept"
 "$cucore" run --server --no-server -- true 2>/dev/null
 expect "$?" 2 "--server with --no-server: usage error"
 

@@ -41,8 +41,9 @@ constexpr option_spec no_preload_option{
 
 constexpr option_spec server_option{
     "--server", "", "",
-    "NVRTC misses go to the user's compile server, started if none runs "
-    "(CUCORE_COMPILE_SERVER=on; default auto: a running server is used)"};
+    "NVRTC misses go to the user's compile server, started on the first miss if none runs; it "
+    "exits after 10 idle minutes (CUCORE_COMPILE_SERVER=on: the default, unless "
+    "CUCORE_COMPILE_SERVER is set)"};
 constexpr option_spec no_server_option{
     "--no-server", "", "", "NVRTC misses compile in the program (CUCORE_COMPILE_SERVER=off)"};
 
@@ -310,8 +311,16 @@ std::vector<std::pair<std::string, std::string>> run_environment(
   if (args.has(server_option.name) && args.has(no_server_option.name)) {
     throw usage_error("--server and --no-server: give one");
   }
-  if (args.has(server_option.name)) vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
-  if (args.has(no_server_option.name)) vars.emplace_back("CUCORE_COMPILE_SERVER", "off");
+  // Misses on every core with no flag: the user's server, started on the first miss and gone
+  // after its idle time (sccache's convention; docs/transparent-cache.md, "Misses through the
+  // compile server"). A CUCORE_COMPILE_SERVER the user set is theirs to keep.
+  if (args.has(server_option.name)) {
+    vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
+  } else if (args.has(no_server_option.name)) {
+    vars.emplace_back("CUCORE_COMPILE_SERVER", "off");
+  } else if (env_or_empty("CUCORE_COMPILE_SERVER").empty()) {
+    vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
+  }
   // A drop-in that starts the server (CUCORE_COMPILE_SERVER=on) runs this very cucore.
   if (const char* own = std::getenv("CUCORE_SERVER_PROGRAM"); own == nullptr || *own == '\0') {
     std::error_code ec;
