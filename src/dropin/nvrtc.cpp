@@ -483,7 +483,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
     // As program::compile: stored only if each header the key tracked is still the file it
     // hashed, had settled then, and the compile read nothing else the key does not cover
     // (program_cache_key::check_store).
-    if (const auto refusal = key->check_store(seen)) {
+    if (const auto refusal = key->check_store(seen, code.code())) {
       dropin::note(log_level::info, "not storing " + s.name + ": " + refusal->message);
       dropin::record_skip(refusal->reason);
       return;

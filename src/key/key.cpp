@@ -514,8 +514,18 @@ std::optional<store_refusal> program_cache_key::check_store() const {
 }
 
 std::optional<store_refusal> program_cache_key::check_store(
-    const detail::observed_inputs& seen) const {
+    const detail::observed_inputs& seen, std::span<const std::byte> output) const {
   if (auto refusal = check_store()) return refusal;
+  if (const std::string clock = detail::clock_in_output(
+          seen, std::string_view(reinterpret_cast<const char*>(output.data()), output.size()));
+      !clock.empty()) {
+    return store_refusal{
+        cache_skip_reason::time_macros,
+        {},
+        "the output holds the text of the compile's own clock (\"" + clock +
+            "\"): __DATE__ or __TIME__ was used, spelled in a way the key's scan does not see "
+            "(a name pasted from one-character pieces), so the result is not stored"};
+  }
   detail::key_coverage coverage;
   if (details_) {
     coverage.walk = details_->walk.get();

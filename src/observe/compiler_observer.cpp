@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <set>
 #include <string>
@@ -40,6 +41,8 @@ std::string_view to_string(observed_call call) noexcept {
       return "getcwd";
     case observed_call::side_effect:
       return "side_effect";
+    case observed_call::clock:
+      return "clock";
   }
   return "unknown";
 }
@@ -158,7 +161,10 @@ void drop_scratch_files(std::vector<observed_input>& inputs) {
   }
   if (scratch.empty()) return;
   const auto about_scratch = [&](const observed_input& in) {
-    if (in.call == observed_call::getenv || in.call == observed_call::getcwd) return false;
+    if (in.call == observed_call::getenv || in.call == observed_call::getcwd ||
+        in.call == observed_call::clock) {
+      return false;
+    }
     const auto space = in.name.find(' ');
     const std::string path = in.call == observed_call::side_effect && space != std::string::npos
                                  ? in.name.substr(space + 1)
@@ -341,6 +347,18 @@ char* getcwd_(char* buf, size_t size) {
   return r;
 }
 
+// NVRTC calls ctime() in every compile and expands __DATE__ and __TIME__ from its text.
+char* ctime_(const time_t* t) {
+  char* r = ::ctime(t);
+  record_name(observed_call::clock, r != nullptr, r);
+  return r;
+}
+char* ctime_r_(const time_t* t, char* buf) {
+  char* r = ::ctime_r(t, buf);
+  record_name(observed_call::clock, r != nullptr, r);
+  return r;
+}
+
 int chdir_(const char* path) {
   const int r = ::chdir(path);
   if (r == 0) record_effect("chdir", path);  // a call that failed changed nothing
@@ -453,6 +471,8 @@ const std::vector<got_replacement>& replacements() {
       {"secure_getenv", reinterpret_cast<void*>(&secure_getenv_)},
       {"__secure_getenv", reinterpret_cast<void*>(&secure_getenv_)},
       {"getcwd", reinterpret_cast<void*>(&getcwd_)},
+      {"ctime", reinterpret_cast<void*>(&ctime_)},
+      {"ctime_r", reinterpret_cast<void*>(&ctime_r_)},
       {"chdir", reinterpret_cast<void*>(&chdir_)},
       {"mkdir", reinterpret_cast<void*>(&mkdir_)},
       {"unlink", reinterpret_cast<void*>(&unlink_)},
@@ -618,11 +638,30 @@ const observed_input* first_process_view_input(const observed_inputs& seen) {
   for (const auto& in : seen.inputs) {
     if (in.call == observed_call::side_effect) return &in;
     if (in.call != observed_call::getenv && in.call != observed_call::getcwd &&
-        is_process_view_path(in.name)) {
+        in.call != observed_call::clock && is_process_view_path(in.name)) {
       return &in;
     }
   }
   return nullptr;
+}
+
+std::string clock_in_output(const observed_inputs& seen, std::string_view output) {
+  for (const auto& in : seen.inputs) {
+    // ctime's text: "Www Mmm dd hh:mm:ss yyyy\n", the day padded with a blank.
+    if (in.call != observed_call::clock || in.name.size() < 24) continue;
+    const std::string date = in.name.substr(4, 7) + in.name.substr(20, 4);
+    const std::string time = in.name.substr(11, 8);
+    for (const auto& text : {date, time}) {
+      if (output.find(text) != std::string_view::npos) return text;
+      // PTX writes an initialised byte array as decimals: {49, 48, 58, ...}.
+      std::string decimals;
+      for (const char c : text) {
+        decimals += (decimals.empty() ? "" : ", ") + std::to_string(static_cast<unsigned char>(c));
+      }
+      if (output.find(decimals) != std::string_view::npos) return text;
+    }
+  }
+  return {};
 }
 
 }  // namespace cucore::detail

@@ -23,6 +23,8 @@ enum class observed_call : std::uint8_t {
   getcwd,       // the working directory read
   side_effect,  // a file written, created or removed, a directory changed, a program run, a
                 // connection made: the compile is not a function of its inputs alone
+  clock,        // the time NVRTC took for __DATE__ and __TIME__ (ctime's text): not an input
+                // the key can cover, but what a clock-dependent output holds (clock_in_output)
 };
 std::string_view to_string(observed_call call) noexcept;
 
@@ -93,6 +95,12 @@ auto run_observed(observed_inputs& seen, Compile&& compile) {
   seen = watch.finish();
   return out;
 }
+
+// The first text of a clock the compile took (__DATE__ "Dec  7 2026", __TIME__ "10:25:56", as
+// NVRTC expands them from the ctime() it calls in every compile) that `output` holds, or "". An
+// output holding one depends on the clock whatever spelled the name (issue 39: a name pasted
+// from one-character pieces, which the key's scan does not see): it must not be stored.
+std::string clock_in_output(const observed_inputs& seen, std::string_view output);
 
 // Whether `path` (absolute) names something whose contents are per process or can change
 // without its identity changing: /proc, /sys, /dev (and what lies on procfs, sysfs or devtmpfs

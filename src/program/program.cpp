@@ -245,7 +245,7 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
     // NVRTC read the headers after the key was made: stored only if each is still the file the
     // key hashed, and was settled then, and it read nothing else the key does not cover
     // (program_cache_key::check_store).
-    if (auto refusal = cache_key_->check_store(seen)) {
+    if (auto refusal = cache_key_->check_store(seen, compiled.code())) {
       cucore::log(log_level::warning, "not storing the compiled program in the " +
                                           cache->description() + " cache: " + refusal->message);
       if (const auto stats = cache->statistics()) stats->record_skip(refusal->reason);

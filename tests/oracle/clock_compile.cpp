@@ -5,6 +5,7 @@
 //   automatic PCH off (a PCH built by one case is never reused by the next).
 //   RESULTS.json: an array, one object per case: {"status": 0 compiled | 1 the compiler refused it
 //   | 2 other, "bypass": the key's bypass reason or "-", "output": the compiled bytes (PTX text),
+//   "store": the store gate's refusal reason for that output (check_store) or "stored",
 //   "log": the compiler's log or the error}.
 // The key is derived in the same process and environment as the compile, so NVRTC_APPEND_FLAGS
 // (read when the compilers load) reaches both. Exit status: 0 done, 2 the batch could not be read.
@@ -20,6 +21,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
+#include "observe/compiler_observer.hpp"
 #include "oracle_case.hpp"
 
 int main(int argc, char** argv) {
@@ -49,9 +51,18 @@ int main(int argc, char** argv) {
       const cucore::program_cache_key key = cucore::make_program_cache_key(inputs);
       r["bypass"] = key.bypass() ? std::string(cucore::to_string(key.bypass()->reason)) : "-";
       cucore::program program(c.code, cucore::source_type::cxx, options);
-      const cucore::object_code out = program.compile(cucore::oracle::target_of(c));
+      cucore::detail::observed_inputs seen = cucore::detail::unobserved_compile();
+      const cucore::object_code out = cucore::detail::run_observed(
+          seen, [&] { return program.compile(cucore::oracle::target_of(c)); });
       const auto bytes = out.code();
       r["output"] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      // What the store gate says of this output: time_macros where it holds the clock's text
+      // (asked first: under faketime the header identity checks refuse for their own reasons).
+      const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      const auto refusal = key.check_store(seen, bytes);
+      r["store"] = !cucore::detail::clock_in_output(seen, text).empty() ? "time_macros"
+                   : refusal ? std::string(cucore::to_string(refusal->reason))
+                             : "stored";
       r["status"] = 0;
     } catch (const cucore::compile_error& e) {
       r["status"] = 1;

@@ -249,3 +249,38 @@ TEST_F(CompilerObservation, APreIncludeCompileIsStored) {
   if (std::getenv("CUCORE_SHOW_OBSERVED") != nullptr)
     std::fprintf(stderr, "%s", describe(c.seen).c_str());
 }
+
+// Issue 39's clock gap, defended in depth: __TIME__ and __DATE__ pasted from one-character pieces
+// (which the key's scan does not count) and kept as strings. The compile's own clock text is in
+// the output (cubin: the bytes; PTX: the decimals of an initialised array), so nothing is stored
+// and the second compile is a miss, not the first one's time.
+TEST_F(CompilerObservation, AnOutputHoldingItsOwnClockIsNeverStored) {
+  const std::string code =
+      "#define C8(a, b, c, d, e, f, g, h) a##b##c##d##e##f##g##h\n"
+      "__device__ const char stamp[] = C8(_, _, T, I, M, E, _, _);\n"
+      "__device__ const char day[] = C8(_, _, D, A, T, E, _, _);\n"
+      "extern \"C\" __global__ void k(char* o) {\n"
+      "  for (int i = 0; i < 8; ++i) o[i] = stamp[i] + day[i];\n"
+      "}\n";
+  for (const auto target : {cucore::code_type::cubin, cucore::code_type::ptx}) {
+    cucore::in_memory_program_cache cache;
+    cucore::program a(code, cucore::source_type::cxx, sm90());
+    (void)a.compile(target, {}, &cache);
+    EXPECT_EQ(a.last_cache_outcome(), cucore::cache_outcome::miss);
+    const auto refusal = a.last_store_refusal();
+    ASSERT_TRUE(refusal) << "stored: the pasted clock went unseen";
+    EXPECT_EQ(refusal->reason, cucore::cache_skip_reason::time_macros) << refusal->message;
+    EXPECT_NE(refusal->message.find("clock"), std::string::npos) << refusal->message;
+    cucore::program b(code, cucore::source_type::cxx, sm90());
+    (void)b.compile(target, {}, &cache);
+    EXPECT_EQ(b.last_cache_outcome(), cucore::cache_outcome::miss);
+  }
+  // The same program without the clock is stored: a clock text alone is not what refuses it.
+  const std::string plain =
+      "__device__ const char stamp[] = \"__TIME_\";\n"
+      "extern \"C\" __global__ void k(char* o) { o[0] = stamp[0]; }\n";
+  cucore::in_memory_program_cache cache;
+  cucore::program c(plain, cucore::source_type::cxx, sm90());
+  (void)c.compile(cucore::code_type::cubin, {}, &cache);
+  EXPECT_FALSE(c.last_store_refusal()) << c.last_store_refusal()->message;
+}

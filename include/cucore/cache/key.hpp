@@ -205,7 +205,10 @@ class program_cache_key {
   // probe its include walk checked, a variable of the compilers' table, the working directory.
   // Else unkeyed_input, or process_view_input for a pseudo or per-process
   // file or a side effect. An input the key's model misses then costs a store, never a hit.
-  std::optional<store_refusal> check_store(const detail::observed_inputs& seen) const;
+  // `output` (the bytes to store): one holding the compile's own __DATE__ or __TIME__ text is
+  // refused too (time_macros: the clock used however the name was spelled).
+  std::optional<store_refusal> check_store(const detail::observed_inputs& seen,
+                                           std::span<const std::byte> output = {}) const;
 
   friend bool operator==(const program_cache_key& a, const program_cache_key& b) noexcept {
     return a.digest_ == b.digest_;
