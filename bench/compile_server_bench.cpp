@@ -4,6 +4,8 @@
 //             process compiled before: --no-server against --server (medians, interleaved);
 //   threads:  K distinct CUB kernels, sharing a prefix, compiled by K threads of this process
 //             through the server, against the same K compiled serially in-process;
+//   files:    the same, each round's kernel in a new file (B1.cu, B2.cu, ...) after A.cu's image,
+//             outputs checked against plain (module ids masked) (--only files: this part alone);
 //   overhead: a small kernel with no #include (no PCH) through the server against in-process;
 //   dropin:   K distinct CUB kernels compiled by T threads of an unmodified NVRTC program
 //             (bench/nvrtc_threads.c) under `cucore run` with no flag (empty cache, no server
@@ -12,7 +14,7 @@
 //             prefix (its images made by the first);
 //   memory:   each worker's peak resident memory after the above.
 // Usage: compile_server_bench [--rounds N] [--kernels K] [--threads T] [--workers W]
-//                             [--cuda-home DIR] [--only dropin]
+//                             [--cuda-home DIR] [--only dropin|files]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +25,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,7 +86,7 @@ cucore::program_options options(cucore::compile_server_mode mode, int i) {
   cucore::program_options o;
   o.arch = "sm_90";
   // One name for every kernel, as a program compiling many kernels gives (NVRTC's
-  // default_program in cuda.core): an automatic PCH image is per prefix, options and name.
+  // default_program in cuda.core).
   o.name = "bench.cu";
   (void)i;
   o.compile_server = mode;
@@ -187,8 +191,7 @@ int main(int argc, char** argv) {
 
   // fresh: kernel 0 once through the server (its worker makes the prefix's image), then each
   // round a fresh process compiles another kernel of the prefix, plain and through the server.
-  // One file name (kernel.cu, rewritten), as a script that compiles its kernel does: an image is
-  // per prefix, options and program name.
+  // One file name (kernel.cu, rewritten), as a script that compiles its kernel does.
   const std::string kernel_file = (root / "kernel.cu").string();
   auto write_kernel = [&](int i) { std::ofstream(kernel_file) << cub_kernel(100 + i); };
   const std::string compile =
@@ -207,6 +210,53 @@ int main(int argc, char** argv) {
       "fresh process, CUB prefix compiled before by another process (median of %d):\n"
       "  plain %.3f s, through the server %.3f s: %.2fx\n",
       rounds, median(plain), median(served), median(served) / median(plain));
+  std::fflush(stdout);
+
+  // files: the same, a new file each round (A.cu made the image; then B1.cu, B2.cu, ...): an
+  // image is shared across program names the prefix cannot see (docs/compile-server.md, "Images
+  // across program names"). Each output against its plain compile's, module ids masked.
+  const fs::path files = root / "files";
+  fs::create_directories(files);
+  const auto file_compile = [&](const std::string& name, int i, const std::string& out) {
+    std::ofstream(files / name) << cub_kernel(300 + i);
+    return "cd " + files.string() + " && " + cli + " compile --arch sm_90 --cache none -o " +
+           (root / out).string() + " " + name + " >/dev/null ";
+  };
+  const auto masked_file = [&](const std::string& out) {
+    std::ifstream in(root / out, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    static const std::regex internal("_INTERNAL_[A-Za-z0-9_]+");
+    return std::regex_replace(bytes, internal, "_INTERNAL_");
+  };
+  run_timed(file_compile("A.cu", 0, "a.cubin") + "--server");
+  wait_for_images();
+  std::vector<double> plain_files, served_files;
+  int differ = 0;
+  for (int r = 1; r <= rounds; ++r) {
+    const std::string name = "B" + std::to_string(r) + ".cu";
+    if (r % 2)
+      plain_files.push_back(run_timed(file_compile(name, r, "plain.cubin") + "--no-server"));
+    served_files.push_back(run_timed(file_compile(name, r, "served.cubin") + "--server"));
+    if (!(r % 2))
+      plain_files.push_back(run_timed(file_compile(name, r, "plain.cubin") + "--no-server"));
+    differ += masked_file("plain.cubin") != masked_file("served.cubin") ? 1 : 0;
+    if (std::getenv("CUCORE_BENCH_VERBOSE") != nullptr) {
+      std::printf("  %s: plain %.3f s, through the server %.3f s\n", name.c_str(),
+                  plain_files.back(), served_files.back());
+    }
+  }
+  std::printf(
+      "fresh process, a new file of the CUB prefix after A.cu's image (median of %d):\n"
+      "  plain %.3f s, through the server %.3f s: %.2fx (target 0.5x); outputs %s\n",
+      rounds, median(plain_files), median(served_files), median(served_files) / median(plain_files),
+      differ == 0 ? "equal to plain (module ids masked)" : "DIFFERENT from plain");
+  std::fflush(stdout);
+  if (only == "files") {
+    cucore::stop_compile_server(dir);
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    return differ == 0 ? 0 : 1;
+  }
 
   // threads: K kernels of a new prefix (a radix sort over another key type: no image yet).
   auto threads_kernel = [](int i) {

@@ -508,7 +508,8 @@ class registry {
 };
 
 // What counts compiles of a prefix before its key is worth making: the prefix text, the flags
-// (arch, -I, -D, ...), the program name and the in-memory headers.
+// (arch, -I, -D, ...), what of the program name the prefix shows it may depend on
+// (pch_program_name) and the in-memory headers.
 std::string sighting_key(const std::string& prefix, const program_options& options,
                          code_type target, std::string_view extra) {
   std::string all = prefix;
@@ -519,7 +520,7 @@ std::string sighting_key(const std::string& prefix, const program_options& optio
     all += f;
     all.push_back('\0');
   }
-  all += options.name;
+  all += pch_program_name(prefix, options.name);
   for (const auto& h : options.headers) {
     all.push_back('\0');
     all += h.name;
@@ -563,10 +564,11 @@ class prefix_probes final : public compiler_probes {
   std::optional<fs::path> memo_;
 };
 
-// The prefix's key: make_program_cache_key over the prefix alone (the flags, the program name,
-// in-memory headers, and the include closure of the prefix).
+// The prefix's key: make_program_cache_key over the prefix alone (the flags, the program name as
+// pch_program_name keeps it, in-memory headers, and the include closure of the prefix).
 std::optional<program_cache_key> prefix_key(const std::string& prefix,
-                                            const program_options& options, code_type target,
+                                            const program_options& options,
+                                            const std::string& keyed_name, code_type target,
                                             const std::optional<fs::path>& memo,
                                             std::string_view extra, std::string& why) {
   program_cache_key_inputs in;
@@ -576,6 +578,7 @@ std::optional<program_cache_key> prefix_key(const std::string& prefix,
   in.code = prefix;
   in.code_type = source_type::cxx;
   in.options = options;
+  in.options.name = keyed_name;
   in.target = target;
   try {
     program_cache_key key = make_program_cache_key(in, prefix_probes(memo));
@@ -659,12 +662,28 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     return;
   }
   std::string why;
-  prefix_key_ = prefix_key(prefix, options, target, header_memo, extra_identity, why);
+  const std::string keyed_name = pch_program_name(prefix, options.name);
+  prefix_key_ = prefix_key(prefix, options, keyed_name, target, header_memo, extra_identity, why);
   if (!prefix_key_) {
     debug("not used for \"" + options.name + "\": " + why);
     return;
   }
   identity_ = prefix_key_->hex();
+  // Images are shared across program names where the name cannot reach them (measured:
+  // docs/compile-server.md, "Images across program names"); else the whole name keys it too.
+  bool whole_name = keyed_name == options.name;
+  try {
+    whole_name = whole_name ||
+                 pch_needs_whole_name(prefix, *prefix_key_, options,
+                                      compiler_flags(options, source_type::cxx, target), target);
+  } catch (const std::exception&) {
+    whole_name = true;
+  }
+  if (whole_name && keyed_name != options.name) {
+    const std::string named = identity_ + '\0' + options.name;
+    const auto hex = sha256_hex(std::as_bytes(std::span<const char>(named.data(), named.size())));
+    identity_.assign(hex.data(), hex.size());
+  }
   if (reg.peek(identity_, status_) == registry::step::plain) return;
 
   heap_ = lock_pch_heap();

@@ -1,12 +1,23 @@
 // The prefix NVRTC may precompile (docs/compilation.md, "Precompiled headers"): a conservative
-// reading of where NVRTC's "header stop" falls in a program.
+// reading of where NVRTC's "header stop" falls in a program; and what of the program's name an
+// image of it depends on (docs/compile-server.md, "Images across program names").
 #include "program/pch_prefix.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bitset>
 #include <cctype>
+#include <fstream>
+#include <iterator>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "common/sha256.hpp"
+#include "key/compiler_environment.hpp"
+#include "key/include_scanner.hpp"
 
 namespace cucore::detail {
 namespace {
@@ -217,6 +228,183 @@ pch_prefix scan_pch_prefix(std::string_view code) {
   }
   out.end = cut == 0 ? 0 : (cut >= n ? code.size() : code_offset(s, cut - 1) + 1);
   return out;
+}
+
+// ---- What of the program name an image depends on.
+
+namespace {
+
+constexpr std::string_view kBaseFile = "__BASE_FILE__";
+constexpr std::string_view kFixedName = "cucore-pch-prefix.cu";
+
+bool ident(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// The proper substrings of __BASE_FILE__ of two or more characters, each once: the pieces a paste
+// could form it from (one-character pieces left out, the clock's known gap).
+const std::vector<std::string_view>& pieces() {
+  static const std::vector<std::string_view> all = [] {
+    std::vector<std::string_view> out;
+    for (std::size_t at = 0; at < kBaseFile.size(); ++at) {
+      for (std::size_t n = 2; at + n <= kBaseFile.size(); ++n) {
+        const auto p = kBaseFile.substr(at, n);
+        if (n < kBaseFile.size() && std::find(out.begin(), out.end(), p) == out.end()) {
+          out.push_back(p);
+        }
+      }
+    }
+    return out;
+  }();
+  return all;
+}
+
+struct base_file_tokens {
+  bool literal = false;  // __BASE_FILE__ as an identifier
+  bool paste = false;    // ##, %:%: or ??=??=
+  std::bitset<128> present;
+  void merge(const base_file_tokens& o) {
+    literal = literal || o.literal;
+    paste = paste || o.paste;
+    present |= o.present;
+  }
+};
+
+void scan_identifiers(std::string_view text, base_file_tokens& out) {
+  const auto& all = pieces();
+  for (std::size_t i = 0; i < text.size();) {
+    if (!ident(text[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t e = i;
+    while (e < text.size() && ident(text[e])) ++e;
+    const std::string_view word = text.substr(i, e - i);
+    if (word == kBaseFile) out.literal = true;
+    if (word.size() < kBaseFile.size() && word.size() >= 2) {
+      for (std::size_t p = 0; p < all.size(); ++p) {
+        if (all[p] == word) out.present.set(p);
+      }
+    }
+    i = e;
+  }
+}
+
+// Comments and literals count as code (a superset); line splices are undone leniently (a
+// backslash or ??/, blanks, a newline) and both views are scanned.
+base_file_tokens scan(std::string_view text) {
+  base_file_tokens out;
+  out.paste = text.find("##") != std::string_view::npos ||
+              text.find("%:%:") != std::string_view::npos ||
+              text.find("?\?=?\?=") != std::string_view::npos;
+  scan_identifiers(text, out);
+  if (text.find('\\') == std::string_view::npos && text.find("?\?/") == std::string_view::npos) {
+    return out;
+  }
+  std::string spliced;
+  spliced.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t after = std::string_view::npos;
+    if (text[i] == '\\') after = i + 1;
+    if (text.substr(i, 3) == "?\?/") after = i + 3;
+    if (after != std::string_view::npos) {
+      std::size_t j = after;
+      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
+      if (j < text.size() && text[j] == '\n') {
+        i = j + 1;
+        continue;
+      }
+    }
+    spliced.push_back(text[i++]);
+  }
+  out.paste = out.paste || spliced.find("##") != std::string::npos ||
+              spliced.find("%:%:") != std::string::npos;
+  scan_identifiers(spliced, out);
+  return out;
+}
+
+bool may_form(const base_file_tokens& unit) {
+  if (unit.literal) return true;
+  if (!unit.paste) return false;
+  const auto& all = pieces();
+  const auto present = [&](std::string_view s) {
+    for (std::size_t p = 0; p < all.size(); ++p) {
+      if (all[p] == s) return unit.present.test(p);
+    }
+    return false;
+  };
+  // reach[k]: kBaseFile[0, k) splits into pieces present.
+  std::array<bool, kBaseFile.size() + 1> reach{};
+  reach[0] = true;
+  for (std::size_t k = 0; k < kBaseFile.size(); ++k) {
+    if (!reach[k]) continue;
+    for (std::size_t e = k + 2; e <= kBaseFile.size(); ++e) {
+      if (e - k < kBaseFile.size() && present(kBaseFile.substr(k, e - k))) reach[e] = true;
+    }
+  }
+  return reach[kBaseFile.size()];
+}
+
+// A closure file's tokens, by its contents' digest (the key's): each file is read once per
+// process. A file whose contents no longer match reads as naming __BASE_FILE__.
+base_file_tokens file_tokens(const std::string& path, const std::string& digest_hex) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, base_file_tokens> memo;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = memo.find(digest_hex); it != memo.end()) return it->second;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) return {true, false, {}};
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto d = sha256_hex(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  if (in.bad() || std::string_view(d.data(), d.size()) != digest_hex) return {true, false, {}};
+  const base_file_tokens t = scan(text);
+  const std::lock_guard<std::mutex> lock(mutex);
+  memo.emplace(digest_hex, t);
+  return t;
+}
+
+}  // namespace
+
+std::string pch_program_name(std::string_view prefix, const std::string& name) {
+  const base_file_tokens t = scan(prefix);
+  if (t.literal || may_form(t) || prefix.find("__FILE__") != std::string_view::npos) return name;
+  bool beside = false;
+  for (const auto& r : scan_includes(prefix).references) {
+    beside = beside || r.form != include_form::angle;
+  }
+  const std::size_t slash = name.rfind('/');
+  const std::string dir = beside && slash != std::string::npos ? name.substr(0, slash + 1) : "";
+  return dir + std::string(kFixedName);
+}
+
+bool pch_needs_whole_name(std::string_view prefix, const program_cache_key& prefix_key,
+                          const program_options& options, std::span<const std::string> flags,
+                          code_type target) {
+  // -lineinfo and -G were measured to share (their output names the program from the body's
+  // compile); the other flags that write the program name into the output were not.
+  std::vector<std::string> rest;
+  for (const auto& f : flags) {
+    if (f != "-lineinfo" && f != "--generate-line-info" && f != "-G" && f != "--device-debug") {
+      rest.push_back(f);
+    }
+  }
+  if (embeds_working_directory(rest, target)) return true;
+
+  base_file_tokens unit = scan(prefix);
+  for (const auto& f : flags) unit.merge(scan(f));
+  for (const auto& h : options.headers) unit.merge(scan(h.contents));
+  // The closure's files, as explain() lists them: "PATH (N bytes, sha256 HEX)".
+  for (const auto& field : prefix_key.explain()) {
+    if (field.label != "header") continue;
+    const std::string& p = field.payload;
+    const std::size_t open = p.rfind(" (");
+    if (open == std::string::npos || p.size() < 66 || p.back() != ')') return true;
+    unit.merge(file_tokens(p.substr(0, open), p.substr(p.size() - 65, 64)));
+    if (unit.literal) return true;
+  }
+  return may_form(unit);
 }
 
 }  // namespace cucore::detail

@@ -593,9 +593,11 @@ bool reply_succeeded(frame_type type, std::string_view payload) {
 std::string prefix_identity(const compile_request& q) {
   const auto prefix = detail::scan_pch_prefix(q.code);
   if (!prefix.balanced || !prefix.includes) return {};
-  std::string all(q.code.substr(0, prefix.end));
+  const std::string_view text = std::string_view(q.code).substr(0, prefix.end);
+  std::string all(text);
   for (const auto& f : q.flags) (all += '\0') += f;
-  (all += '\0') += q.options.name;
+  // What of the name an image may depend on: other files of a prefix go to its image's worker.
+  (all += '\0') += detail::pch_program_name(text, q.options.name);
   (all += '\0') += q.view.working_directory;
   const auto hex = detail::sha256_hex(std::as_bytes(std::span(all.data(), all.size())));
   return std::string(hex.data(), hex.size());

@@ -158,7 +158,8 @@ std::optional<auto_pch_status> auto_pch_of_reply(frame_type type, std::string_vi
 bool reply_succeeded(frame_type type, std::string_view payload);
 
 // What routes a request to a worker: the program's leading preprocessing lines (automatic PCH's
-// prefix), the flags and the name; empty when the code has no such prefix.
+// prefix), the flags and what of the name an image may depend on (detail::pch_program_name);
+// empty when the code has no such prefix.
 std::string prefix_identity(const compile_request& r);
 
 }  // namespace cucore::server

@@ -382,7 +382,8 @@ TEST_F(AutoPch, ADeletedHeaderIsNeverCompiledFromTheOldImage) {
 }
 
 TEST_F(AutoPch, AnotherProgramNameHasItsOwnImage) {
-  // __BASE_FILE__ in a header is the program's name, fixed in the image at its making.
+  // __BASE_FILE__ in a header is the program's name, fixed in the image at its making (other
+  // names that cannot reach an image share it: auto_pch_names_test.cpp).
   fixture f;
   write_text(f.inc / "value.cuh",
              "#pragma once\n#include <cuda/std/cstdint>\n"
@@ -393,7 +394,7 @@ TEST_F(AutoPch, AnotherProgramNameHasItsOwnImage) {
   make_image(code, f.options("one.cu"));
   const compiled reference = plain(code, f.options("two.cu"));
   const compiled two = compile(code, f.options("two.cu"));
-  EXPECT_EQ(two.status, auto_pch_status::first_seen);
+  EXPECT_NE(two.status, auto_pch_status::used);  // its own image (the prefix is seen again)
   EXPECT_TRUE(same_bytes(two.bytes, reference.bytes));
   EXPECT_TRUE(contains(two.bytes, "two.cu"));
 }

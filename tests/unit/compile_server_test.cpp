@@ -346,6 +346,22 @@ TEST_F(CompileServer, ABurstOfOnePrefixCompilesPlainThenMakesOneImage) {
   EXPECT_EQ(next.last_auto_pch(), auto_pch_status::used);
 }
 
+// Another file of the prefix (issue 40): routed to the image's worker, which uses it (the name
+// cannot reach the image: docs/compile-server.md, "Images across program names").
+TEST_F(CompileServer, AnotherFileOfAPrefixStartsFromTheFirstFilesImage) {
+  server_process server(dir_, 2);
+  program first(kCubKernel, source_type::cxx, options_with(compile_server_mode::on, "a.cu"));
+  (void)first.compile(code_type::ptx);
+  EXPECT_EQ(first.last_auto_pch(), auto_pch_status::first_seen);
+  EXPECT_EQ(server.images_once_made(), 1u);
+  const std::string code = std::string(kCubKernel) + small_kernel(320);
+  program local(code, source_type::cxx, options_with(compile_server_mode::off, "b.cu"));
+  program served(code, source_type::cxx, options_with(compile_server_mode::on, "b.cu"));
+  const object_code got = served.compile(code_type::ptx);
+  EXPECT_EQ(served.last_auto_pch(), auto_pch_status::used);
+  EXPECT_EQ(masked(got.text()), masked(local.compile(code_type::ptx).text()));
+}
+
 TEST_F(CompileServer, CompileErrorCarriesTheSameLog) {
   server_process server(dir_, 1);
   const std::string bad = "__global__ void k() { undeclared_thing = 1; }\n";
