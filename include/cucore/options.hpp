@@ -164,6 +164,10 @@ struct program_options {
   // Where a c++ miss compiles (never keyed: the output is the same). Unset: CUCORE_COMPILE_SERVER
   // (off / on / auto), else off (docs/compile-server.md, "Clients").
   std::optional<compile_server_mode> compile_server;
+  // The fraction of cache hits (0 to 1) compiled again, uncached, under another clock, and
+  // compared with the entry (docs/verify.md); a mismatch removes the entry and returns the fresh
+  // result. Never keyed. Unset: CUCORE_VERIFY, else 0. Out of [0, 1]: invalid_argument.
+  std::optional<double> verify;
 };
 
 struct linker_options {

@@ -22,6 +22,13 @@ class program_cache;
 enum class cache_outcome { off, hit, miss };
 std::string_view to_string(cache_outcome outcome) noexcept;  // "off", "hit", "miss"
 
+// What verify mode (program_options::verify; docs/verify.md) found of the last compile's hit:
+// not_verified (no hit, or not sampled), verified (compiled again: the same bytes, NVRTC's
+// per-process names masked), mismatch (not the same: a stale hit caught, the entry removed, the
+// fresh result returned).
+enum class verify_outcome { not_verified, verified, mismatch };
+std::string_view to_string(verify_outcome outcome) noexcept;  // "not_verified", ...
+
 // What became of a precompiled header request on the last NVRTC compile.
 enum class pch_status { not_requested, created, not_attempted, failed };
 std::string_view to_string(pch_status status) noexcept;
@@ -118,6 +125,9 @@ class program {
   // Whether the last compile's result was put into the cache (a miss the gate allowed, whose put
   // did not fail).
   bool last_stored() const noexcept { return stored_; }
+  // Verify mode's finding on the last compile (docs/verify.md); the mismatch report's path.
+  verify_outcome last_verify() const noexcept { return verify_; }
+  const std::optional<std::string>& last_verify_report() const noexcept { return verify_report_; }
 
   const std::string& code() const noexcept { return code_; }
   source_type type() const noexcept { return type_; }
@@ -129,6 +139,8 @@ class program {
   object_code compile_cached(code_type target, std::span<const std::string> name_expressions,
                              program_cache& cache);
   object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
+  object_code verify_hit(code_type target, std::span<const std::string> name_expressions,
+                         program_cache& cache, object_code cached);
   object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvvm(code_type target);
   object_code compile_ptx(code_type target);
@@ -144,6 +156,8 @@ class program {
   std::optional<program_cache_key> cache_key_;
   std::optional<store_refusal> store_refusal_;
   bool stored_ = false;
+  verify_outcome verify_ = verify_outcome::not_verified;
+  std::optional<std::string> verify_report_;
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

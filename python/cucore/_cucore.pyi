@@ -249,6 +249,10 @@ class Program:
         """"off", "hit" or "miss": what the last compile found in its cache."""
 
     @property
+    def last_verify(self) -> str:
+        """Verify mode (ProgramOptions.verify, CUCORE_VERIFY): "not_verified", "verified" or "mismatch" (a stale hit caught: its entry removed, the fresh result returned)."""
+
+    @property
     def last_flight_outcome(self) -> str | None:
         """
         What single-flight did on the last compile through a cache: "hit", "compiled", "waited" (another process or thread compiled it), "took_over", "gave_up" or "unclaimed"; None without a cache.

@@ -26,7 +26,10 @@ class ProgramOptions:
     when none runs, ``"auto"`` in one that runs, never starting one; case-insensitive; default
     ``None``: ``CUCORE_COMPILE_SERVER``, else off. Any trouble with the server compiles in this
     process; outputs are the same either way, and it is never part of the cache key; another
-    value is a ``ValueError``).
+    value is a ``ValueError``) and ``verify`` (the fraction of cache hits, 0 to 1, compiled again
+    uncached and compared with the entry: a mismatch removes the entry and returns the fresh
+    result, ``Program.last_verify`` says which; default ``None``: ``CUCORE_VERIFY``, else 0;
+    never part of the cache key).
     """
 
     name: str | None = "default_program"
@@ -97,3 +100,4 @@ class ProgramOptions:
     diagnose_implicit_tile_var: bool | None = None
     extra_nvrtc_options: _StrList = None
     compile_server: str | None = None
+    verify: float | None = None

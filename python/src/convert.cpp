@@ -182,6 +182,25 @@ void read_compile_server(nb::handle options, std::optional<compile_server_mode>&
   }
 }
 
+// Verify mode's rate: a number from 0 to 1, or None (CUCORE_VERIFY, else 0).
+void read_verify(nb::handle options, std::optional<double>& out) {
+  nb::object v = field(options, "verify");
+  if (v.is_none()) return;
+  if (nb::isinstance<nb::bool_>(v) ||
+      !(nb::isinstance<nb::float_>(v) || nb::isinstance<nb::int_>(v))) {
+    type_error("ProgramOptions.verify must be a number from 0 to 1 or None, got " +
+               py_type_name(v));
+  }
+  const double rate = nb::cast<double>(v);
+  if (!(rate >= 0.0 && rate <= 1.0)) {
+    throw invalid_argument(
+        "ProgramOptions.verify must be from 0 to 1 (the fraction of cache hits "
+        "compiled again and compared), got " +
+        std::to_string(rate));
+  }
+  out = rate;
+}
+
 }  // namespace
 
 std::optional<std::string> bytes_of(nb::handle value) {
@@ -284,6 +303,7 @@ program_options options_from(nb::handle o) {
   read_bool(o, "diagnose_implicit_tile_var", p.diagnose_implicit_tile_var);
   read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
   read_compile_server(o, p.compile_server);
+  read_verify(o, p.verify);
   return p;
 }
 

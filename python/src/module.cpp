@@ -880,6 +880,13 @@ void bind_program(nb::module_& m) {
           },
           "\"off\", \"hit\" or \"miss\": what the last compile found in its cache.")
       .def_prop_ro(
+          "last_verify",
+          [](py_program& p) {
+            return std::string(to_string(locked(p, [&] { return p.prog.last_verify(); })));
+          },
+          "Verify mode (ProgramOptions.verify, CUCORE_VERIFY): \"not_verified\", \"verified\" or "
+          "\"mismatch\" (a stale hit caught: its entry removed, the fresh result returned).")
+      .def_prop_ro(
           "last_flight_outcome",
           [](py_program& p) -> std::optional<std::string> {
             const auto outcome = locked(p, [&] { return p.prog.last_flight_outcome(); });

@@ -55,7 +55,9 @@ constexpr std::size_t kCompiles = 16;
 constexpr std::size_t kCompileHits = 17;
 constexpr std::size_t kCompileNs = 18;
 constexpr std::size_t kZeroedAtNs = 19;  // unix time in ns of the last zero(); readers take the max
-constexpr std::size_t kSkips = 24;       // 16 slots for skip reasons
+constexpr std::size_t kVerified = 20;    // hits verify mode compiled again
+constexpr std::size_t kVerifyMismatches = 21;  // ... whose fresh output differed
+constexpr std::size_t kSkips = 24;             // 16 slots for skip reasons
 static_assert(cache_skip_reason_count <= 16);
 
 std::string shard_name(unsigned index) {
@@ -304,6 +306,11 @@ void cache_statistics::record_compile_hit() noexcept {
   add_slot(kCompileHits, 1);
 }
 
+void cache_statistics::record_verify(bool mismatch) noexcept {
+  add_slot(kVerified, 1);
+  if (mismatch) add_slot(kVerifyMismatches, 1);
+}
+
 void cache_statistics::record_skip(cache_skip_reason reason) noexcept {
   add_slot(kSkips + static_cast<std::size_t>(reason), 1);
 }
@@ -352,6 +359,8 @@ persistent_cache_stats cache_statistics::read() const {
   out.compiles = sums[kCompiles];
   out.compile_hits = sums[kCompileHits];
   out.compile_ns = sums[kCompileNs];
+  out.verified = sums[kVerified];
+  out.verify_mismatches = sums[kVerifyMismatches];
   for (std::size_t i = 0; i < cache_skip_reason_count; ++i) out.skips[i] = sums[kSkips + i];
   if (zeroed != 0) {
     out.zeroed_at = std::chrono::system_clock::time_point(

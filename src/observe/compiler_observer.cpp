@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "observe/compile_replay.hpp"
 #include "observe/got_patch.hpp"
 
 namespace cucore::detail {
@@ -498,7 +499,14 @@ void observe_compiler_library(void* handle, std::string_view what) {
   static std::mutex patching;
   std::lock_guard lock(patching);
   std::string error;
-  if (!patch_imports(handle, replacements(), error)) {
+  // The observation's functions, and those a replayed compile moves (compile_replay.hpp).
+  static const std::vector<got_replacement> all = [] {
+    std::vector<got_replacement> v = replacements();
+    const auto& replay = replay_replacements();
+    v.insert(v.end(), replay.begin(), replay.end());
+    return v;
+  }();
+  if (!patch_imports(handle, all, error)) {
     std::lock_guard registry(registry_mutex());
     std::string& reason = unobserved_reason();
     if (reason.empty()) reason = std::string(what) + "'s imports could not be patched: " + error;

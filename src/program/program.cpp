@@ -15,9 +15,11 @@
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
+#include "observe/compile_replay.hpp"
 #include "observe/compiler_observer.hpp"
 #include "program/auto_pch.hpp"
 #include "program/compiler_handles.hpp"
+#include "program/hit_verifier.hpp"
 #include "program/nvrtc_option_table.hpp"
 #include "server/client.hpp"
 
@@ -156,6 +158,18 @@ std::string_view to_string(cache_outcome outcome) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(verify_outcome outcome) noexcept {
+  switch (outcome) {
+    case verify_outcome::not_verified:
+      return "not_verified";
+    case verify_outcome::verified:
+      return "verified";
+    case verify_outcome::mismatch:
+      return "mismatch";
+  }
+  return "unknown";
+}
+
 object_code program::compile(code_type target, std::span<const std::string> name_expressions,
                              program_cache* cache) {
   return compile(target, name_expressions, {}, cache);
@@ -218,6 +232,8 @@ std::vector<std::string> program::begin_compile(code_type target,
   cache_key_.reset();
   store_refusal_.reset();
   stored_ = false;
+  verify_ = verify_outcome::not_verified;
+  verify_report_.reset();
   return all_names;
 }
 
@@ -267,7 +283,97 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   flight_result result = get_or_compile(*cache, *cache_key_, compile, store);
   flight_outcome_ = result.outcome;
   cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
+  if (result.from_cache() && detail::sampled(detail::verify_rate(options_))) {
+    return verify_hit(target, name_expressions, *cache, std::move(result.code));
+  }
   return std::move(result.code);
+}
+
+// Verify mode (docs/verify.md): the hit compiled again, uncached, in this process (not through
+// the compile server, without automatic PCH: an image made earlier could carry what the entry
+// carries), with the clock moved on, so that an output that depends on it differs, and NVRTC's
+// process id pinned to the entry's, so that its per-process names keep their length.
+object_code program::verify_hit(code_type target, std::span<const std::string> name_expressions,
+                                program_cache& cache, object_code cached) {
+  const program_options saved = options_;
+  const std::string saved_log = log_;
+  const auto saved_pch = pch_status_;
+  const auto saved_auto = auto_pch_;
+  options_.compile_server = compile_server_mode::off;
+  options_.auto_pch = false;
+  // Pinned only without the caller's own PCH options: NVRTC names PCH scratch files by its pid.
+  const bool own_pch =
+      options_.pch.value_or(false) || options_.create_pch || options_.use_pch || options_.pch_dir;
+  const pid_t pid = own_pch ? 0 : detail::output_pid(cached.code()).value_or(0);
+  std::optional<object_code> fresh;
+  std::optional<compile_error> failed;
+  try {
+    const detail::compile_replay replay(detail::kVerifyClockShiftSeconds, pid);
+    fresh = compile_uncached(target, name_expressions);
+  } catch (const compile_error& e) {
+    failed = e;
+  } catch (...) {
+    options_ = saved;
+    throw;
+  }
+  options_ = saved;
+  std::optional<std::size_t> differs;
+  bool symbols_differ = false;
+  if (fresh) {
+    differs = detail::first_difference(cached.code(), fresh->code());
+    symbols_differ = cached.symbol_mapping() != fresh->symbol_mapping();
+  }
+  const auto stats = cache.statistics();
+  if (fresh && !differs && !symbols_differ) {
+    verify_ = verify_outcome::verified;
+    log_ = saved_log;
+    pch_status_ = saved_pch;
+    auto_pch_ = saved_auto;
+    if (stats) stats->record_verify(false);
+    return cached;
+  }
+  // A stale hit caught: the entry goes (from every tier), the event is counted and reported, and
+  // the caller gets what an uncached compile gives now (compiled once more: the replay's clock
+  // and pid are not this moment's).
+  verify_ = verify_outcome::mismatch;
+  bool erased = false;
+  try {
+    erased = cache.erase(*cache_key_);
+  } catch (const std::exception& e) {
+    cucore::log(log_level::warning, std::string("verify: could not remove the entry: ") + e.what());
+  }
+  if (stats) stats->record_verify(true);
+  std::string report = "cucore verify mismatch: a cache hit differs from a fresh compile\n";
+  report += "key " + cache_key_->hex() + "\nprogram " + options_.name + "\ntarget " +
+            std::string(to_string(target)) + "\ncache " + cache.description() +
+            (erased ? " (entry removed)" : " (entry not found to remove)") + "\n";
+  report += "cached output " + std::to_string(cached.code().size()) + " bytes, sha256 " +
+            detail::digest_hex(cached.code()) + "\n";
+  if (fresh) {
+    report += "fresh output " + std::to_string(fresh->code().size()) + " bytes, sha256 " +
+              detail::digest_hex(fresh->code()) + "\n";
+    report += differs
+                  ? "first difference at byte " + std::to_string(*differs) +
+                        " (NVRTC's _INTERNAL_ module and process ids masked)\n"
+                  : std::string("the outputs are equal; the name expressions' symbols differ\n");
+  } else {
+    report += "the fresh compile failed (" + failed->status() + "):\n" + failed->log() + "\n";
+  }
+  report += "the fresh compile ran with the clock " +
+            std::to_string(detail::kVerifyClockShiftSeconds) +
+            " s on (an output that depends on the clock differs)\n\nkey fields:\n";
+  for (const auto& field : cache_key_->explain()) {
+    report += field.label + ": " + field.payload.substr(0, 4096) + "\n";
+  }
+  const auto path = detail::write_verify_report(cache_key_->hex(), report);
+  if (path) verify_report_ = path->string();
+  cucore::log(log_level::warning,
+              "verify: the " + cache.description() + " cache's entry for \"" + options_.name +
+                  "\" (key " + cache_key_->hex().substr(0, 16) +
+                  ") differs from a fresh compile: a stale hit, removed; the fresh result is "
+                  "returned" +
+                  (path ? " (report: " + path->string() + ")" : std::string()));
+  return compile_uncached(target, name_expressions);
 }
 
 object_code program::compile_uncached(code_type target,

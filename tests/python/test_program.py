@@ -450,3 +450,25 @@ def test_a_cache_others_can_write_is_refused_unless_shared(tmp_path, options):
             program = cucore.Program(KERNEL, "c++", options)
             assert program.compile("cubin", cache=cache).code == oracle.code
             assert program.last_cache_outcome == "hit"
+
+
+def test_verify_checks_a_hit_and_is_not_part_of_the_key(native_cache):
+    """ProgramOptions.verify: a sampled hit is compiled again and compared (docs/verify.md)."""
+    keys = {key(options=cucore.ProgramOptions(arch=ARCH, verify=rate)) for rate in (None, 0, 0.5, 1)}
+    assert len(keys) == 1
+    first = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH))
+    miss = first.compile("cubin", cache=native_cache)
+    assert first.last_verify == "not_verified"
+    second = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, verify=1.0))
+    hit = second.compile("cubin", cache=native_cache)
+    assert second.last_cache_outcome == "hit"
+    assert second.last_verify == "verified"
+    assert hit.code == miss.code
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan")])
+def test_verify_refuses_a_rate_outside_0_to_1(bad):
+    with pytest.raises(ValueError, match="verify must be from 0 to 1"):
+        cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, verify=bad))
+    with pytest.raises(TypeError, match="verify must be a number"):
+        cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH, verify="1"))

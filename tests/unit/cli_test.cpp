@@ -510,8 +510,9 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 16u) << r.out;
+  EXPECT_EQ(j.keys.size(), 17u) << r.out;
   EXPECT_EQ(j.keys.front(), "ok");
+  EXPECT_EQ(j["verify"].string, "not_verified") << "a miss is never verified";
   EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));

@@ -270,6 +270,7 @@ json statistics_json(const cache_statistics* store, const persistent_cache_stats
     skips[std::string(to_string(static_cast<cache_skip_reason>(i)))] = p.skips[i];
   }
   out["skips"] = std::move(skips);
+  out["verify"] = {{"verified", p.verified}, {"mismatches", p.verify_mismatches}};
   return out;
 }
 
@@ -305,6 +306,10 @@ void print_statistics(const cache_statistics* store, const persistent_cache_stat
   }
   if (!reasons.empty()) std::cout << " (" << reasons << ")";
   std::cout << '\n';
+  if (p.verified != 0) {
+    std::cout << pad("verified", width) << p.verified << " hits compiled again, "
+              << p.verify_mismatches << " differed (stale, removed; docs/verify.md)\n";
+  }
   std::cout << pad("stats", width) << plural(p.shards, "shard file", "shard files") << " in "
             << store->directory().string();
   if (p.shards_ignored != 0) std::cout << " (" << p.shards_ignored << " damaged, ignored)";
@@ -642,7 +647,8 @@ const std::vector<subcommand>& subcommands() {
        "or {\"directory\", \"shards\", \"shards_ignored\", \"zeroed_at\", \"hit_rate\", \"local\"\n"
        "(and \"remote\"): {\"hits\", \"misses\", \"hit_rate\", \"puts\", \"errors\",\n"
        "\"corrupt_dropped\", \"evictions\"}, \"compiles\", \"compile_hits\", \"compile_seconds\",\n"
-       "\"compile_seconds_saved\", \"skips\": {\"total\", one count per reason}} (a rate is\n"
+       "\"compile_seconds_saved\", \"skips\": {\"total\", one count per reason}, \"verify\":\n"
+       "{\"verified\", \"mismatches\"}} (a rate is\n"
        "null before the first lookup). With --zero: {\"zeroed\": true, \"directory\"}.\n"
        "On a tiered cache ls, verify, trim and clear work on the local tier (name the Redis URL\n"
        "alone for the remote one); show and export read through both tiers.",

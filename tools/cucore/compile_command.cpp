@@ -54,6 +54,10 @@ constexpr auto options = join_options(
          "wait at most this long for another process's compile (default 45)"},
         {"--single-flight-lease", "", "SECONDS",
          "a Redis claim expires after this long if its holder dies (default 30)"},
+        {"--verify", "", "",
+         "a hit is compiled again, uncached, and compared: a stale entry is removed and the "
+         "fresh result written (CUCORE_VERIFY=1; docs/verify.md)"},
+        {"--verify-rate", "", "RATE", "verify this fraction of hits, from 0 to 1"},
     }));
 
 constexpr std::string_view description =
@@ -83,7 +87,10 @@ constexpr std::string_view description =
     "{\"tracked\": header files in the key, \"absent\": candidates found absent, \"in_memory\":\n"
     "0 here, \"hashed\": files read (the others were known by their identity),\n"
     "\"stat_fast_path\": none was read, \"reused_walk\": an earlier walk's manifest held,\n"
-    "\"skipped\": includes in #if groups that are never entered}.\n"
+    "\"skipped\": includes in #if groups that are never entered}; \"verify\": not_verified,\n"
+    "verified or mismatch (--verify, --verify-rate, CUCORE_VERIFY: a hit compiled again and\n"
+    "compared; a mismatch is a stale hit: its entry is removed, the fresh result written, and\n"
+    "\"verify_report\" names a report file).\n"
     "\n"
     // clang-format off
     CUCORE_CLI_CACHE_SPEC_HELP "\n"
@@ -128,6 +135,8 @@ struct cache_report {
   std::optional<flight_outcome> flight;     // what single-flight did (with a cache)
   bool stored = false;                      // a miss whose result was put
   std::optional<store_refusal> not_stored;  // a miss check_store() kept out of the cache
+  verify_outcome verify = verify_outcome::not_verified;  // verify mode's finding on a hit
+  std::optional<std::string> verify_report;              // a mismatch's report file
 };
 
 struct compiled {
@@ -154,6 +163,8 @@ object_code compile_with_key(program& prog, const compile_inputs& in, program_ca
   report.flight = prog.last_flight_outcome();
   report.stored = prog.last_stored();
   report.not_stored = prog.last_store_refusal();
+  report.verify = prog.last_verify();
+  report.verify_report = prog.last_verify_report();
   return code;
 }
 
@@ -251,6 +262,8 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
     out["cache_skip_reason"] = c.cache.not_stored->message;
   }
   out["single_flight"] = c.cache.flight ? json(to_string(*c.cache.flight)) : json(nullptr);
+  out["verify"] = std::string(to_string(c.cache.verify));
+  if (c.cache.verify_report) out["verify_report"] = *c.cache.verify_report;
   out["headers"] = headers_json(c.cache.key ? &*c.cache.key : nullptr);
   write_json(out);
 }
@@ -270,7 +283,21 @@ int compile_and_report(const arguments& args) {
         "output (-o) is the Tile IR");
   }
 
-  program prog(in.code, in.source, in.options);
+  program_options options = in.options;
+  if (const auto rate = args.last("--verify-rate")) {
+    std::size_t used = 0;
+    double value = -1;
+    try {
+      value = std::stod(*rate, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != rate->size() || !(value >= 0 && value <= 1)) {
+      throw usage_error("--verify-rate: \"" + *rate + "\" is not a fraction from 0 to 1");
+    }
+    options.verify = value;
+  }
+  if (args.has("--verify")) options.verify = 1.0;
+  program prog(in.code, in.source, options);
   const auto start = std::chrono::steady_clock::now();
   compiled c = [&] {
     try {

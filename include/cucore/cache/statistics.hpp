@@ -97,6 +97,10 @@ struct persistent_cache_stats {
   std::uint64_t compile_hits = 0;  // compiles answered by the cache
   std::uint64_t compile_ns = 0;    // time the compiler ran for `compiles`
   std::array<std::uint64_t, cache_skip_reason_count> skips{};  // by cache_skip_reason
+  // Verify mode (docs/verify.md): hits compiled again and compared, and those that differed
+  // (stale hits caught; their entries removed).
+  std::uint64_t verified = 0;
+  std::uint64_t verify_mismatches = 0;
   // When the counts were last zeroed (zero()); nullopt if never.
   std::optional<std::chrono::system_clock::time_point> zeroed_at;
   std::size_t shards = 0;          // shard files summed
@@ -126,6 +130,8 @@ class cache_statistics {
   void record_compile(std::chrono::nanoseconds elapsed) noexcept;
   void record_compile_hit() noexcept;
   void record_skip(cache_skip_reason reason) noexcept;
+  // A hit verify mode compiled again: `mismatch` when the fresh output differed.
+  void record_verify(bool mismatch) noexcept;
 
   // The sum of every shard (zero when there are none). Never throws for what it finds on disk.
   persistent_cache_stats read() const;

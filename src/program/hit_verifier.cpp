@@ -1,0 +1,156 @@
+// Verify mode's parts (program/hit_verifier.hpp; the flow is program::compile's).
+#include "program/hit_verifier.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "common/sha256.hpp"
+#include "cucore/error.hpp"
+#include "cucore/log.hpp"
+
+namespace cucore::detail {
+
+namespace {
+
+bool ident_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+std::string_view text_of(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// Calls f(begin, end) for each _INTERNAL_ identifier of `text` whose tail is _<8 hex>_<digits>:
+// [begin, end) is that tail after its first '_'.
+template <class F>
+void for_each_internal_tail(std::string_view text, F&& f) {
+  constexpr std::string_view mark = "_INTERNAL_";
+  for (std::size_t at = text.find(mark); at != std::string_view::npos;
+       at = text.find(mark, at + 1)) {
+    std::size_t end = at + mark.size();
+    while (end < text.size() && ident_char(text[end])) ++end;
+    const std::size_t pid_start = text.rfind('_', end - 1);
+    if (pid_start == std::string_view::npos || pid_start <= at + mark.size() ||
+        pid_start + 1 >= end)
+      continue;
+    const std::string_view pid = text.substr(pid_start + 1, end - pid_start - 1);
+    if (!std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (pid_start < 9 || text[pid_start - 9] != '_') continue;
+    const std::string_view id = text.substr(pid_start - 8, 8);
+    if (!std::all_of(id.begin(), id.end(), [](char c) {
+          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+        })) {
+      continue;
+    }
+    f(pid_start - 8, end);
+  }
+}
+
+std::string masked(std::span<const std::byte> bytes) {
+  std::string out(text_of(bytes));
+  for_each_internal_tail(out, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      if (out[i] != '_') out[i] = '0';
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+double verify_rate(const program_options& options) {
+  if (options.verify) {
+    const double rate = *options.verify;
+    if (!(rate >= 0.0 && rate <= 1.0)) {
+      throw invalid_argument("program_options::verify = " + std::to_string(rate) +
+                             ": give the fraction of cache hits to verify, from 0 to 1");
+    }
+    return rate;
+  }
+  static const double from_environment = [] {
+    const char* text = std::getenv("CUCORE_VERIFY");
+    if (text == nullptr || *text == '\0') return 0.0;
+    char* end = nullptr;
+    const double rate = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(rate >= 0.0 && rate <= 1.0)) {
+      cucore::log(log_level::warning, std::string("CUCORE_VERIFY=\"") + text +
+                                          "\": not a fraction from 0 to 1; no hit is verified");
+      return 0.0;
+    }
+    return rate;
+  }();
+  return from_environment;
+}
+
+bool sampled(double rate) {
+  if (rate <= 0.0) return false;
+  if (rate >= 1.0) return true;
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(generator) < rate;
+}
+
+std::optional<pid_t> output_pid(std::span<const std::byte> output) {
+  std::optional<pid_t> pid;
+  const std::string_view text = text_of(output);
+  for_each_internal_tail(text, [&](std::size_t begin, std::size_t end) {
+    if (pid) return;
+    const std::string digits(text.substr(begin + 9, end - begin - 9));
+    if (digits.size() <= 9) pid = static_cast<pid_t>(std::stol(digits));
+  });
+  return pid;
+}
+
+std::optional<std::size_t> first_difference(std::span<const std::byte> a,
+                                            std::span<const std::byte> b) {
+  const std::string ma = masked(a);
+  const std::string mb = masked(b);
+  const auto [ia, ib] = std::mismatch(ma.begin(), ma.end(), mb.begin(), mb.end());
+  if (ia == ma.end() && ib == mb.end()) return std::nullopt;
+  return static_cast<std::size_t>(ia - ma.begin());
+}
+
+std::optional<std::filesystem::path> write_verify_report(std::string_view key_hex,
+                                                         std::string_view text) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (const char* chosen = std::getenv("CUCORE_VERIFY_REPORTS"); chosen != nullptr && *chosen) {
+    dir = chosen;
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = fs::path(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") /
+          ("cucore-verify-" + std::to_string(::getuid()));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) {
+    return std::nullopt;
+  }
+  const fs::path path =
+      dir / ("mismatch-" + std::string(key_hex.substr(0, 16)) + "-" + std::to_string(::getpid()) +
+             "-" + std::to_string(::time(nullptr)) + ".txt");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return std::nullopt;
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (done != text.size()) return std::nullopt;
+  return path;
+}
+
+std::string digest_hex(std::span<const std::byte> bytes) {
+  const auto hex = sha256_hex(bytes);
+  return std::string(hex.data(), hex.size());
+}
+
+}  // namespace cucore::detail
