@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "cucore/cache/statistics.hpp"
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 
@@ -128,6 +130,11 @@ class program {
   // Verify mode's finding on the last compile (docs/verify.md); the mismatch report's path.
   verify_outcome last_verify() const noexcept { return verify_; }
   const std::optional<std::string>& last_verify_report() const noexcept { return verify_report_; }
+  // Why the last compile missed (a miss this process compiled): what differs from the last key
+  // stored for the same program (name, else source; same target), or first_compile.
+  const std::optional<miss_explanation>& last_miss_explanation() const noexcept {
+    return miss_explanation_;
+  }
 
   const std::string& code() const noexcept { return code_; }
   source_type type() const noexcept { return type_; }
@@ -139,6 +146,7 @@ class program {
   object_code compile_cached(code_type target, std::span<const std::string> name_expressions,
                              program_cache& cache);
   object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
+  void explain_miss(const std::optional<std::filesystem::path>& notes, program_cache& cache);
   object_code verify_hit(code_type target, std::span<const std::string> name_expressions,
                          program_cache& cache, object_code cached);
   object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
@@ -158,6 +166,8 @@ class program {
   bool stored_ = false;
   verify_outcome verify_ = verify_outcome::not_verified;
   std::optional<std::string> verify_report_;
+  std::optional<miss_explanation> miss_explanation_;
+  std::string encoded_fields_;  // the miss's key fields, as its program's note keeps them
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

@@ -59,6 +59,8 @@ constexpr std::size_t kVerified = 20;    // hits verify mode compiled again
 constexpr std::size_t kVerifyMismatches = 21;  // ... whose fresh output differed
 constexpr std::size_t kSkips = 24;             // 16 slots for skip reasons
 static_assert(cache_skip_reason_count <= 16);
+constexpr std::size_t kMissKinds = 40;  // 16 slots for miss kinds
+static_assert(miss_kind_count <= 16);
 
 std::string shard_name(unsigned index) {
   char name[16];
@@ -187,6 +189,30 @@ std::string prepare_directory(const std::string& dir, cache_access access,
 
 }  // namespace
 
+std::string_view to_string(miss_kind kind) noexcept {
+  switch (kind) {
+    case miss_kind::first_compile:
+      return "first_compile";
+    case miss_kind::source_changed:
+      return "source_changed";
+    case miss_kind::header_changed:
+      return "header_changed";
+    case miss_kind::headers_changed:
+      return "headers_changed";
+    case miss_kind::option_changed:
+      return "option_changed";
+    case miss_kind::compiler_changed:
+      return "compiler_changed";
+    case miss_kind::environment_changed:
+      return "environment_changed";
+    case miss_kind::working_directory_changed:
+      return "working_directory_changed";
+    case miss_kind::other:
+      return "other";
+  }
+  return "other";
+}
+
 std::string_view to_string(cache_skip_reason reason) noexcept {
   switch (reason) {
     case cache_skip_reason::needs_extra_digest:
@@ -311,6 +337,10 @@ void cache_statistics::record_verify(bool mismatch) noexcept {
   if (mismatch) add_slot(kVerifyMismatches, 1);
 }
 
+void cache_statistics::record_miss(miss_kind kind) noexcept {
+  add_slot(kMissKinds + static_cast<std::size_t>(kind), 1);
+}
+
 void cache_statistics::record_skip(cache_skip_reason reason) noexcept {
   add_slot(kSkips + static_cast<std::size_t>(reason), 1);
 }
@@ -361,6 +391,7 @@ persistent_cache_stats cache_statistics::read() const {
   out.compile_ns = sums[kCompileNs];
   out.verified = sums[kVerified];
   out.verify_mismatches = sums[kVerifyMismatches];
+  for (std::size_t i = 0; i < miss_kind_count; ++i) out.misses_by_kind[i] = sums[kMissKinds + i];
   for (std::size_t i = 0; i < cache_skip_reason_count; ++i) out.skips[i] = sums[kSkips + i];
   if (zeroed != 0) {
     out.zeroed_at = std::chrono::system_clock::time_point(

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "key/include_tracking.hpp"
 #include "cucore/cache/program_cache.hpp"
+#include "key/include_tracking.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {

@@ -65,7 +65,16 @@ std::optional<store_refusal> check_observed_inputs(const observed_inputs& seen,
   std::unordered_set<std::string> covered;
   if (key.walk != nullptr) {
     covered.reserve(key.walk->checks.size() * 2);
-    for (const auto& c : key.walk->checks) covered.insert(absolute_path(c.path, cwd));
+    for (const auto& c : key.walk->checks) {
+      if (!c.path.empty()) covered.insert(absolute_path(c.path, cwd));
+    }
+    // A manifest read from disk keeps grouped checks' paths only in their groups (a directory
+    // and a last component): without these, its every header looked unkeyed (a refused store).
+    for (const auto& group : key.walk->by_directory) {
+      for (const auto& [index, name] : group.names) {
+        covered.insert(absolute_path(group.dir + name, cwd));
+      }
+    }
   }
   std::unordered_set<std::string> memory_headers;
   for (const auto& h : key.memory_headers) memory_headers.insert(absolute_path(h, cwd));

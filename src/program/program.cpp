@@ -15,6 +15,8 @@
 #include "cucore/linker.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
+#include "key/miss_explanation.hpp"
+#include "key/program_notes.hpp"
 #include "observe/compile_replay.hpp"
 #include "observe/compiler_observer.hpp"
 #include "program/auto_pch.hpp"
@@ -234,6 +236,7 @@ std::vector<std::string> program::begin_compile(code_type target,
   stored_ = false;
   verify_ = verify_outcome::not_verified;
   verify_report_.reset();
+  miss_explanation_.reset();
   return all_names;
 }
 
@@ -254,7 +257,11 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   // the others wait for its entry (cache/single_flight.hpp).
   // What the compile read is observed: stored only if the key covers all of it.
   detail::observed_inputs seen = detail::unobserved_compile();
+  const auto stats = cache->statistics();
+  const std::optional<std::filesystem::path> notes =
+      stats ? std::optional(stats->directory()) : std::nullopt;
   auto compile = [&] {
+    explain_miss(notes, *cache);
     return detail::run_observed(seen, [&] { return compile_uncached(target, name_expressions); });
   };
   auto store = [&](const object_code& compiled) {
@@ -271,6 +278,7 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
     try {
       cache->put(*cache_key_, compiled);
       stored_ = true;
+      detail::record_program_note(notes, cache_key_->hex(), cache_key_->explain(), encoded_fields_);
     } catch (const std::exception& e) {
       // The compile succeeded; a cache that cannot store it only costs a later recompile.
       cucore::log(log_level::warning, "could not store the compiled program in the " +
@@ -287,6 +295,25 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
     return verify_hit(target, name_expressions, *cache, std::move(result.code));
   }
   return std::move(result.code);
+}
+
+// A miss explains itself (docs/cache-keys.md, "Misses that explain themselves"): what differs
+// from the last key stored for this program, said at debug level and counted by kind. Asked only
+// where this process compiles: a hit pays nothing.
+void program::explain_miss(const std::optional<std::filesystem::path>& notes,
+                           program_cache& cache) {
+  const auto& fields = cache_key_->explain();
+  const auto nearest = detail::nearest_program_note(notes, fields);
+  encoded_fields_ = detail::encode_fields(fields);
+  miss_explanation_ = detail::explain_miss(nearest ? std::string_view(nearest->fields) : "",
+                                           nearest ? nearest->key_hex : "", encoded_fields_);
+  if (const auto stats = cache.statistics()) stats->record_miss(miss_explanation_->kind());
+  std::string text;
+  for (const auto& r : miss_explanation_->reasons) {
+    text += (text.empty() ? "" : "; ") + std::string(to_string(r.kind)) + ": " + r.detail;
+  }
+  cucore::log(log_level::debug,
+              "miss " + options_.name + " (" + cache_key_->hex().substr(0, 16) + "): " + text);
 }
 
 // Verify mode (docs/verify.md): the hit compiled again, uncached, in this process (not through

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -510,9 +511,10 @@ TEST_F(Compile, JsonReport) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line";
   const json j = parse_json(r.out);
   ASSERT_TRUE(j.is(json::kind::object));
-  EXPECT_EQ(j.keys.size(), 17u) << r.out;
+  EXPECT_EQ(j.keys.size(), 18u) << r.out;
   EXPECT_EQ(j.keys.front(), "ok");
   EXPECT_EQ(j["verify"].string, "not_verified") << "a miss is never verified";
+  EXPECT_EQ(j["miss"]["reason"].string, "first_compile") << r.out;
   EXPECT_TRUE(j["ok"].is(json::kind::boolean) && j["ok"].boolean) << r.out;
   EXPECT_EQ(j["output"].string, "k.ptx");
   ASSERT_TRUE(j["bytes"].is(json::kind::number));
@@ -2373,6 +2375,69 @@ TEST_F(Cache, TooNewHeaderIsCompiledNotStored) {
   EXPECT_TRUE(j["stored"].boolean);
   EXPECT_FALSE(j.find("cache_skip"));
   EXPECT_EQ(json_of(args)["cache"].string, "hit");
+}
+
+// A walk reused from a manifest another process left (the same program and search, another
+// arch): the store gate covers its headers. Before, a manifest read from disk kept grouped
+// checks' paths only in their groups, so every header looked unkeyed and nothing was stored.
+TEST_F(Cache, AManifestFromAnotherProcessCoversItsHeaders) {
+  file("h.cuh", "#define V 5\n");
+  file("t.cu", "#include \"h.cuh\"\nextern \"C\" __global__ void k(int* o) { o[0] = V; }\n");
+  // Settled (2 s, the walk's rule): the first process persists its manifest.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  json j = json_of({"compile", "t.cu", "--arch", kArch, "--target", "ptx", "--json"});
+  ASSERT_TRUE(j["stored"].boolean);
+  j = json_of({"compile", "t.cu", "--arch", "sm_80", "--target", "ptx", "--json"});
+  EXPECT_EQ(j["cache"].string, "miss");
+  EXPECT_EQ(j["headers"]["reused_walk"].boolean, true) << "the manifest was not reused";
+  EXPECT_TRUE(j["stored"].boolean) << j["cache_skip_reason"].string;
+}
+
+// Misses that explain themselves (docs/cache-keys.md): each process's miss names what differs from
+// the last key stored for the program: a first compile, a header edited (its path), an option, the
+// compiler (NVRTC 13.5's root); `cucore cache stats` groups the misses by reason.
+TEST_F(Cache, AMissNamesWhatChanged) {
+  file("h.cuh", "#define V 5\n");
+  file("t.cu", "#include \"h.cuh\"\nextern \"C\" __global__ void k(int* o) { o[0] = V; }\n");
+  testing::settle(work_ / "h.cuh");
+  const std::vector<std::string> base = {"compile",  "t.cu", "--arch", kArch,
+                                         "--target", "ptx",  "--json"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  json j = json_of(base);
+  EXPECT_EQ(j["miss"]["reason"].string, "first_compile");
+  EXPECT_TRUE(j["miss"]["nearest_key"].is(json::kind::null));
+  const std::string first_key = j["key"].string;
+  EXPECT_FALSE(json_of(base).find("miss")) << "a hit explains nothing";
+
+  file("h.cuh", "#define V 6\n");
+  testing::settle(work_ / "h.cuh");
+  j = json_of(base);
+  EXPECT_EQ(j["miss"]["reason"].string, "header_changed");
+  EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("h.cuh"), std::string::npos)
+      << j["miss"]["reasons"].items.at(0)["detail"].string;
+  EXPECT_EQ(j["miss"]["nearest_key"].string, first_key);
+
+  j = json_of(with({"-D", "N=2"}));
+  EXPECT_EQ(j["miss"]["reason"].string, "option_changed");
+  EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("N=2"), std::string::npos)
+      << j["miss"]["reasons"].items.at(0)["detail"].string;
+
+  const std::string root = cuda_13_5_root();
+  if (!root.empty()) {
+    j = json_of(with({"-D", "N=2"}), {{"CUCORE_CUDA_HOME", root}, {"CUCORE_CUDA_HOME_ONLY", "1"}});
+    EXPECT_EQ(j["miss"]["reason"].string, "compiler_changed");
+    EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("13.5"), std::string::npos)
+        << j["miss"]["reasons"].items.at(0)["detail"].string;
+  }
+  json s = json_of({"cache", "stats", "--json"})["statistics"]["misses_by_reason"];
+  EXPECT_EQ(s["first_compile"].number, 1);
+  EXPECT_EQ(s["header_changed"].number, 1);
+  EXPECT_EQ(s["option_changed"].number, 1);
+  EXPECT_EQ(s["compiler_changed"].number, root.empty() ? 0 : 1);
 }
 
 // The statistics the cache keeps across processes: each cucore run below is a process of its own.

@@ -271,6 +271,11 @@ json statistics_json(const cache_statistics* store, const persistent_cache_stats
   }
   out["skips"] = std::move(skips);
   out["verify"] = {{"verified", p.verified}, {"mismatches", p.verify_mismatches}};
+  json misses = json::object();
+  for (std::size_t i = 0; i < miss_kind_count; ++i) {
+    misses[std::string(to_string(static_cast<miss_kind>(i)))] = p.misses_by_kind[i];
+  }
+  out["misses_by_reason"] = std::move(misses);
   return out;
 }
 
@@ -306,6 +311,13 @@ void print_statistics(const cache_statistics* store, const persistent_cache_stat
   }
   if (!reasons.empty()) std::cout << " (" << reasons << ")";
   std::cout << '\n';
+  std::string why;
+  for (std::size_t i = 0; i < miss_kind_count; ++i) {
+    if (p.misses_by_kind[i] == 0) continue;
+    why += (why.empty() ? "" : ", ") + std::string(to_string(static_cast<miss_kind>(i))) + " " +
+           std::to_string(p.misses_by_kind[i]);
+  }
+  if (!why.empty()) std::cout << pad("missed", width) << why << '\n';
   if (p.verified != 0) {
     std::cout << pad("verified", width) << p.verified << " hits compiled again, "
               << p.verify_mismatches << " differed (stale, removed; docs/verify.md)\n";
@@ -648,7 +660,8 @@ const std::vector<subcommand>& subcommands() {
        "(and \"remote\"): {\"hits\", \"misses\", \"hit_rate\", \"puts\", \"errors\",\n"
        "\"corrupt_dropped\", \"evictions\"}, \"compiles\", \"compile_hits\", \"compile_seconds\",\n"
        "\"compile_seconds_saved\", \"skips\": {\"total\", one count per reason}, \"verify\":\n"
-       "{\"verified\", \"mismatches\"}} (a rate is\n"
+       "{\"verified\", \"mismatches\"}, \"misses_by_reason\": {one count per miss reason}} (a\n"
+       "rate is\n"
        "null before the first lookup). With --zero: {\"zeroed\": true, \"directory\"}.\n"
        "On a tiered cache ls, verify, trim and clear work on the local tier (name the Redis URL\n"
        "alone for the remote one); show and export read through both tiers.",

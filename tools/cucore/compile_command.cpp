@@ -87,7 +87,12 @@ constexpr std::string_view description =
     "{\"tracked\": header files in the key, \"absent\": candidates found absent, \"in_memory\":\n"
     "0 here, \"hashed\": files read (the others were known by their identity),\n"
     "\"stat_fast_path\": none was read, \"reused_walk\": an earlier walk's manifest held,\n"
-    "\"skipped\": includes in #if groups that are never entered}; \"verify\": not_verified,\n"
+    "\"skipped\": includes in #if groups that are never entered}; on a miss this process\n"
+    "compiled, \"miss\": {\"reason\": first_compile, source_changed, header_changed,\n"
+    "headers_changed, option_changed, compiler_changed, environment_changed,\n"
+    "working_directory_changed or other, \"reasons\": [{\"kind\", \"detail\"}] (which header,\n"
+    "option, variable; what differs from the last key stored for this program name or source),\n"
+    "\"nearest_key\"}; \"verify\": not_verified,\n"
     "verified or mismatch (--verify, --verify-rate, CUCORE_VERIFY: a hit compiled again and\n"
     "compared; a mismatch is a stale hit: its entry is removed, the fresh result written, and\n"
     "\"verify_report\" names a report file).\n"
@@ -137,6 +142,7 @@ struct cache_report {
   std::optional<store_refusal> not_stored;  // a miss check_store() kept out of the cache
   verify_outcome verify = verify_outcome::not_verified;  // verify mode's finding on a hit
   std::optional<std::string> verify_report;              // a mismatch's report file
+  std::optional<miss_explanation> miss;                  // why a miss missed
 };
 
 struct compiled {
@@ -164,6 +170,7 @@ object_code compile_with_key(program& prog, const compile_inputs& in, program_ca
   report.stored = prog.last_stored();
   report.not_stored = prog.last_store_refusal();
   report.verify = prog.last_verify();
+  report.miss = prog.last_miss_explanation();
   report.verify_report = prog.last_verify_report();
   return code;
 }
@@ -262,6 +269,17 @@ void print_json(const std::string& output, const compiled& c, const compile_inpu
     out["cache_skip_reason"] = c.cache.not_stored->message;
   }
   out["single_flight"] = c.cache.flight ? json(to_string(*c.cache.flight)) : json(nullptr);
+  if (c.cache.miss) {
+    json reasons = json::array();
+    for (const auto& r : c.cache.miss->reasons) {
+      reasons.push_back({{"kind", std::string(to_string(r.kind))}, {"detail", r.detail}});
+    }
+    out["miss"] = {
+        {"reason", std::string(to_string(c.cache.miss->kind()))},
+        {"reasons", std::move(reasons)},
+        {"nearest_key",
+         c.cache.miss->nearest_key.empty() ? json(nullptr) : json(c.cache.miss->nearest_key)}};
+  }
   out["verify"] = std::string(to_string(c.cache.verify));
   if (c.cache.verify_report) out["verify_report"] = *c.cache.verify_report;
   out["headers"] = headers_json(c.cache.key ? &*c.cache.key : nullptr);

@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cucore/cache/program_cache.hpp"
 
@@ -88,6 +89,34 @@ inline constexpr std::size_t cache_skip_reason_count = 9;
 // "option_file".
 std::string_view to_string(cache_skip_reason reason) noexcept;
 
+// Why a miss missed (docs/cache-keys.md, "Misses that explain themselves"): what differs from the
+// nearest earlier key of the same program (same program name, else the same source).
+enum class miss_kind : std::uint8_t {
+  first_compile,              // no earlier key of this program is known
+  source_changed,             // the program text
+  header_changed,             // a header's contents (same path)
+  headers_changed,            // a header found, or no longer found, or another one found
+  option_changed,             // an option (arch, -D, -I, ...), name expressions, the target
+  compiler_changed,           // the compiler's identity (its version, build)
+  environment_changed,        // a variable of the compilers' table
+  working_directory_changed,  // the working directory, where the key holds it
+  other,                      // another field (a file time, an extra digest, ...)
+};
+inline constexpr std::size_t miss_kind_count = 9;
+std::string_view to_string(miss_kind kind) noexcept;
+
+struct miss_reason {
+  miss_kind kind{};
+  std::string detail;  // "kernel.cuh: sha256 f260b716... -> 1a2b3c4d...", "-DN=1 -> -DN=2"
+};
+struct miss_explanation {
+  std::vector<miss_reason> reasons;  // the most telling first; first_compile alone when no key
+  std::string nearest_key;           // the earlier key compared with (hex), or ""
+  miss_kind kind() const noexcept {
+    return reasons.empty() ? miss_kind::other : reasons.front().kind;
+  }
+};
+
 // The persistent counts of one cache, summed over its shard files.
 struct persistent_cache_stats {
   cache_stats local;   // the local tier (the cache itself, if it has no tiers)
@@ -101,6 +130,8 @@ struct persistent_cache_stats {
   // (stale hits caught; their entries removed).
   std::uint64_t verified = 0;
   std::uint64_t verify_mismatches = 0;
+  // Compile-level misses by their explanation's first reason (miss_kind).
+  std::array<std::uint64_t, miss_kind_count> misses_by_kind{};
   // When the counts were last zeroed (zero()); nullopt if never.
   std::optional<std::chrono::system_clock::time_point> zeroed_at;
   std::size_t shards = 0;          // shard files summed
@@ -132,6 +163,8 @@ class cache_statistics {
   void record_skip(cache_skip_reason reason) noexcept;
   // A hit verify mode compiled again: `mismatch` when the fresh output differed.
   void record_verify(bool mismatch) noexcept;
+  // A compile-level miss, by why it missed.
+  void record_miss(miss_kind kind) noexcept;
 
   // The sum of every shard (zero when there are none). Never throws for what it finds on disk.
   persistent_cache_stats read() const;

@@ -1,0 +1,34 @@
+#pragma once
+// The fields of the last key stored for each program, kept beside a cache's statistics: what a
+// later miss of the same program is compared with (key/miss_explanation.hpp; docs/cache-keys.md,
+// "Misses that explain themselves"). Best effort: a note that cannot be written or read costs an
+// explanation, never a compile.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cucore/cache/key.hpp"
+
+namespace cucore::detail {
+
+struct program_note {
+  std::string key_hex;
+  std::string fields;  // encode_fields (key/miss_explanation.hpp)
+};
+
+// Records `encoded` (a stored key's explain(), `fields`, encoded) as the latest of its program: by
+// program name and target, and by source and target. `directory`: the cache's statistics directory
+// (notes go to DIRECTORY/programs/, with its permissions); nullopt: this process's memory.
+void record_program_note(const std::optional<std::filesystem::path>& directory,
+                         std::string_view key_hex, const std::vector<key_field>& fields,
+                         std::string_view encoded) noexcept;
+
+// The latest note of the program `fields` describe: the same name and target, else the same
+// source and target.
+std::optional<program_note> nearest_program_note(
+    const std::optional<std::filesystem::path>& directory, const std::vector<key_field>& fields);
+
+}  // namespace cucore::detail
