@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/descriptors.hpp"
 #include "common/sha256.hpp"
@@ -119,6 +120,7 @@ struct image {
   file_identity id;
   std::uint64_t bytes = 0;
   std::uint64_t last_used = 0;
+  std::string maker;  // the program name of the compile that made it
 };
 
 class registry {
@@ -192,6 +194,7 @@ class registry {
   struct plan {
     auto_pch_status status = auto_pch_status::off;  // created (to create), used, or plain
     fs::path dir;
+    std::string maker;  // used: the program name that made the image
   };
   // With the heap held: use a verified image, or prepare an empty directory to create one in.
   plan claim(const std::string& identity, bool may_create) {
@@ -211,6 +214,7 @@ class registry {
       if (verified(e, why)) {
         p.status = auto_pch_status::used;
         p.dir = e.dir;
+        p.maker = e.maker;
         return p;
       }
       debug("the precompiled header of prefix " + identity.substr(0, 16) + " is not used: " + why +
@@ -242,8 +246,8 @@ class registry {
     return p;
   }
 
-  // With the heap held, after NVRTC made an image in the claimed directory.
-  bool created(const std::string& identity, std::string& why) {
+  // With the heap held, after NVRTC made an image in the claimed directory (compiling `maker`).
+  bool created(const std::string& identity, const std::string& maker, std::string& why) {
     const log_scope said;
     std::lock_guard lock(mutex_);
     adopt_after_fork();
@@ -267,6 +271,7 @@ class registry {
       return false;
     }
     e.state = image_state::ready;
+    e.maker = maker;
     e.file = files.front();
     e.id = *id;
     e.bytes = static_cast<std::uint64_t>(id->size);
@@ -286,6 +291,24 @@ class registry {
     if (it == images_.end()) return;
     drop_image(it->second);
     if (unusable) it->second.state = image_state::unusable;
+  }
+
+  // Prefixes keyed by the whole program name after all: another name's compile from an image of
+  // one held the maker's name (formed where the scans do not see it). Said by the prefix's
+  // identity without the name; its image (the heap held) goes.
+  bool keyed_by_name(const std::string& identity) {
+    const log_scope said;
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    return named_.contains(identity);
+  }
+  void key_by_name(const std::string& identity) {
+    const log_scope said;
+    std::lock_guard lock(mutex_);
+    adopt_after_fork();
+    if (named_.size() >= kMaxRemembered) named_.clear();  // at worst, one more recompile each
+    named_.insert(identity);
+    if (const auto it = images_.find(identity); it != images_.end()) drop_image(it->second);
   }
 
   // With the heap held: true once per process, before its first image, unless the heap was
@@ -316,6 +339,7 @@ class registry {
     for (auto& [identity, e] : images_) drop_image(e);
     images_.clear();
     sightings_.clear();
+    named_.clear();
   }
 
   auto_pch_totals totals() {
@@ -352,6 +376,7 @@ class registry {
     owner_ = ::getpid();
     images_.clear();
     sightings_.clear();
+    named_.clear();
     root_.clear();
     if (lock_fd_ >= 0) ::close(lock_fd_);  // a copy: the parent's lock stays the parent's
     lock_fd_ = -1;
@@ -460,6 +485,7 @@ class registry {
     if (e.state == image_state::ready) e.state = image_state::seen;
     e.dir.clear();
     e.file.clear();
+    e.maker.clear();
     e.bytes = 0;
   }
 
@@ -505,6 +531,7 @@ class registry {
   std::size_t ready_ = 0;
   std::unordered_map<std::string, image> images_;             // by prefix key
   std::unordered_map<std::string, std::uint32_t> sightings_;  // by sighting_key
+  std::unordered_set<std::string> named_;                     // key_by_name
 };
 
 // What counts compiles of a prefix before its key is worth making: the prefix text, the flags
@@ -598,6 +625,80 @@ std::optional<program_cache_key> prefix_key(const std::string& prefix,
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// A defense in depth for images shared across names: the maker's name in the output.
+
+// What NVRTC gave for `prog`: each output it has (PTX, cubin, LTO-IR, Tile IR), apart.
+std::vector<std::string> nvrtc_outputs(const nvrtc_api& api, _nvrtcProgram* prog) {
+  std::vector<std::string> out;
+  const auto add = [&](auto size_of, auto get) {
+    std::size_t n = 0;
+    if (size_of == nullptr || get == nullptr || size_of(prog, &n) != NVRTC_SUCCESS || n == 0) {
+      return;
+    }
+    std::string bytes(n, '\0');
+    if (get(prog, bytes.data()) == NVRTC_SUCCESS) out.push_back(std::move(bytes));
+  };
+  add(api.nvrtcGetPTXSize, api.nvrtcGetPTX);
+  add(api.nvrtcGetCUBINSize, api.nvrtcGetCUBIN);
+  add(api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR);
+  add(api.nvrtcGetTileIRSize, api.nvrtcGetTileIR);
+  return out;
+}
+
+// PTX writes an initialised char array (a string literal's too) as decimals: "65, 46, 99, 117".
+std::string decimals(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    out += (out.empty() ? "" : ", ") + std::to_string(static_cast<unsigned char>(c));
+  }
+  return out;
+}
+
+bool digit(const std::string_view text, std::size_t at) {
+  return at < text.size() && text[at] >= '0' && text[at] <= '9';
+}
+
+// Whether `form` occurs in `text` other than inside an occurrence of `own` (the compiling
+// program's name, which may hold the maker's: "sub/A.cu" holds "A.cu"). Decimals match whole.
+bool occurs_apart(std::string_view text, std::string_view form, std::string_view own,
+                  bool numbers) {
+  for (std::size_t at = text.find(form); at != std::string_view::npos;
+       at = text.find(form, at + 1)) {
+    if (numbers && ((at > 0 && digit(text, at - 1)) || digit(text, at + form.size()))) continue;
+    bool inside = false;
+    for (std::size_t k = own.find(form); !inside && k != std::string_view::npos;
+         k = own.find(form, k + 1)) {
+      inside = at >= k && text.substr(at - k, own.size()) == own;
+    }
+    if (!inside) return true;
+  }
+  return false;
+}
+
+// The spelling of `maker` (the name as given, its basename) found in the outputs or the log of a
+// compile of `name`, or "".
+std::string makers_name_in(const std::string& maker, const std::string& name,
+                           const std::vector<std::string>& outputs, const std::string& log) {
+  std::vector<std::string> forms{maker};
+  if (const std::size_t slash = maker.rfind('/');
+      slash != std::string::npos && slash + 1 < maker.size()) {
+    forms.push_back(maker.substr(slash + 1));
+  }
+  const std::string own_numbers = decimals(name);
+  for (const auto& form : forms) {
+    const std::string numbers = decimals(form);
+    if (occurs_apart(log, form, name, false)) return "\"" + form + "\" (in the log)";
+    for (const auto& bytes : outputs) {
+      if (occurs_apart(bytes, form, name, false)) return "\"" + form + "\"";
+      if (occurs_apart(bytes, numbers, own_numbers, true)) {
+        return "\"" + form + "\" (as " + numbers + ")";
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::unique_lock<std::mutex> lock_pch_heap() {
@@ -679,6 +780,8 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
   } catch (const std::exception&) {
     whole_name = true;
   }
+  // A name the scans missed showed in an output from this prefix's image (retry_for_makers_name).
+  whole_name = whole_name || (keyed_name != options.name && reg.keyed_by_name(identity_));
   if (whole_name && keyed_name != options.name) {
     const std::string named = identity_ + '\0' + options.name;
     const auto hex = sha256_hex(std::as_bytes(std::span<const char>(named.data(), named.size())));
@@ -695,6 +798,7 @@ auto_pch_compile::auto_pch_compile(const nvrtc_api& api, std::string_view code,
     return;
   }
   creating_ = p.status == auto_pch_status::created;
+  if (p.status == auto_pch_status::used && p.maker != options.name) maker_ = p.maker;
   flags_ = {"--pch", "--pch-dir=" + p.dir.string()};
   if (!options.instantiate_templates_in_pch)
     flags_.push_back("--instantiate-templates-in-pch=false");
@@ -726,6 +830,23 @@ bool auto_pch_compile::retry_for_pch_diagnostics(const std::string& log) {
   return true;
 }
 
+// After a compile from an image another program name made: the output or log holding that name
+// means the name reached the image in a way the prefix scans do not see (__BASE_FILE__ pasted
+// from one-character pieces, say): compiled again plain, and the prefix's images keyed by the
+// whole name from then on. A program that names the other file itself costs a recompile.
+bool auto_pch_compile::retry_for_makers_name(_nvrtcProgram* prog, const std::string& log) {
+  if (maker_.empty() || maker_ == options_.name) return false;
+  const std::string found = makers_name_in(maker_, options_.name, nvrtc_outputs(api_, prog), log);
+  if (found.empty()) return false;
+  debug("the output of \"" + options_.name + "\" from the precompiled header of prefix " +
+        identity_.substr(0, 16) + ", made compiling \"" + maker_ + "\", holds " + found +
+        ": compiling it again without it; this prefix's images are keyed by the whole program "
+        "name in this process from now on");
+  registry::get().key_by_name(identity_);
+  finish_plain(auto_pch_status::discarded);
+  return true;
+}
+
 bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
   const log_scope said;
   if (!active()) return false;
@@ -743,6 +864,7 @@ bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
       finish_plain(auto_pch_status::discarded);
       return false;
     }
+    if (retry_for_makers_name(prog, log)) return true;
     finish_plain(auto_pch_status::used);
     return false;
   }
@@ -765,7 +887,7 @@ bool auto_pch_compile::succeeded(_nvrtcProgram* prog, const std::string& log) {
         return false;
       }
       std::string why;
-      if (!reg.created(identity_, why)) {
+      if (!reg.created(identity_, options_.name, why)) {
         debug("the precompiled header of " + which + " is not kept: " + why);
         finish_plain(auto_pch_status::discarded);
         return false;

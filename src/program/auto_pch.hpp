@@ -73,7 +73,9 @@ class auto_pch_compile {
 
   // After nvrtcCompileProgram succeeded for `prog` with flags(): what NVRTC made of the PCH. True
   // when the compile must run again without PCH (the session is then plain): NVRTC's log speaks
-  // of precompiled headers, so it is not the plain compile's.
+  // of precompiled headers, so it is not the plain compile's; or an image made under another
+  // program name was used and the output or log holds that name (a name the prefix scans did not
+  // see: the prefix's images are keyed by the whole name from then on).
   bool succeeded(_nvrtcProgram* prog, const std::string& log);
   // After it failed: true when the compile should run again without PCH (a catastrophic error,
   // such as NVRTC failing to map its PCH memory when TMPDIR is full, or a log that speaks of
@@ -86,6 +88,7 @@ class auto_pch_compile {
  private:
   void finish_plain(auto_pch_status status);
   bool retry_for_pch_diagnostics(const std::string& log);
+  bool retry_for_makers_name(_nvrtcProgram* prog, const std::string& log);
 
   const nvrtc_api& api_;
   std::vector<std::string> flags_;
@@ -94,6 +97,7 @@ class auto_pch_compile {
   std::string identity_;                         // its hex
   std::string sighting_;  // what counts the prefix's compiles (text, flags, name)
   std::string failure_;   // the catastrophic error that made failed() ask for a retry
+  std::string maker_;     // the program name whose compile made the image used, if another
   bool creating_ = false;
   std::unique_lock<std::mutex> heap_;
   program_options options_;  // for messages

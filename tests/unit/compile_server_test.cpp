@@ -362,6 +362,35 @@ TEST_F(CompileServer, AnotherFileOfAPrefixStartsFromTheFirstFilesImage) {
   EXPECT_EQ(masked(got.text()), masked(local.compile(code_type::ptx).text()));
 }
 
+// A program name that reaches the image unseen by the prefix scans (__BASE_FILE__ pasted from
+// one-character pieces): the worker finds a.cu in b.cu's output and compiles b.cu again plain
+// (the in-process cases: auto_pch_names_test).
+TEST_F(CompileServer, AnotherFileWhoseOutputHoldsTheFirstFilesNameIsCompiledPlain) {
+  testing::temp_dir inc;
+  testing::write_text(inc.path() / "unseen.cuh",
+                      "#pragma once\n#include <cuda/std/complex>\n"
+                      "#define C(a, b, c, d, e, f, g, h, i, j, k, l, m) "
+                      "a##b##c##d##e##f##g##h##i##j##k##l##m\n"
+                      "__device__ const char base[] = C(_, _, B, A, S, E, _, F, I, L, E, _, _);\n");
+  const std::string code =
+      "#include <unseen.cuh>\nextern \"C\" __global__ void k(const char** o) { *o = base; }\n";
+  const auto with = [&](compile_server_mode mode, std::string name) {
+    program_options o = options_with(mode, std::move(name));
+    o.include_path = {inc.path().string()};
+    return o;
+  };
+  server_process server(dir_, 1);
+  program first(code, source_type::cxx, with(compile_server_mode::on, "a.cu"));
+  (void)first.compile(code_type::ptx);
+  EXPECT_EQ(first.last_auto_pch(), auto_pch_status::first_seen);
+  EXPECT_EQ(server.images_once_made(), 1u);
+  program local(code, source_type::cxx, with(compile_server_mode::off, "b.cu"));
+  program served(code, source_type::cxx, with(compile_server_mode::on, "b.cu"));
+  const object_code got = served.compile(code_type::ptx);
+  EXPECT_EQ(served.last_auto_pch(), auto_pch_status::discarded);
+  EXPECT_EQ(masked(got.text()), masked(local.compile(code_type::ptx).text()));
+}
+
 TEST_F(CompileServer, CompileErrorCarriesTheSameLog) {
   server_process server(dir_, 1);
   const std::string bad = "__global__ void k() { undeclared_thing = 1; }\n";
