@@ -250,7 +250,9 @@ class Program:
 
     @property
     def last_verify(self) -> str:
-        """Verify mode (ProgramOptions.verify, CUCORE_VERIFY): "not_verified", "verified" or "mismatch" (a stale hit caught: its entry removed, the fresh result returned)."""
+        """
+        Verify mode (ProgramOptions.verify, CUCORE_VERIFY): "not_verified", "verified" or "mismatch" (a stale hit caught: its entry removed, the fresh result returned).
+        """
 
     @property
     def last_flight_outcome(self) -> str | None:

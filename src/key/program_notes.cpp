@@ -23,17 +23,26 @@ std::string field(const std::vector<key_field>& fields, std::string_view label) 
   return {};
 }
 
-// The two names a program's note goes by: "N" + its name and target, "S" + its source and target.
-std::vector<std::string> note_names(const std::vector<key_field>& fields) {
+// The two identities a program's note goes by: its name and target, its source and target (40
+// hex digits each). A note lives in one of 256 slots per kind (the identity's first two digits):
+// the directory stays bounded (512 names, one file each or a link), and a slot another program
+// took answers nothing (the identity is checked on reading).
+struct note_identity {
+  std::string by_name, by_source;
+};
+
+note_identity identity_of(const std::vector<key_field>& fields) {
   const std::string target = field(fields, "code_type") + "\n" + field(fields, "target_type");
-  std::vector<std::string> out;
-  for (const auto& [tag, what] :
-       {std::pair{"N", field(fields, "options_name")}, std::pair{"S", field(fields, "code")}}) {
+  const auto hash = [&](const char* tag, const std::string& what) {
     const std::string id = std::string(tag) + "\n" + what + "\n" + target;
     const auto hex = sha256_hex(std::as_bytes(std::span<const char>(id.data(), id.size())));
-    out.push_back(std::string(tag) + std::string(hex.data(), 40));
-  }
-  return out;
+    return std::string(hex.data(), 40);
+  };
+  return {hash("N", field(fields, "options_name")), hash("S", field(fields, "code"))};
+}
+
+std::string slot_name(char tag, const std::string& identity) {
+  return std::string(1, tag) + identity.substr(0, 2);
 }
 
 // Notes of caches without a directory (in memory), bounded.
@@ -47,17 +56,29 @@ std::map<std::string, program_note>& memory_notes() {
 }
 constexpr std::size_t kMemoryNotes = 4096;
 
-constexpr std::string_view kMagic = "cucore-note-1 ";
+constexpr std::string_view kMagic = "cucore-note-2 ";
 
-std::optional<program_note> decode(std::string text) {
+// "cucore-note-2 KEY NAME_ID SOURCE_ID\n" then the fields.
+struct stored_note {
+  program_note note;
+  std::string by_name, by_source;
+};
+
+std::optional<stored_note> decode(std::string text) {
   if (!text.starts_with(kMagic)) return std::nullopt;
   const auto end = text.find('\n');
   if (end == std::string::npos) return std::nullopt;
-  program_note note;
-  note.key_hex = text.substr(kMagic.size(), end - kMagic.size());
-  note.fields = text.substr(end + 1);
-  if (note.fields.empty()) return std::nullopt;
-  return note;
+  const std::string head = text.substr(kMagic.size(), end - kMagic.size());
+  const auto a = head.find(' ');
+  const auto b = a == std::string::npos ? a : head.find(' ', a + 1);
+  if (b == std::string::npos) return std::nullopt;
+  stored_note out;
+  out.note.key_hex = head.substr(0, a);
+  out.by_name = head.substr(a + 1, b - a - 1);
+  out.by_source = head.substr(b + 1);
+  out.note.fields = text.substr(end + 1);
+  if (out.note.fields.empty()) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -66,27 +87,32 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
                          std::string_view key_hex, const std::vector<key_field>& fields,
                          std::string_view encoded) noexcept {
   try {
-    const auto names = note_names(fields);
+    if (fields.empty()) return;
+    const note_identity id = identity_of(fields);
     if (!directory) {
       std::lock_guard lock(memory_mutex());
       auto& notes = memory_notes();
       if (notes.size() >= kMemoryNotes) notes.clear();
-      for (const auto& n : names) notes[n] = {std::string(key_hex), std::string(encoded)};
+      for (const auto& n : {"N" + id.by_name, "S" + id.by_source}) {
+        notes[n] = {std::string(key_hex), std::string(encoded)};
+      }
       return;
     }
     struct stat parent {};
     if (::stat(directory->c_str(), &parent) != 0 || !S_ISDIR(parent.st_mode)) return;
     const std::filesystem::path dir = *directory / "programs";
-    ::mkdir(dir.c_str(), parent.st_mode & 07777);
+    // The statistics directory's permissions, not the umask's (a cache shared by a group).
+    if (::mkdir(dir.c_str(), 0700) == 0) ::chmod(dir.c_str(), parent.st_mode & 07777);
     // One file, by temporary name and rename; the second name a hard link to it (renamed over
     // the old one too: a reader sees a whole note or the previous one).
-    const std::string text =
-        std::string(kMagic) + std::string(key_hex) + "\n" + std::string(encoded);
-    const std::string first = (dir / names[0]).string();
+    const std::string text = std::string(kMagic) + std::string(key_hex) + " " + id.by_name + " " +
+                             id.by_source + "\n" + std::string(encoded);
+    const std::string first = (dir / slot_name('N', id.by_name)).string();
     const std::string temp = first + ".tmp-" + std::to_string(::getpid());
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
                           parent.st_mode & 0666);
     if (fd < 0) return;
+    ::fchmod(fd, parent.st_mode & 0666);
     std::size_t done = 0;
     while (done < text.size()) {
       const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
@@ -94,7 +120,7 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
       done += static_cast<std::size_t>(w);
     }
     ::close(fd);
-    const std::string second = (dir / names[1]).string();
+    const std::string second = (dir / slot_name('S', id.by_source)).string();
     const std::string second_temp = second + ".tmp-" + std::to_string(::getpid());
     if (done == text.size() && ::link(temp.c_str(), second_temp.c_str()) == 0) {
       if (::rename(second_temp.c_str(), second.c_str()) != 0) ::unlink(second_temp.c_str());
@@ -107,17 +133,23 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
 
 std::optional<program_note> nearest_program_note(
     const std::optional<std::filesystem::path>& directory, const std::vector<key_field>& fields) {
-  for (const auto& n : note_names(fields)) {
+  if (fields.empty()) return std::nullopt;
+  const note_identity id = identity_of(fields);
+  for (const char tag : {'N', 'S'}) {
+    const std::string& identity = tag == 'N' ? id.by_name : id.by_source;
     if (!directory) {
       std::lock_guard lock(memory_mutex());
-      const auto it = memory_notes().find(n);
+      const auto it = memory_notes().find(std::string(1, tag) + identity);
       if (it != memory_notes().end()) return it->second;
       continue;
     }
-    std::ifstream in(*directory / "programs" / n, std::ios::binary);
+    std::ifstream in(*directory / "programs" / slot_name(tag, identity), std::ios::binary);
     if (!in) continue;
     std::string text((std::istreambuf_iterator<char>(in)), {});
-    if (auto note = decode(std::move(text))) return note;
+    auto stored = decode(std::move(text));
+    if (stored && (tag == 'N' ? stored->by_name : stored->by_source) == identity) {
+      return std::move(stored->note);
+    }
   }
   return std::nullopt;
 }

@@ -303,6 +303,7 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
 void program::explain_miss(const std::optional<std::filesystem::path>& notes,
                            program_cache& cache) {
   const auto& fields = cache_key_->explain();
+  if (fields.empty()) return;  // a key made from a digest: nothing to compare
   const auto nearest = detail::nearest_program_note(notes, fields);
   encoded_fields_ = detail::encode_fields(fields);
   miss_explanation_ = detail::explain_miss(nearest ? std::string_view(nearest->fields) : "",

@@ -595,6 +595,10 @@ std::vector<field_case> field_cases() {
               std::optional(compile_server_mode::off)),
        {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
        {}},
+      // Verify mode (docs/verify.md) checks hits against fresh compiles: in no key.
+      {"verify", set_to(&po::verify, std::optional(1.0), std::optional(0.0)),
+       {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
+       {}},
       {"extra_sources",
        set_to(&po::extra_sources, std::vector<nvvm_module>{{"a", "define void @a() { ret void }"}},
               std::vector<nvvm_module>{{"b", "define void @b() { ret void }"}}),
