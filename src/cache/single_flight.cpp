@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/trace.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
 
@@ -92,7 +93,12 @@ flight_result get_or_compile(program_cache& cache, cache_key_ref key,
     const waiting_lookups waiting;
     return cache.get(key);
   };
-  if (auto hit = cache.get(key)) return answered(std::move(*hit), flight_outcome::hit);
+  {
+    detail::trace_span lookup("cache", "lookup");
+    auto hit = cache.get(key);
+    lookup.arg("found", hit ? "yes" : "no");
+    if (hit) return answered(std::move(*hit), flight_outcome::hit);
+  }
   const single_flight_options& options = cache.single_flight();
   // Compiles and stores, holding `held` (or no claim). A compile or store that throws abandons
   // the claim first, so that its waiters compile side by side rather than one after another.
@@ -159,6 +165,7 @@ flight_result get_or_compile(program_cache& cache, cache_key_ref key,
     if (now >= deadline) return compile_and_store(flight_outcome::gave_up, nullptr);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                       std::chrono::milliseconds(1);
+    detail::trace_span waiting("cache", "wait");  // another process's compile of this key
     if (watch) {
       // Woken by the entry landing or the claim coming free; polls every poll_max besides (a
       // holder's death, or a notification that cannot reach us: another host's, a full queue).

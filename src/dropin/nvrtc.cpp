@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/trace.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/error.hpp"
@@ -451,11 +452,16 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
 
   bool compiled = false;
   nvrtcResult real_result = NVRTC_SUCCESS;
+  // The program's compile in the trace (docs/trace.md): one event per nvrtcCompileProgram.
+  detail::trace_span span("program", s.name);
+  span.arg("key", key->hex().substr(0, 16));
+  span.arg("outcome", "miss");
   // A compile the user's compile server answered (docs/compile-server.md): the real program stays
   // uncompiled and its getters are answered from the reply, as for a hit.
   std::optional<recorded_result> served;
   auto compile_observed = [&]() -> object_code {
     compiled = true;
+    detail::trace_span compiling("compiler", "compile");
     if (const auto mode = server_mode(inputs.options); mode != compile_server_mode::off) {
       const std::vector<std::string> option_list(options, options + num_options);
       if (auto reply = server::compile_raw_through_server(mode, s.source, inputs.options,
@@ -496,6 +502,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   };
   try {
     flight_result result = get_or_compile(*cache, *key, compile, store);
+    span.arg("outcome", to_string(result.outcome));
     if (!result.from_cache() && served) {
       s.hit = std::move(served);
       if (dropin::log_enabled(log_level::info)) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 
+#include "common/trace.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -191,6 +192,8 @@ object_code program::compile(code_type target, std::span<const std::string> text
   inputs.name_expressions.assign(text_names.begin(), text_names.end());
   inputs.byte_name_expressions.assign(byte_names.begin(), byte_names.end());
   try {
+    detail::trace_span span("key", "key");
+    span.arg("program", options_.name);
     cache_key_ = make_program_cache_key(inputs, compiler_probes_for(*cache));
   } catch (const extra_digest_required& e) {
     throw extra_digest_required(
@@ -245,12 +248,18 @@ std::vector<std::string> program::begin_compile(code_type target,
 object_code program::compile_cached(code_type target, std::span<const std::string> name_expressions,
                                     program_cache& cache_ref) {
   program_cache* cache = &cache_ref;
+  // The whole cached compile in the trace (docs/trace.md), named by the program, its outcome.
+  detail::trace_span span("program", options_.name);
+  span.arg("key", cache_key_->hex().substr(0, 16));
+  span.arg("target", to_string(target));
   // The output depends on what no key names (the clock), or the compile writes files: without the
   // cache (cache_outcome::off), the skip counted.
   if (const auto& bypass = cache_key_->bypass()) {
     cucore::log(log_level::info,
                 "not using the " + cache->description() + " cache: " + bypass->why);
     if (const auto stats = cache->statistics()) stats->record_skip(bypass->reason);
+    span.arg("outcome", "bypass");
+    detail::trace_span compiling("compiler", "compile");
     return compile_uncached(target, name_expressions);
   }
   // Single-flight: on a miss, one of the processes and threads missing this key compiles and
@@ -262,9 +271,12 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
       stats ? std::optional(stats->directory()) : std::nullopt;
   auto compile = [&] {
     explain_miss(notes, *cache);
+    detail::trace_span compiling("compiler", "compile");
+    if (miss_explanation_) compiling.arg("miss", to_string(miss_explanation_->kind()));
     return detail::run_observed(seen, [&] { return compile_uncached(target, name_expressions); });
   };
   auto store = [&](const object_code& compiled) {
+    detail::trace_span storing("cache", "store");
     // NVRTC read the headers after the key was made: stored only if each is still the file the
     // key hashed, and was settled then, and it read nothing else the key does not cover
     // (program_cache_key::check_store).
@@ -291,8 +303,12 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   flight_result result = get_or_compile(*cache, *cache_key_, compile, store);
   flight_outcome_ = result.outcome;
   cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
+  span.arg("outcome", to_string(result.outcome));
   if (result.from_cache() && detail::sampled(detail::verify_rate(options_))) {
-    return verify_hit(target, name_expressions, *cache, std::move(result.code));
+    detail::trace_span verifying("verify", "verify");
+    auto out = verify_hit(target, name_expressions, *cache, std::move(result.code));
+    verifying.arg("outcome", to_string(verify_));
+    return out;
   }
   return std::move(result.code);
 }
@@ -436,8 +452,12 @@ object_code program::compile_nvrtc(code_type target,
   if (!wants_pch && !options.use_pch && !options.pch_dir && !options.time &&
       !options.fdevice_time_trace) {
     if (const auto mode = server::effective_mode(options); mode != compile_server_mode::off) {
+      detail::trace_span round_trip("server", "round trip");
       auto served =
           server::compile_through_server(mode, code_, options, flags, target, name_expressions);
+      round_trip.arg("answered", served && served->compiled ? "compiled"
+                                 : served                   ? "failed"
+                                                            : "no");
       // An invalid option is reported here (it may name the arch), as a local compile would.
       if (served && (served->compiled || served->status != "NVRTC_ERROR_INVALID_OPTION")) {
         log_ = std::move(served->log);

@@ -1,0 +1,155 @@
+// The trace file (common/trace.hpp).
+#include "common/trace.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+
+#include "common/descriptors.hpp"
+
+namespace cucore::detail {
+
+namespace {
+
+std::int64_t now_us() noexcept {
+  // The monotonic clock: one timeline for every process of the machine.
+  struct timespec t {};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1000;
+}
+
+void append_escaped(std::string& out, std::string_view s) {
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(c));
+          out += hex;
+        } else {
+          out += c;
+        }
+    }
+  }
+}
+
+// The file, opened once: created holding "[" by linking a temporary file into place.
+int trace_fd() noexcept {
+  static const int fd = [] {
+    const char* path = std::getenv("CUCORE_TRACE");
+    if (path == nullptr || *path == '\0') return -1;
+    int f = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (f < 0 && errno == ENOENT) {
+      const std::string temp = std::string(path) + ".tmp-" + std::to_string(::getpid());
+      const int t = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (t >= 0) {
+        const bool written = ::write(t, "[\n", 2) == 2;
+        ::close(t);
+        if (written) (void)::link(temp.c_str(), path);  // EEXIST: another process's is there
+        ::unlink(temp.c_str());
+      }
+      f = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    }
+    return off_standard_streams(f);
+  }();
+  return fd;
+}
+
+void write_line(const std::string& line) noexcept {
+  const int fd = trace_fd();
+  if (fd < 0) return;
+  // One write per event: O_APPEND places it whole at the end, whoever else appends.
+  (void)::write(fd, line.data(), line.size());
+}
+
+// The process's name, once, as a metadata event.
+void name_the_process() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    char exe[512] = {};
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    std::string line =
+        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(::getpid()) +
+        ",\"tid\":0,\"args\":{\"name\":\"";
+    append_escaped(line, n > 0 ? std::string_view(exe, static_cast<std::size_t>(n)) : "?");
+    line += "\"}},\n";
+    write_line(line);
+  });
+}
+
+}  // namespace
+
+bool tracing() noexcept {
+  return trace_fd() >= 0;
+}
+
+trace_span::trace_span(std::string_view category, std::string_view name) noexcept {
+  if (!tracing()) return;
+  try {
+    on_ = true;
+    category_ = category;
+    name_ = name;
+    start_us_ = now_us();
+  } catch (...) {
+    on_ = false;
+  }
+}
+
+void trace_span::arg(std::string_view key, std::string_view value) noexcept {
+  if (!on_) return;
+  try {
+    for (auto& [k, v] : args_) {
+      if (k == key) {
+        v = value;
+        return;
+      }
+    }
+    args_.emplace_back(key, value);
+  } catch (...) {
+  }
+}
+
+trace_span::~trace_span() {
+  if (!on_) return;
+  try {
+    name_the_process();
+    const std::int64_t end = now_us();
+    std::string line = "{\"name\":\"";
+    append_escaped(line, name_);
+    line += "\",\"cat\":\"";
+    append_escaped(line, category_);
+    line += "\",\"ph\":\"X\",\"ts\":" + std::to_string(start_us_) +
+            ",\"dur\":" + std::to_string(end - start_us_) +
+            ",\"pid\":" + std::to_string(::getpid()) +
+            ",\"tid\":" + std::to_string(::syscall(SYS_gettid)) + ",\"args\":{";
+    for (std::size_t i = 0; i < args_.size(); ++i) {
+      line += i == 0 ? "\"" : ",\"";
+      append_escaped(line, args_[i].first);
+      line += "\":\"";
+      append_escaped(line, args_[i].second);
+      line += '"';
+    }
+    line += "}},\n";
+    write_line(line);
+  } catch (...) {
+  }
+}
+
+}  // namespace cucore::detail
