@@ -486,6 +486,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   detail::observed_inputs seen = detail::unobserved_compile();
   auto compile = [&] { return detail::run_observed(seen, compile_observed); };
   auto store = [&](const object_code& code) {
+    detail::trace_span storing("cache", "store");
     // As program::compile: stored only if each header the key tracked is still the file it
     // hashed, had settled then, and the compile read nothing else the key does not cover
     // (program_cache_key::check_store).
