@@ -28,6 +28,8 @@ class trace_span {
   // An argument shown with the event ("program", "outcome", "key", ...); a later value of the
   // same key replaces the earlier one.
   void arg(std::string_view key, std::string_view value) noexcept;
+  // Whether this span is written (CUCORE_TRACE set): guard arguments that cost to make.
+  bool on() const noexcept { return on_; }
 
  private:
   bool on_ = false;

@@ -454,8 +454,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   nvrtcResult real_result = NVRTC_SUCCESS;
   // The program's compile in the trace (docs/trace.md): one event per nvrtcCompileProgram.
   detail::trace_span span("program", s.name);
-  span.arg("key", key->hex().substr(0, 16));
-  span.arg("outcome", "miss");
+  if (span.on()) span.arg("key", key->hex().substr(0, 16));
   // A compile the user's compile server answered (docs/compile-server.md): the real program stays
   // uncompiled and its getters are answered from the reply, as for a hit.
   std::optional<recorded_result> served;

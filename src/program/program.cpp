@@ -250,8 +250,10 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   program_cache* cache = &cache_ref;
   // The whole cached compile in the trace (docs/trace.md), named by the program, its outcome.
   detail::trace_span span("program", options_.name);
-  span.arg("key", cache_key_->hex().substr(0, 16));
-  span.arg("target", to_string(target));
+  if (span.on()) {
+    span.arg("key", cache_key_->hex().substr(0, 16));
+    span.arg("target", to_string(target));
+  }
   // The output depends on what no key names (the clock), or the compile writes files: without the
   // cache (cache_outcome::off), the skip counted.
   if (const auto& bypass = cache_key_->bypass()) {
@@ -266,11 +268,13 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   // the others wait for its entry (cache/single_flight.hpp).
   // What the compile read is observed: stored only if the key covers all of it.
   detail::observed_inputs seen = detail::unobserved_compile();
-  const auto stats = cache->statistics();
-  const std::optional<std::filesystem::path> notes =
-      stats ? std::optional(stats->directory()) : std::nullopt;
+  // Where this cache keeps its programs' notes: asked on a miss only (a hit pays nothing).
+  const auto notes = [cache]() -> std::optional<std::filesystem::path> {
+    const auto stats = cache->statistics();
+    return stats ? std::optional(stats->directory()) : std::nullopt;
+  };
   auto compile = [&] {
-    explain_miss(notes, *cache);
+    explain_miss(notes(), *cache);
     detail::trace_span compiling("compiler", "compile");
     if (miss_explanation_) compiling.arg("miss", to_string(miss_explanation_->kind()));
     return detail::run_observed(seen, [&] { return compile_uncached(target, name_expressions); });
@@ -290,7 +294,8 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
     try {
       cache->put(*cache_key_, compiled);
       stored_ = true;
-      detail::record_program_note(notes, cache_key_->hex(), cache_key_->explain(), encoded_fields_);
+      detail::record_program_note(notes(), cache_key_->hex(), cache_key_->explain(),
+                                  encoded_fields_);
     } catch (const std::exception& e) {
       // The compile succeeded; a cache that cannot store it only costs a later recompile.
       cucore::log(log_level::warning, "could not store the compiled program in the " +
