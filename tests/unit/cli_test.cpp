@@ -753,6 +753,22 @@ std::string cuda_13_5_root() {
   return root.string();
 }
 
+// NVRTC 12.9's toolkit root (scripts/fetch-cuda-versions.sh), or "" after failing the test.
+std::string cuda_12_9_root() {
+  const char* dir = std::getenv("CUCORE_CUDA_VERSIONS_DIR");
+  const fs::path versions = dir != nullptr && *dir != '\0' ? fs::path(dir)
+                                                           : fs::path(CUCORE_TEST_DATA_DIR) / ".." /
+                                                                 ".." / ".cache" / "cuda-versions";
+  const fs::path root = versions / "12.9" / "root";
+  if (!fs::exists(root / "lib" / "libnvrtc.so.12")) {
+    ADD_FAILURE() << "no NVRTC 12.9 toolkit root at " << root
+                  << ": run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR to a "
+                     "directory holding 12.9/root)";
+    return {};
+  }
+  return root.string();
+}
+
 // --target tile-ir and --tile-ir-output with NVRTC 13.5: miss then hit, the bytes of an uncached
 // compile, the Tile IR of a cubin compile from the same entry.
 TEST_F(Compile, TileIrWithNvrtc13_5MissThenHitWithTheUncachedBytes) {
@@ -2426,11 +2442,13 @@ TEST_F(Cache, AMissNamesWhatChanged) {
   EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("N=2"), std::string::npos)
       << j["miss"]["reasons"].items.at(0)["detail"].string;
 
-  const std::string root = cuda_13_5_root();
+  // Another compiler: NVRTC 12.9's root (whatever NVRTC 13 this build compiles with, the wheels'
+  // 13.5 included, 12.9 is another one).
+  const std::string root = cuda_12_9_root();
   if (!root.empty()) {
     j = json_of(with({"-D", "N=2"}), {{"CUCORE_CUDA_HOME", root}, {"CUCORE_CUDA_HOME_ONLY", "1"}});
     EXPECT_EQ(j["miss"]["reason"].string, "compiler_changed");
-    EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("13.5"), std::string::npos)
+    EXPECT_NE(j["miss"]["reasons"].items.at(0)["detail"].string.find("12.9"), std::string::npos)
         << j["miss"]["reasons"].items.at(0)["detail"].string;
   }
   json s = json_of({"cache", "stats", "--json"})["statistics"]["misses_by_reason"];
