@@ -10,6 +10,10 @@
 #   (REAL_*: the 13.0 toolkit's libraries)
 set -u
 cucore=$1 probe=$2 cc=$3 dropins=$4 nvrtc13=$5 nvjitlink13=$6 nvvm13=$7 src=$8
+if [ ! -x "$probe" ]; then
+  echo "skipped: $probe is not built here (a build of selected targets)"
+  exit 77
+fi
 versions=${CUCORE_CUDA_VERSIONS_DIR:-$src/.cache/cuda-versions}
 work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-dlsym-probe-XXXXXX")
 export XDG_RUNTIME_DIR=$work/runtime  # the drop-in copies of this test, removed with it
