@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 
+#include "cache/posix_file.hpp"
 #include "common/sha256.hpp"
 
 namespace cucore::detail {
@@ -113,19 +114,15 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
                           parent.st_mode & 0666);
     if (fd < 0) return;
     ::fchmod(fd, parent.st_mode & 0666);
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-      if (w <= 0) break;
-      done += static_cast<std::size_t>(w);
-    }
+    const bool written =
+        !posix::write_fully(fd, std::as_bytes(std::span<const char>(text.data(), text.size())));
     ::close(fd);
     const std::string second = (dir / slot_name('S', id.by_source)).string();
     const std::string second_temp = second + ".tmp-" + std::to_string(::getpid());
-    if (done == text.size() && ::link(temp.c_str(), second_temp.c_str()) == 0) {
+    if (written && ::link(temp.c_str(), second_temp.c_str()) == 0) {
       if (::rename(second_temp.c_str(), second.c_str()) != 0) ::unlink(second_temp.c_str());
     }
-    if (done != text.size() || ::rename(temp.c_str(), first.c_str()) != 0) ::unlink(temp.c_str());
+    if (!written || ::rename(temp.c_str(), first.c_str()) != 0) ::unlink(temp.c_str());
   } catch (...) {
     // Best effort: no note, no explanation.
   }

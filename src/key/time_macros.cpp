@@ -37,23 +37,7 @@ bool mentions_time_macros(std::string_view text) {
   if (text.find('\\') == std::string_view::npos && text.find("?\?/") == std::string_view::npos) {
     return false;
   }
-  std::string spliced;
-  spliced.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t after = std::string_view::npos;
-    if (text[i] == '\\') after = i + 1;
-    if (text.substr(i, 3) == "?\?/") after = i + 3;
-    if (after != std::string_view::npos) {
-      std::size_t j = after;
-      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
-      if (j < text.size() && text[j] == '\n') {
-        i = j + 1;
-        continue;
-      }
-    }
-    spliced.push_back(text[i++]);
-  }
-  return mentions_time_macros_unspliced(spliced);
+  return mentions_time_macros_unspliced(splice_lines(text, /*lenient=*/true));
 }
 
 }  // namespace cucore::detail
@@ -149,36 +133,6 @@ std::string decode_ucns(std::string_view text) {
             continue;
           }
         }
-      }
-    }
-    out.push_back(text[i++]);
-  }
-  return out;
-}
-
-// `text` with line splices undone: a backslash (or, with trigraphs, ??/) then a newline; lenient
-// also takes blanks between them (as GCC does, with a warning).
-std::string splice_lines(std::string_view text, bool lenient) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t after = std::string_view::npos;
-    if (text[i] == '\\') after = i + 1;
-    if (lenient && text.substr(i, 3) == "?\?/") after = i + 3;
-    if (after != std::string_view::npos) {
-      std::size_t j = after;
-      while (lenient && j < text.size() &&
-             (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v' ||
-              text[j] == '\r')) {
-        ++j;
-      }
-      if (!lenient && j < text.size() && text[j] == '\r' && j + 1 < text.size() &&
-          text[j + 1] == '\n') {
-        ++j;
-      }
-      if (j < text.size() && text[j] == '\n') {
-        i = j + 1;
-        continue;
       }
     }
     out.push_back(text[i++]);
@@ -313,6 +267,34 @@ std::size_t time_macro_piece_count() noexcept {
 
 std::string_view time_macro_piece(std::size_t i) noexcept {
   return time_pieces().at(i);
+}
+
+std::string splice_lines(std::string_view text, bool lenient) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t after = std::string_view::npos;
+    if (text[i] == '\\') after = i + 1;
+    if (lenient && text.substr(i, 3) == "?\?/") after = i + 3;
+    if (after != std::string_view::npos) {
+      std::size_t j = after;
+      while (lenient && j < text.size() &&
+             (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v' ||
+              text[j] == '\r')) {
+        ++j;
+      }
+      if (!lenient && j < text.size() && text[j] == '\r' && j + 1 < text.size() &&
+          text[j + 1] == '\n') {
+        ++j;
+      }
+      if (j < text.size() && text[j] == '\n') {
+        i = j + 1;
+        continue;
+      }
+    }
+    out.push_back(text[i++]);
+  }
+  return out;
 }
 
 time_tokens scan_time_tokens(std::string_view text) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace cucore::detail {
@@ -46,6 +47,10 @@ std::string_view time_macro_piece(std::size_t i) noexcept;
 // names that spell a letter, digit or '_' (\u0054, \U00000054, \N{LATIN CAPITAL LETTER T}) are
 // decoded. Every tokenisation NVRTC could make is covered: the pieces are a superset.
 time_tokens scan_time_tokens(std::string_view text);
+
+// `text` with line splices undone: a backslash (or, with trigraphs, ??/) then a newline; lenient
+// also takes blanks between them (as GCC does, with a warning): a superset of NVRTC's splices.
+std::string splice_lines(std::string_view text, bool lenient);
 
 // Whether a unit with these tokens may expand the clock: a literal mention, or a paste operator
 // and a split of one of the names into pieces present (docs/cache-keys.md, "The clock").

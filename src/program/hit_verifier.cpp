@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "cache/posix_file.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -137,14 +138,10 @@ std::optional<std::filesystem::path> write_verify_report(std::string_view key_he
              "-" + std::to_string(::time(nullptr)) + ".txt");
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return std::nullopt;
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
+  const std::error_code failed =
+      posix::write_fully(fd, std::as_bytes(std::span<const char>(text.data(), text.size())));
   ::close(fd);
-  if (done != text.size()) return std::nullopt;
+  if (failed) return std::nullopt;
   return path;
 }
 

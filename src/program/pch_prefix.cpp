@@ -18,6 +18,7 @@
 #include "common/sha256.hpp"
 #include "key/compiler_environment.hpp"
 #include "key/include_scanner.hpp"
+#include "key/time_macros.hpp"
 
 namespace cucore::detail {
 namespace {
@@ -301,22 +302,7 @@ base_file_tokens scan(std::string_view text) {
   if (text.find('\\') == std::string_view::npos && text.find("?\?/") == std::string_view::npos) {
     return out;
   }
-  std::string spliced;
-  spliced.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t after = std::string_view::npos;
-    if (text[i] == '\\') after = i + 1;
-    if (text.substr(i, 3) == "?\?/") after = i + 3;
-    if (after != std::string_view::npos) {
-      std::size_t j = after;
-      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
-      if (j < text.size() && text[j] == '\n') {
-        i = j + 1;
-        continue;
-      }
-    }
-    spliced.push_back(text[i++]);
-  }
+  const std::string spliced = splice_lines(text, /*lenient=*/true);
   out.paste = out.paste || spliced.find("##") != std::string::npos ||
               spliced.find("%:%:") != std::string::npos;
   scan_identifiers(spliced, out);

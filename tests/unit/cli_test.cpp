@@ -737,36 +737,28 @@ TEST_F(Compile, XnvrtcReachesNvrtcAndTheKey) {
       << r.out;
 }
 
-// NVRTC 13.5's toolkit root (scripts/fetch-cuda-versions.sh), or "" after failing the test.
-std::string cuda_13_5_root() {
+// A toolkit root of scripts/fetch-cuda-versions.sh holding lib/LIBRARY ("13.5", "libnvrtc.so.13"),
+// or "" after failing the test.
+std::string cuda_root(const std::string& version, const std::string& library) {
   const char* dir = std::getenv("CUCORE_CUDA_VERSIONS_DIR");
   const fs::path versions = dir != nullptr && *dir != '\0' ? fs::path(dir)
                                                            : fs::path(CUCORE_TEST_DATA_DIR) / ".." /
                                                                  ".." / ".cache" / "cuda-versions";
-  const fs::path root = versions / "13.5" / "root";
-  if (!fs::exists(root / "lib" / "libnvrtc.so.13")) {
-    ADD_FAILURE() << "no NVRTC 13.5 toolkit root at " << root
+  const fs::path root = versions / version / "root";
+  if (!fs::exists(root / "lib" / library)) {
+    ADD_FAILURE() << "no NVRTC " << version << " toolkit root at " << root
                   << ": run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR to a "
-                     "directory holding 13.5/root)";
+                     "directory holding "
+                  << version << "/root)";
     return {};
   }
   return root.string();
 }
-
-// NVRTC 12.9's toolkit root (scripts/fetch-cuda-versions.sh), or "" after failing the test.
+std::string cuda_13_5_root() {
+  return cuda_root("13.5", "libnvrtc.so.13");
+}
 std::string cuda_12_9_root() {
-  const char* dir = std::getenv("CUCORE_CUDA_VERSIONS_DIR");
-  const fs::path versions = dir != nullptr && *dir != '\0' ? fs::path(dir)
-                                                           : fs::path(CUCORE_TEST_DATA_DIR) / ".." /
-                                                                 ".." / ".cache" / "cuda-versions";
-  const fs::path root = versions / "12.9" / "root";
-  if (!fs::exists(root / "lib" / "libnvrtc.so.12")) {
-    ADD_FAILURE() << "no NVRTC 12.9 toolkit root at " << root
-                  << ": run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR to a "
-                     "directory holding 12.9/root)";
-    return {};
-  }
-  return root.string();
+  return cuda_root("12.9", "libnvrtc.so.12");
 }
 
 // --target tile-ir and --tile-ir-output with NVRTC 13.5: miss then hit, the bytes of an uncached
