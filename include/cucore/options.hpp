@@ -168,6 +168,11 @@ struct program_options {
   // compared with the entry (docs/verify.md); a mismatch removes the entry and returns the fresh
   // result. Never keyed. Unset: CUCORE_VERIFY, else 0. Out of [0, 1]: invalid_argument.
   std::optional<double> verify;
+  // Where a sampled hit is checked: false, on the calling thread (a mismatch returns the fresh
+  // result); true, on the process's background thread (the hit returns the cached bytes at once;
+  // a mismatch removes the entry for later compiles). Never keyed. Unset: in the background below
+  // rate 1, on the calling thread at rate 1 (docs/verify.md, "In the background").
+  std::optional<bool> verify_in_background;
 };
 
 struct linker_options {

@@ -27,9 +27,16 @@ std::string_view to_string(cache_outcome outcome) noexcept;  // "off", "hit", "m
 // What verify mode (program_options::verify; docs/verify.md) found of the last compile's hit:
 // not_verified (no hit, or not sampled), verified (compiled again: the same bytes, NVRTC's
 // per-process names masked), mismatch (not the same: a stale hit caught, the entry removed, the
-// fresh result returned).
-enum class verify_outcome { not_verified, verified, mismatch };
+// fresh result returned), queued (sampled below rate 1: the cached bytes returned now, the check
+// left to the process's background thread, whose findings go to the cache's statistics, the log
+// and a report; wait_for_background_verification() waits for it).
+enum class verify_outcome { not_verified, verified, mismatch, queued };
 std::string_view to_string(verify_outcome outcome) noexcept;  // "not_verified", ...
+
+// Waits until every hit queued for verification in the background (verify_outcome::queued) has
+// been checked: for a test, or a program that wants the findings before it exits (at exit, only
+// the check in progress is waited for; those still queued are dropped).
+void wait_for_background_verification();
 
 // What became of a precompiled header request on the last NVRTC compile.
 enum class pch_status { not_requested, created, not_attempted, failed };
@@ -143,12 +150,21 @@ class program {
  private:
   std::vector<std::string> begin_compile(code_type target, std::span<const std::string> text_names,
                                          std::span<const std::string> byte_names);
+  // key_inputs: what the key was made from (nullptr: a key the caller derived).
   object_code compile_cached(code_type target, std::span<const std::string> name_expressions,
-                             program_cache& cache);
+                             program_cache& cache, const program_cache_key_inputs* key_inputs);
   object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
   void explain_miss(const std::optional<std::filesystem::path>& notes, program_cache& cache);
+  // Verify mode (src/program/program_verify.cpp): the hit checked on this thread, or queued for
+  // the background thread; replay_hit is the fresh compile both judge by.
   object_code verify_hit(code_type target, std::span<const std::string> name_expressions,
                          program_cache& cache, object_code cached);
+  void queue_hit_check(code_type target, std::span<const std::string> name_expressions,
+                       program_cache& cache, const object_code& cached,
+                       const program_cache_key_inputs* key_inputs);
+  struct replayed_compile;
+  replayed_compile replay_hit(code_type target, std::span<const std::string> name_expressions,
+                              const object_code& cached);
   object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
   object_code compile_nvvm(code_type target);
   object_code compile_ptx(code_type target);

@@ -26,6 +26,7 @@ from cucore._cucore import (
     explain_program_cache_key,
     make_program_cache_key,
     open_program_cache,
+    wait_for_verification,
 )
 from cucore._options import ProgramOptions
 from cucore._wheels import cuda_wheel_site_packages as _cuda_wheel_site_packages
@@ -59,4 +60,5 @@ __all__ = [
     "explain_program_cache_key",
     "make_program_cache_key",
     "open_program_cache",
+    "wait_for_verification",
 ]

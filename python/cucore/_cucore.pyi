@@ -251,7 +251,7 @@ class Program:
     @property
     def last_verify(self) -> str:
         """
-        Verify mode (ProgramOptions.verify, CUCORE_VERIFY): "not_verified", "verified" or "mismatch" (a stale hit caught: its entry removed, the fresh result returned).
+        Verify mode (ProgramOptions.verify, CUCORE_VERIFY): "not_verified", "verified", "mismatch" (a stale hit caught: its entry removed, the fresh result returned) or "queued" (checked in the background: cucore.wait_for_verification()).
         """
 
     @property
@@ -278,4 +278,9 @@ def make_program_cache_key(*, code: str | bytes | bytearray, code_type: str, opt
 def explain_program_cache_key(*, code: str | bytes | bytearray, code_type: str, options: cucore._options.ProgramOptions | Any | None, target_type: str, name_expressions: Iterable[str | bytes] = (), extra_digest: bytes | bytearray | memoryview | str | None = None, cache: ProgramCache | None = None) -> list[tuple[str, str]]:
     """
     The labelled fields that make_program_cache_key hashes, in order: (label, payload).
+    """
+
+def wait_for_verification() -> None:
+    """
+    Waits until every cache hit queued for verification in the background (Program.last_verify "queued") has been checked; their findings are in the cache's stats and the log.
     """

@@ -29,7 +29,11 @@ class ProgramOptions:
     value is a ``ValueError``) and ``verify`` (the fraction of cache hits, 0 to 1, compiled again
     uncached and compared with the entry: a mismatch removes the entry and returns the fresh
     result, ``Program.last_verify`` says which; default ``None``: ``CUCORE_VERIFY``, else 0;
-    never part of the cache key).
+    never part of the cache key) and ``verify_in_background`` (where a sampled hit is checked:
+    ``True`` on the process's background thread, the hit returned at once and
+    ``Program.last_verify`` ``"queued"``; ``False`` on the calling thread; default ``None``: in
+    the background below rate 1, on the calling thread at 1; ``cucore.wait_for_verification()``
+    waits for the background checks).
     """
 
     name: str | None = "default_program"
@@ -101,3 +105,4 @@ class ProgramOptions:
     extra_nvrtc_options: _StrList = None
     compile_server: str | None = None
     verify: float | None = None
+    verify_in_background: bool | None = None

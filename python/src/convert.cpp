@@ -304,6 +304,7 @@ program_options options_from(nb::handle o) {
   read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
   read_compile_server(o, p.compile_server);
   read_verify(o, p.verify);
+  read_bool(o, "verify_in_background", p.verify_in_background);
   return p;
 }
 

@@ -884,8 +884,9 @@ void bind_program(nb::module_& m) {
           [](py_program& p) {
             return std::string(to_string(locked(p, [&] { return p.prog.last_verify(); })));
           },
-          "Verify mode (ProgramOptions.verify, CUCORE_VERIFY): \"not_verified\", \"verified\" or "
-          "\"mismatch\" (a stale hit caught: its entry removed, the fresh result returned).")
+          "Verify mode (ProgramOptions.verify, CUCORE_VERIFY): \"not_verified\", \"verified\", "
+          "\"mismatch\" (a stale hit caught: its entry removed, the fresh result returned) or "
+          "\"queued\" (checked in the background: cucore.wait_for_verification()).")
       .def_prop_ro(
           "last_flight_outcome",
           [](py_program& p) -> std::optional<std::string> {
@@ -953,6 +954,11 @@ void bind_program(nb::module_& m) {
       nb::kw_only(), "code"_a, "code_type"_a, "options"_a.none(), "target_type"_a,
       "name_expressions"_a = nb::tuple(), "extra_digest"_a = nb::none(), "cache"_a = nb::none(),
       "The labelled fields that make_program_cache_key hashes, in order: (label, payload).");
+  m.def(
+      "wait_for_verification", [] { cucore::wait_for_background_verification(); },
+      nb::call_guard<nb::gil_scoped_release>(),
+      "Waits until every cache hit queued for verification in the background (Program.last_verify "
+      "\"queued\") has been checked; their findings are in the cache's stats and the log.");
 }
 
 }  // namespace

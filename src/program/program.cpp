@@ -18,9 +18,9 @@
 #include "cucore/toolkit.hpp"
 #include "key/miss_explanation.hpp"
 #include "key/program_notes.hpp"
-#include "observe/compile_replay.hpp"
 #include "observe/compiler_observer.hpp"
 #include "program/auto_pch.hpp"
+#include "program/background_verifier.hpp"
 #include "program/compiler_handles.hpp"
 #include "program/hit_verifier.hpp"
 #include "program/nvrtc_option_table.hpp"
@@ -161,18 +161,6 @@ std::string_view to_string(cache_outcome outcome) noexcept {
   return "unknown";
 }
 
-std::string_view to_string(verify_outcome outcome) noexcept {
-  switch (outcome) {
-    case verify_outcome::not_verified:
-      return "not_verified";
-    case verify_outcome::verified:
-      return "verified";
-    case verify_outcome::mismatch:
-      return "mismatch";
-  }
-  return "unknown";
-}
-
 object_code program::compile(code_type target, std::span<const std::string> name_expressions,
                              program_cache* cache) {
   return compile(target, name_expressions, {}, cache);
@@ -203,14 +191,14 @@ object_code program::compile(code_type target, std::span<const std::string> text
         "extra_digest) and pass it to program::compile(target, names, cache, key), or compile "
         "without the cache]");
   }
-  return compile_cached(target, name_expressions, *cache);
+  return compile_cached(target, name_expressions, *cache, &inputs);
 }
 
 object_code program::compile(code_type target, std::span<const std::string> name_expressions,
                              program_cache& cache, const program_cache_key& key) {
   const std::vector<std::string> all_names = begin_compile(target, name_expressions, {});
   cache_key_ = key;
-  return compile_cached(target, all_names, cache);
+  return compile_cached(target, all_names, cache, nullptr);
 }
 
 std::vector<std::string> program::begin_compile(code_type target,
@@ -246,8 +234,18 @@ std::vector<std::string> program::begin_compile(code_type target,
 // The one cached compile of the library and the tool: bypass, lookup, single-flight, the compile
 // observed, the store gate, the store, the statistics.
 object_code program::compile_cached(code_type target, std::span<const std::string> name_expressions,
-                                    program_cache& cache_ref) {
+                                    program_cache& cache_ref,
+                                    const program_cache_key_inputs* key_inputs) {
   program_cache* cache = &cache_ref;
+  // Stale entries verify mode's thread found in this cache and could not remove itself.
+  for (const auto& stale : detail::take_stale_entries(cache)) {
+    try {
+      cache->erase(stale);
+    } catch (const std::exception& e) {
+      cucore::log(log_level::warning,
+                  std::string("verify: could not remove a stale entry: ") + e.what());
+    }
+  }
   // The whole cached compile in the trace (docs/trace.md), named by the program, its outcome.
   detail::trace_span span("program", options_.name);
   if (span.on()) {
@@ -309,11 +307,15 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
   flight_outcome_ = result.outcome;
   cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
   span.arg("outcome", to_string(result.outcome));
-  if (result.from_cache() && detail::sampled(detail::verify_rate(options_))) {
-    detail::trace_span verifying("verify", "verify");
-    auto out = verify_hit(target, name_expressions, *cache, std::move(result.code));
-    verifying.arg("outcome", to_string(verify_));
-    return out;
+  if (result.from_cache()) {
+    if (const double rate = detail::verify_rate(options_); detail::sampled(rate)) {
+      // Rate 1 (every hit, CI's "verified" suites): on this thread, the fresh bytes returned on a
+      // mismatch. Below 1: in the background, the hit returned now.
+      if (!options_.verify_in_background.value_or(rate < 1.0)) {
+        return verify_hit(target, name_expressions, *cache, std::move(result.code));
+      }
+      queue_hit_check(target, name_expressions, *cache, result.code, key_inputs);
+    }
   }
   return std::move(result.code);
 }
@@ -336,93 +338,6 @@ void program::explain_miss(const std::optional<std::filesystem::path>& notes,
   }
   cucore::log(log_level::debug,
               "miss " + options_.name + " (" + cache_key_->hex().substr(0, 16) + "): " + text);
-}
-
-// Verify mode (docs/verify.md): the hit compiled again, uncached, in this process (not through
-// the compile server, without automatic PCH: an image made earlier could carry what the entry
-// carries), with the clock moved on, so that an output that depends on it differs, and NVRTC's
-// process id pinned to the entry's, so that its per-process names keep their length.
-object_code program::verify_hit(code_type target, std::span<const std::string> name_expressions,
-                                program_cache& cache, object_code cached) {
-  const program_options saved = options_;
-  const std::string saved_log = log_;
-  const auto saved_pch = pch_status_;
-  const auto saved_auto = auto_pch_;
-  options_.compile_server = compile_server_mode::off;
-  options_.auto_pch = false;
-  // Pinned only without the caller's own PCH options: NVRTC names PCH scratch files by its pid.
-  const bool own_pch =
-      options_.pch.value_or(false) || options_.create_pch || options_.use_pch || options_.pch_dir;
-  const pid_t pid = own_pch ? 0 : detail::output_pid(cached.code()).value_or(0);
-  std::optional<object_code> fresh;
-  std::optional<compile_error> failed;
-  try {
-    const detail::compile_replay replay(detail::kVerifyClockShiftSeconds, pid);
-    fresh = compile_uncached(target, name_expressions);
-  } catch (const compile_error& e) {
-    failed = e;
-  } catch (...) {
-    options_ = saved;
-    throw;
-  }
-  options_ = saved;
-  std::optional<std::size_t> differs;
-  bool symbols_differ = false;
-  if (fresh) {
-    differs = detail::first_difference(cached.code(), fresh->code());
-    symbols_differ = cached.symbol_mapping() != fresh->symbol_mapping();
-  }
-  const auto stats = cache.statistics();
-  if (fresh && !differs && !symbols_differ) {
-    verify_ = verify_outcome::verified;
-    log_ = saved_log;
-    pch_status_ = saved_pch;
-    auto_pch_ = saved_auto;
-    if (stats) stats->record_verify(false);
-    return cached;
-  }
-  // A stale hit caught: the entry goes (from every tier), the event is counted and reported, and
-  // the caller gets what an uncached compile gives now (compiled once more: the replay's clock
-  // and pid are not this moment's).
-  verify_ = verify_outcome::mismatch;
-  bool erased = false;
-  try {
-    erased = cache.erase(*cache_key_);
-  } catch (const std::exception& e) {
-    cucore::log(log_level::warning, std::string("verify: could not remove the entry: ") + e.what());
-  }
-  if (stats) stats->record_verify(true);
-  std::string report = "cucore verify mismatch: a cache hit differs from a fresh compile\n";
-  report += "key " + cache_key_->hex() + "\nprogram " + options_.name + "\ntarget " +
-            std::string(to_string(target)) + "\ncache " + cache.description() +
-            (erased ? " (entry removed)" : " (entry not found to remove)") + "\n";
-  report += "cached output " + std::to_string(cached.code().size()) + " bytes, sha256 " +
-            detail::digest_hex(cached.code()) + "\n";
-  if (fresh) {
-    report += "fresh output " + std::to_string(fresh->code().size()) + " bytes, sha256 " +
-              detail::digest_hex(fresh->code()) + "\n";
-    report += differs
-                  ? "first difference at byte " + std::to_string(*differs) +
-                        " (NVRTC's _INTERNAL_ module and process ids masked)\n"
-                  : std::string("the outputs are equal; the name expressions' symbols differ\n");
-  } else {
-    report += "the fresh compile failed (" + failed->status() + "):\n" + failed->log() + "\n";
-  }
-  report += "the fresh compile ran with the clock " +
-            std::to_string(detail::kVerifyClockShiftSeconds) +
-            " s on (an output that depends on the clock differs)\n\nkey fields:\n";
-  for (const auto& field : cache_key_->explain()) {
-    report += field.label + ": " + field.payload.substr(0, 4096) + "\n";
-  }
-  const auto path = detail::write_verify_report(cache_key_->hex(), report);
-  if (path) verify_report_ = path->string();
-  cucore::log(log_level::warning,
-              "verify: the " + cache.description() + " cache's entry for \"" + options_.name +
-                  "\" (key " + cache_key_->hex().substr(0, 16) +
-                  ") differs from a fresh compile: a stale hit, removed; the fresh result is "
-                  "returned" +
-                  (path ? " (report: " + path->string() + ")" : std::string()));
-  return compile_uncached(target, name_expressions);
 }
 
 object_code program::compile_uncached(code_type target,

@@ -297,8 +297,8 @@ void get(reader& r, std::vector<T>& v) {
   }
 }
 
-// Every field but compile_server (a worker compiles in-process) and verify (the client checks its
-// own hits). A field added to
+// Every field but compile_server (a worker compiles in-process), verify and verify_in_background
+// (the client checks its own hits). A field added to
 // program_options must be added here: the static_assert below fails until it is.
 // Not formatted: clang-format 14 lays this list out differently on every run.
 // clang-format off
@@ -331,8 +331,8 @@ void get(reader& r, std::vector<T>& v) {
 #define CUCORE_SERVER_PUT(field) put(w, o.field);
 #define CUCORE_SERVER_GET(field) get(r, o.field);
 #if defined(__x86_64__) && defined(__GLIBCXX__) && !defined(_GLIBCXX_DEBUG)
-// 68 fields, compile_server and verify, as laid out by libstdc++ on x86-64.
-static_assert(sizeof(program_options) == 880,
+// 68 fields, compile_server, verify and verify_in_background, as laid out by libstdc++ on x86-64.
+static_assert(sizeof(program_options) == 888,
               "program_options changed: list the new field in CUCORE_SERVER_OPTION_FIELDS (and "
               "bump kProtocolVersion), then update this size");
 #endif

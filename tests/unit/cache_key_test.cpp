@@ -596,7 +596,12 @@ std::vector<field_case> field_cases() {
        {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
        {}},
       // Verify mode (docs/verify.md) checks hits against fresh compiles: in no key.
-      {"verify", set_to(&po::verify, std::optional(1.0), std::optional(0.0)),
+      {"verify",
+       set_to(&po::verify, std::optional(1.0), std::optional(0.0)),
+       {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
+       {}},
+      {"verify_in_background",
+       set_bool(&po::verify_in_background),
        {{S::cxx, E::ignored}, {S::ptx, E::ignored}, {S::nvvm, E::ignored}},
        {}},
       {"extra_sources",

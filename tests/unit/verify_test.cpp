@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -43,6 +46,45 @@ class Verify : public ::testing::Test {
   fs::path dir_ = scratch_.path();
 };
 
+// A header whose page is dirty in a shared writable mapping: edit() changes its bytes and none of
+// its stat fields (false where the file system stamps the write anyway).
+class dirty_header {
+ public:
+  explicit dirty_header(const fs::path& path) {
+    std::ofstream(path) << "#define VALUE 1111\n";
+    fd_ = ::open(path.c_str(), O_RDWR);
+    size_ = fs::file_size(path);
+    map_ = static_cast<char*>(::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    map_[14] = '1';  // the page dirty now (its one mtime update: at this first write)
+    // Settled (older than the walk's 2 s: its identity then vouches for its digest).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+    ::fstat(fd_, &before_);
+  }
+  ~dirty_header() {
+    ::munmap(map_, size_);
+    ::close(fd_);
+  }
+  dirty_header(const dirty_header&) = delete;
+  dirty_header& operator=(const dirty_header&) = delete;
+
+  bool edit() {
+    std::memcpy(map_ + 14, "2222", 4);
+    struct stat after {};
+    ::fstat(fd_, &after);
+    return after.st_mtim.tv_nsec == before_.st_mtim.tv_nsec &&
+           after.st_mtim.tv_sec == before_.st_mtim.tv_sec && after.st_size == before_.st_size;
+  }
+
+ private:
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  char* map_ = nullptr;
+  struct stat before_ {};
+};
+
+// Every hit sampled, yet below rate 1 (so in the background by default): 1e-7 misses a sample.
+constexpr double kAlmostEveryHit = 0.9999999;
+
 }  // namespace
 
 // The documented limit verify mode exists for: a header edited through a page that was already
@@ -50,21 +92,7 @@ class Verify : public ::testing::Test {
 // walk's manifest) still match and the hit is stale. With verify on, the hit is caught: the fresh
 // bytes are returned, the entry is removed, and the stats and the report say so.
 TEST_F(Verify, AStaleHitThroughADirtyMappingIsCaught) {
-  const fs::path header = dir_ / "value.cuh";
-  std::ofstream(header) << "#define VALUE 1111\n";
-  const int fd = ::open(header.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  const std::size_t size = fs::file_size(header);
-  char* map = static_cast<char*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(map, MAP_FAILED);
-  map[14] = '1';  // the page dirty now (its one mtime update: at this first write)
-  // Settled (older than the walk's 2 s: its identity then vouches for its digest).
-  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
-  const struct stat before = [&] {
-    struct stat st {};
-    ::fstat(fd, &st);
-    return st;
-  }();
+  dirty_header header(dir_ / "value.cuh");
   const auto cache = cucore::open_program_cache("dir:" + (dir_ / "cache").string());
   ::setenv("CUCORE_VERIFY_REPORTS", (dir_ / "reports").c_str(), 1);
 
@@ -74,15 +102,7 @@ TEST_F(Verify, AStaleHitThroughADirtyMappingIsCaught) {
   ASSERT_TRUE(first.last_stored());
   EXPECT_NE(stored.find("1111"), std::string::npos);
 
-  std::memcpy(map + 14, "2222", 4);  // through the dirty page: no stat field changes
-  struct stat after {};
-  ::fstat(fd, &after);
-  if (after.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
-      after.st_mtim.tv_sec != before.st_mtim.tv_sec || after.st_size != before.st_size) {
-    ::munmap(map, size);
-    ::close(fd);
-    GTEST_SKIP() << "this file system stamped the write through a dirty page";
-  }
+  if (!header.edit()) GTEST_SKIP() << "this file system stamped the write through a dirty page";
   // Without verify: the stale hit (what the limit means).
   cucore::program stale(kCode, cucore::source_type::cxx, options_in(dir_, 0.0));
   EXPECT_EQ(text_of(stale.compile(cucore::code_type::ptx, {}, cache.get())), stored);
@@ -113,9 +133,86 @@ TEST_F(Verify, AStaleHitThroughADirtyMappingIsCaught) {
   cucore::program after_fix(kCode, cucore::source_type::cxx, options_in(dir_, std::nullopt));
   (void)after_fix.compile(cucore::code_type::ptx, {}, cache.get());
   EXPECT_EQ(after_fix.last_cache_outcome(), cucore::cache_outcome::miss);
-  ::munmap(map, size);
-  ::close(fd);
   ::unsetenv("CUCORE_VERIFY_REPORTS");
+}
+
+// Below rate 1 the check runs on the background thread: the hit returns the cached bytes at once
+// (queued), and the thread catches the stale entry, counts and reports it, and removes it at once
+// from a cache owned by a std::shared_ptr; from one owned otherwise, at this process's next compile
+// through it.
+TEST_F(Verify, BelowRateOneAStaleHitIsCaughtInTheBackground) {
+  ::setenv("CUCORE_VERIFY_REPORTS", (dir_ / "reports").c_str(), 1);
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared_ptr" : "unique_ptr");
+    const fs::path where = dir_ / (shared ? "shared" : "unique");
+    fs::create_directories(where);
+    dirty_header header(where / "value.cuh");
+    std::unique_ptr<cucore::program_cache> owned =
+        cucore::open_program_cache("dir:" + (where / "cache").string());
+    std::shared_ptr<cucore::program_cache> cache;
+    if (shared) cache = std::move(owned);
+    cucore::program_cache& c = shared ? *cache : *owned;
+
+    cucore::program first(kCode, cucore::source_type::cxx, options_in(where, std::nullopt));
+    (void)first.compile(cucore::code_type::ptx, {}, &c);
+    ASSERT_TRUE(first.last_stored());
+    const cucore::program_cache_key key = *first.last_cache_key();
+    if (!header.edit()) GTEST_SKIP() << "this file system stamped the write through a dirty page";
+    const auto counts_before = c.statistics()->read();
+
+    cucore::program checked(kCode, cucore::source_type::cxx, options_in(where, kAlmostEveryHit));
+    const std::string got = text_of(checked.compile(cucore::code_type::ptx, {}, &c));
+    EXPECT_EQ(checked.last_cache_outcome(), cucore::cache_outcome::hit);
+    EXPECT_EQ(checked.last_verify(), cucore::verify_outcome::queued);
+    EXPECT_NE(got.find("1111"), std::string::npos) << "the hit returns the cached bytes";
+    cucore::wait_for_background_verification();
+    const auto counts = c.statistics()->read();
+    EXPECT_EQ(counts.verified - counts_before.verified, 1u);
+    EXPECT_EQ(counts.verify_mismatches - counts_before.verify_mismatches, 1u);
+    if (shared) {
+      EXPECT_FALSE(c.get(key)) << "removed by the background thread";
+    } else {
+      EXPECT_TRUE(c.get(key)) << "a cache the thread cannot reach keeps it until its next compile";
+      cucore::program other("extern \"C\" __global__ void other() {}", cucore::source_type::cxx,
+                            options_in(where, std::nullopt));
+      (void)other.compile(cucore::code_type::ptx, {}, &c);
+      EXPECT_FALSE(c.get(key)) << "removed at the next compile through the cache";
+    }
+    // The next compile misses, and gives what the header says now.
+    cucore::program again(kCode, cucore::source_type::cxx, options_in(where, std::nullopt));
+    EXPECT_NE(text_of(again.compile(cucore::code_type::ptx, {}, &c)).find("2222"),
+              std::string::npos);
+    EXPECT_EQ(again.last_cache_outcome(), cucore::cache_outcome::miss);
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "reports"), fs::directory_iterator()), 2);
+  ::unsetenv("CUCORE_VERIFY_REPORTS");
+}
+
+// verify_in_background overrides the rate's default: true at rate 1 queues, false below 1 checks
+// on the calling thread. A good hit checked in the background is counted verified and kept.
+TEST_F(Verify, WhereTheCheckRunsIsTheCallersChoice) {
+  std::ofstream(dir_ / "value.cuh") << "#define VALUE 7\n";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto cache = cucore::open_program_cache("dir:" + (dir_ / "cache").string());
+  cucore::program a(kCode, cucore::source_type::cxx, options_in(dir_, std::nullopt));
+  const std::string stored = text_of(a.compile(cucore::code_type::ptx, {}, cache.get()));
+  ASSERT_TRUE(a.last_stored());
+
+  auto o = options_in(dir_, 1.0);
+  o.verify_in_background = true;
+  cucore::program b(kCode, cucore::source_type::cxx, o);
+  EXPECT_EQ(text_of(b.compile(cucore::code_type::ptx, {}, cache.get())), stored);
+  EXPECT_EQ(b.last_verify(), cucore::verify_outcome::queued);
+  cucore::wait_for_background_verification();
+  EXPECT_EQ(cache->statistics()->read().verified, 1u);
+  EXPECT_EQ(cache->statistics()->read().verify_mismatches, 0u);
+
+  o = options_in(dir_, kAlmostEveryHit);
+  o.verify_in_background = false;
+  cucore::program c(kCode, cucore::source_type::cxx, o);
+  EXPECT_EQ(text_of(c.compile(cucore::code_type::ptx, {}, cache.get())), stored);
+  EXPECT_EQ(c.last_verify(), cucore::verify_outcome::verified);
+  EXPECT_EQ(cache->statistics()->read().verified, 2u);
 }
 
 // A good hit verifies (the same bytes, NVRTC's per-process names masked: CUB's libcu++ CPOs) and

@@ -315,6 +315,9 @@ int compile_and_report(const arguments& args) {
     options.verify = value;
   }
   if (args.has("--verify")) options.verify = 1.0;
+  // One compile and exit: a sampled hit is checked before the output is written, whatever the
+  // rate (a mismatch writes the fresh result).
+  options.verify_in_background = false;
   program prog(in.code, in.source, options);
   const auto start = std::chrono::steady_clock::now();
   compiled c = [&] {

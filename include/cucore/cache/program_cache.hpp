@@ -188,7 +188,10 @@ struct single_flight_options {
 // CUCORE_SINGLE_FLIGHT_WAIT=SECONDS sets max_wait. A malformed value is ignored with a warning.
 single_flight_options default_single_flight_options();
 
-class program_cache {
+// Owned by a std::shared_ptr, a cache lets verify mode's background thread remove a stale entry
+// the moment it finds one (docs/verify.md); owned otherwise, the entry goes at this process's
+// next compile through the cache object.
+class program_cache : public std::enable_shared_from_this<program_cache> {
  public:
   virtual ~program_cache() = default;
 
