@@ -191,6 +191,10 @@ nb::object persistent_stats_of(const program_cache& c) {
     skips[nb::str(std::string(to_string(static_cast<cache_skip_reason>(i))).c_str())] = p.skips[i];
   }
   d["skips"] = skips;
+  nb::dict verify;  // verify mode's checks (docs/verify.md)
+  verify["verified"] = p.verified;
+  verify["mismatches"] = p.verify_mismatches;
+  d["verify"] = verify;
   d["shards"] = p.shards;
   d["shards_ignored"] = p.shards_ignored;
   return d;

@@ -197,6 +197,7 @@ void program::queue_hit_check(code_type target, std::span<const std::string> nam
       std::vector<std::string>(name_expressions.begin(), name_expressions.end()), *cache_key_,
       cached, key_inputs ? std::optional(*key_inputs) : std::nullopt, &compiler_probes_for(cache),
       cache.weak_from_this(), &cache, cache.statistics(), cache.description()});
+  if (c->inputs) c->inputs->code = c->replica.code_;  // a view: of the copy the check owns
   const bool queued = detail::queue_verification([c] {
     detail::trace_span span("verify", "verify");
     span.arg("program", c->replica.options_.name);
@@ -205,15 +206,18 @@ void program::queue_hit_check(code_type target, std::span<const std::string> nam
     // stat identity, so a new key) is not the entry's fault. A key the caller derived cannot be
     // made again here and is judged as it stands.
     if (c->inputs) {
-      std::optional<program_cache_key> now;
+      std::string changed;
       try {
-        now = make_program_cache_key(*c->inputs, *c->probes);
-      } catch (const std::exception&) {
+        const program_cache_key now = make_program_cache_key(*c->inputs, *c->probes);
+        if (now.hex() != c->key.hex()) changed = "its key is now " + now.hex().substr(0, 16);
+      } catch (const std::exception& e) {
+        changed = std::string("its key cannot be made now: ") + e.what();
       }
-      if (!now || now->hex() != c->key.hex()) {
+      if (!changed.empty()) {
         span.arg("outcome", "inputs changed");
         cucore::log(log_level::debug, "verify: \"" + c->replica.options_.name +
-                                          "\" not judged: its inputs changed since the hit");
+                                          "\" not judged: its inputs changed since the hit (" +
+                                          changed + ")");
         return;
       }
     }

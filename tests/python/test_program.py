@@ -466,6 +466,28 @@ def test_verify_checks_a_hit_and_is_not_part_of_the_key(native_cache):
     assert hit.code == miss.code
 
 
+def test_verify_in_the_background_returns_the_hit_and_checks_it_later(native_cache):
+    """Below rate 1 (or verify_in_background=True) a sampled hit is queued for the process's verify
+    thread; cucore.wait_for_verification() waits for its finding (docs/verify.md)."""
+    first = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH))
+    miss = first.compile("cubin", cache=native_cache)
+    for options in (cucore.ProgramOptions(arch=ARCH, verify=0.9999999),
+                    cucore.ProgramOptions(arch=ARCH, verify=1, verify_in_background=True)):
+        checked = cucore.Program(KERNEL, "c++", options)
+        hit = checked.compile("cubin", cache=native_cache)
+        assert checked.last_cache_outcome == "hit"
+        assert checked.last_verify == "queued"
+        assert hit.code == miss.code
+    cucore.wait_for_verification()
+    stats = native_cache.persistent_stats
+    if stats is not None:
+        assert stats["verify"] == {"verified": 2, "mismatches": 0}
+    synchronous = cucore.Program(KERNEL, "c++",
+                                 cucore.ProgramOptions(arch=ARCH, verify=0.9999999, verify_in_background=False))
+    synchronous.compile("cubin", cache=native_cache)
+    assert synchronous.last_verify == "verified"
+
+
 @pytest.mark.parametrize("bad", [1.5, -0.1, float("nan")])
 def test_verify_refuses_a_rate_outside_0_to_1(bad):
     with pytest.raises(ValueError, match="verify must be from 0 to 1"):
