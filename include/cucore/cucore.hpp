@@ -6,6 +6,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/open.hpp"
 #include "cucore/cache/program_cache.hpp"
+#include "cucore/cache/recompile.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/error.hpp"

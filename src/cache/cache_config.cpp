@@ -22,7 +22,7 @@ namespace {
 
 namespace posix = detail::posix;
 
-constexpr std::string_view kKeys = "max_size, shared, umask";
+constexpr std::string_view kKeys = "max_size, shared, umask, recipes";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -67,6 +67,12 @@ void apply(cache_config& config, std::string_view key, std::string_view value) {
     config.shared = *b;
   } else if (key == "umask") {
     config.umask = parse_umask(value);
+  } else if (key == "recipes") {
+    const auto b = parse_bool_word(value);
+    if (!b) {
+      throw invalid_argument("recipes: \"" + std::string(value) + "\" is not true or false");
+    }
+    config.recipes = *b;
   } else {
     throw invalid_argument("unknown key \"" + std::string(key) +
                            "\" (known: " + std::string(kKeys) + ")");
@@ -195,7 +201,7 @@ void write_cache_config(const std::filesystem::path& dir, std::string_view key,
   cache_config check;
   if (value) {
     apply(check, key, *value);
-  } else if (key != "max_size" && key != "shared" && key != "umask") {
+  } else if (key != "max_size" && key != "shared" && key != "umask" && key != "recipes") {
     throw invalid_argument("unknown key \"" + std::string(key) +
                            "\" (known: " + std::string(kKeys) + ")");
   }

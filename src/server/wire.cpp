@@ -337,10 +337,16 @@ static_assert(sizeof(program_options) == 888,
               "bump kProtocolVersion), then update this size");
 #endif
 
+}  // namespace
+
 void put_options(writer& w, const program_options& o) {
   CUCORE_SERVER_OPTION_FIELDS(CUCORE_SERVER_PUT)
 }
-void get_options(reader& r, program_options& o){CUCORE_SERVER_OPTION_FIELDS(CUCORE_SERVER_GET)}
+void get_options(reader& r, program_options& o) {
+  CUCORE_SERVER_OPTION_FIELDS(CUCORE_SERVER_GET)
+}
+
+namespace {
 
 std::uint32_t checked_enum(reader& r, std::uint32_t last, const char* what) {
   const std::uint32_t v = r.u32();

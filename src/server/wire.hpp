@@ -100,6 +100,12 @@ class reader {
   std::size_t pos_ = 0;
 };
 
+// Every program_options field but compile_server and verify (neither changes an output), in a
+// fixed order; also what a cache's recipes hold (key/program_recipes.hpp). A field added to
+// program_options changes this encoding: readers of an older one fail with wire_error.
+void put_options(writer& w, const program_options& o);
+void get_options(reader& r, program_options& o);
+
 // What a compile depends on besides its inputs, as the client sees it.
 struct client_view {
   std::string nvrtc_path;  // the NVRTC library the client loaded (canonical path)

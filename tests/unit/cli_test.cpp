@@ -3064,7 +3064,8 @@ TEST_F(Usage, CacheSubcommandHelp) {
     }
   }
   const auto r = cucore({"cache", "verify", "--help"});
-  EXPECT_TRUE(contains(r.out, "Exit status: 0 nothing was damaged; 1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Exit status: 0 nothing was damaged or stale; 1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  --recompile")) << r.out;
 }
 
 TEST_F(Usage, Version) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cache_check.hpp"
+#include "cache_recompile.hpp"
 #include "cache_spec.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
@@ -54,7 +55,7 @@ constexpr option_spec zero_option{"--zero", "", "",
 
 constexpr option_spec options[] = {cache_dir_option, shared_cache_option, json_option,
                                    output_option,    max_size_option,     unset_option,
-                                   zero_option};
+                                   zero_option,      recompile_option};
 
 struct subcommand {
   std::string_view name;
@@ -496,21 +497,21 @@ int export_entry(program_cache& cache, const arguments& args) {
 
 int verify(program_cache& cache, const arguments& args) {
   const cache_verify_report r = cache.verify(/*remove_bad=*/true);
-  if (args.has("--json")) {
-    write_json({{"entries", r.entries},
-                {"ok", r.ok},
-                {"corrupt", r.corrupt},
-                {"removed", r.removed},
-                {"moved_aside", r.moved_aside},
-                {"notes", r.notes}});
-  } else {
+  json out = {{"entries", r.entries},         {"ok", r.ok},
+              {"corrupt", r.corrupt},         {"removed", r.removed},
+              {"moved_aside", r.moved_aside}, {"notes", r.notes}};
+  if (!args.has("--json")) {
     for (const std::string& note : r.notes) std::cout << note << '\n';
     std::cout << r.entries << " entries, " << r.ok << " ok, " << r.corrupt << " corrupt, "
               << r.removed << " removed";
     if (r.moved_aside != 0) std::cout << ", " << r.moved_aside << " moved aside";
     std::cout << '\n';
   }
-  return r.corrupt == 0 ? exit_success : exit_failure;
+  // After the integrity check: what is compiled again is what survived it.
+  bool stale = false;
+  if (args.has(recompile_option.name)) out["recompile"] = recompile_verify(cache, args, stale);
+  if (args.has("--json")) write_json(out);
+  return r.corrupt == 0 && !stale ? exit_success : exit_failure;
 }
 
 int trim(program_cache& cache, const arguments& args) {
@@ -603,6 +604,7 @@ int config(const arguments& args) {
          return std::string(buf);
        }()
                         : "unset (default)"},
+      {"recipes", c.recipes ? (*c.recipes ? "true" : "false") : "false (default)"},
   };
   if (pos.size() == 2) {
     for (const auto& [key, value] : values) {
@@ -612,12 +614,13 @@ int config(const arguments& args) {
       }
     }
     throw usage_error("cache config: unknown key \"" + pos[1] +
-                      "\" (known: max_size, shared, umask)");
+                      "\" (known: max_size, shared, umask, recipes)");
   }
   std::cout << "# " << file << '\n';
   for (const auto& [key, value] : values) std::cout << key << " = " << value << '\n';
   // What overrides the file in this environment.
-  for (const char* name : {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED"}) {
+  for (const char* name :
+       {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED", "CUCORE_CACHE_RECIPES"}) {
     if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
       std::cout << "# overridden here: " << name << "=" << v << '\n';
     }
@@ -702,19 +705,34 @@ const std::vector<subcommand>& subcommands() {
        1,
        export_entry},
       {"verify",
-       "verify [--cache SPEC] [--json]",
-       "check every entry and remove damaged ones",
+       "verify [--recompile] [--cache SPEC] [--json]",
+       "check every entry and remove damaged ones (and stale ones: --recompile)",
        "Reads and checks every entry (format, checksum, the key it echoes) and removes the\n"
        "damaged ones, and whatever is not an entry where one belongs (a directory, with what\n"
        "is inside it, never following a symbolic link; a symbolic link; a FIFO); what cannot be\n"
        "removed is moved aside, out of the key's way. Prints a line for each such thing (what\n"
        "it was, what was done, how to remove by hand what could not be), then \"N entries,\n"
-       "N ok, N corrupt, N removed\" (\", N moved aside\" when some were). --json:\n"
-       "{\"entries\", \"ok\", \"corrupt\", \"removed\", \"moved_aside\", \"notes\"}.",
-       "Exit status: 0 nothing was damaged; 1 damaged entries were found (and removed, unless\n"
-       "removing failed: compare removed with corrupt), or the cache cannot be opened or read;\n"
-       "2 bad command line.",
-       {cache_dir_option, shared_cache_option, json_option},
+       "N ok, N corrupt, N removed\" (\", N moved aside\" when some were).\n"
+       "--recompile: then compiles again, uncached, each entry whose recipe the cache kept (its\n"
+       "source and options: kept only when compiled with CUCORE_CACHE_RECIPES=1 or cucore.conf's\n"
+       "recipes = true; docs/verify-recompile.md), as verify mode does (the clock moved on,\n"
+       "NVRTC's per-process names masked), and compares: an entry that differs, or whose\n"
+       "compile now fails, is stale: removed, counted in the statistics' mismatches, and reported\n"
+       "in a file ($CUCORE_VERIFY_REPORTS, else ${TMPDIR:-/tmp}/cucore-verify-UID). An entry\n"
+       "whose inputs changed since (its key, derived again, is another) is left. Prints a line "
+       "per\n"
+       "stale entry and a summary (and how to keep recipes when entries have none); recipes of\n"
+       "entries that no longer exist are deleted. Progress on a terminal only.\n"
+       "--json: {\"entries\", \"ok\", \"corrupt\", \"removed\", \"moved_aside\", \"notes\"},\n"
+       "with --recompile also \"recompile\": {\"entries\", \"with_recipe\", \"without_recipe\",\n"
+       "\"verified\", \"mismatched\", \"inputs_changed\", \"failed_to_read\", \"not_compiled\",\n"
+       "\"damaged_recipes\", \"orphan_recipes_removed\", \"recipe_bytes\", \"recipes_enabled\",\n"
+       "\"mismatches\": [{\"key\", \"name\", \"target\", \"what\", \"removed\", \"report\"}],\n"
+       "\"notes\"}.",
+       "Exit status: 0 nothing was damaged or stale; 1 damaged entries were found (and removed,\n"
+       "unless removing failed: compare removed with corrupt), stale entries were found by\n"
+       "--recompile (and removed), or the cache cannot be opened or read; 2 bad command line.",
+       {cache_dir_option, shared_cache_option, json_option, recompile_option},
        0,
        verify},
       {"trim",
@@ -769,6 +787,10 @@ const std::vector<subcommand>& subcommands() {
        "            else can write; $CUCORE_CACHE_SHARED and --shared-cache override it.\n"
        "  umask     octal permission bits removed from the files and directories the cache\n"
        "            creates (as ccache's umask; shared caches default to 002).\n"
+       "  recipes   true: keep each stored entry's source and options beside the statistics,\n"
+       "            for `cucore cache verify --recompile` (a size cost: "
+       "docs/verify-recompile.md).\n"
+       "            $CUCORE_CACHE_RECIPES overrides it.\n"
        "Without KEY prints every setting; with KEY prints its value; with KEY VALUE sets it\n"
        "(creating the directory and the file). --unset KEY removes a setting.",
        "Exit status: 0 success; 1 the file cannot be read or written, or is malformed; 2 bad\n"
@@ -811,8 +833,8 @@ std::string cache_usage() {
   out +=
       "\nRun 'cucore cache SUBCOMMAND --help' for one subcommand.\n"
       "\n"
-      "Exit status: 0 success; 1 an entry not found, damaged entries found by verify, or a cache\n"
-      "that cannot be opened or read; 2 bad command line.\n"
+      "Exit status: 0 success; 1 an entry not found, damaged (or, with --recompile, stale)\n"
+      "entries found by verify, or a cache that cannot be opened or read; 2 bad command line.\n"
       "\n"
       "Options:\n" +
       options_help(options);

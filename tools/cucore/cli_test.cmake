@@ -15,3 +15,18 @@ if(TARGET cucore_cli)
   gtest_discover_tests(cli_test TEST_PREFIX "cli." DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "unit")
 endif()
+
+# `cucore cache verify --recompile` (docs/verify-recompile.md): entries compiled again from their
+# recipes; nlohmann::json reads the tool's --json.
+if(TARGET cucore_cli)
+  find_package(nlohmann_json 3.10 REQUIRED CONFIG)
+  add_executable(cli_recompile_test ${PROJECT_SOURCE_DIR}/tests/unit/cli_recompile_test.cpp)
+  target_link_libraries(cli_recompile_test PRIVATE cucore_warnings GTest::gtest_main
+                                                   nlohmann_json::nlohmann_json)
+  target_include_directories(cli_recompile_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+  target_compile_features(cli_recompile_test PRIVATE cxx_std_20)
+  cucore_path_macros(cli_recompile_test CUCORE_CLI_PATH $<TARGET_FILE:cucore_cli>)
+  add_dependencies(cli_recompile_test cucore_cli)
+  gtest_discover_tests(cli_recompile_test TEST_PREFIX "cli." DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "unit" TIMEOUT 300)
+endif()

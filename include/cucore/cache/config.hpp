@@ -5,6 +5,8 @@
 //   max_size = 5G     size cap: bytes, or with K, M, G, T (powers of 1024; "GiB" too); 0: none
 //   shared = true     trust a cache shared with other users (cache_access::shared)
 //   umask = 002       permission bits removed from what the cache creates (octal)
+//   recipes = true    keep each entry's source and options for `cucore cache verify --recompile`
+//                     ($CUCORE_CACHE_RECIPES overrides it; docs/verify-recompile.md)
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ struct cache_config {
   std::optional<std::uint64_t> max_size;  // 0: explicitly no cap
   std::optional<bool> shared;
   std::optional<unsigned> umask;
+  std::optional<bool> recipes;
 };
 
 // Reads DIR/cucore.conf; every setting unset when there is no such file. Throws
