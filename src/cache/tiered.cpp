@@ -112,15 +112,18 @@ std::optional<object_code> tiered_program_cache::get(cache_key_ref key) {
     return std::nullopt;
   }
   remote_hits_.fetch_add(1, std::memory_order_relaxed);
-  // Backfill: the next get of this key on this machine is local. The local tier's policy
-  // decides what a failed write does (warn: logged, strict: throws like a local put would).
-  local_->put(key, *hit);
+  // Backfill: the next get of this key on this machine is local (not into a read-only layer).
+  // The local tier's policy decides what a failed write does (warn: logged, strict: throws like a
+  // local put would).
+  if (!local_->read_only()) local_->put(key, *hit);
   return hit;
 }
 
 void tiered_program_cache::put(cache_key_ref key, const object_code& code) {
-  local_->put(key, code);
+  // Read-only layers (docs/cache-layers.md) are never written.
+  if (!local_->read_only()) local_->put(key, code);
   puts_.fetch_add(1, std::memory_order_relaxed);
+  if (remote_->read_only()) return;
   if (!options_.write_behind) {
     remote_put(key, code);
     return;
@@ -157,10 +160,10 @@ void tiered_program_cache::put(cache_key_ref key, const object_code& code) {
 
 bool tiered_program_cache::erase(cache_key_ref key) {
   flush();  // a put still waiting must not bring the entry back after the erase
-  const bool local = local_->erase(key);
+  const bool local = !local_->read_only() && local_->erase(key);
   bool remote = false;
   try {
-    remote = remote_->erase(key);
+    remote = !remote_->read_only() && remote_->erase(key);
   } catch (const std::exception& e) {
     remote_failed("erase", e);
   }

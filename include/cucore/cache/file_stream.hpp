@@ -127,6 +127,11 @@ struct file_stream_cache_options {
   // Keep persistent statistics in root/stats/ (cucore/cache/statistics.hpp). Off: statistics()
   // is nullptr and only this object's stats() count.
   bool statistics = true;
+  // A read-only layer (docs/cache-layers.md): the directory is only read. Nothing is created,
+  // touched (no access time recorded), removed or swept; a damaged entry is a miss left in place;
+  // no statistics, claims or compiler version memo; put, erase, clear and trim throw
+  // cucore::error, and verify() reports without removing. Works on a read-only mount.
+  bool read_only = false;
 };
 
 class file_stream_program_cache final : public program_cache {
@@ -177,6 +182,7 @@ class file_stream_program_cache final : public program_cache {
   std::string description() const override;
   // root/compiler-versions: outside entries/ and tmp/, so eviction, clear() and verify() leave it.
   std::optional<std::filesystem::path> compiler_version_memo() const override;
+  bool read_only() const noexcept override { return options_.read_only; }
   // Single-flight: a lock on one byte of root/claims per key (src/cache/claim_file.hpp), held
   // by an open file, so a killed holder's claim dies with it. `lease` is not needed.
   claim_result try_claim(cache_key_ref key, std::chrono::milliseconds lease) override;
@@ -198,6 +204,7 @@ class file_stream_program_cache final : public program_cache {
   struct obstacle_outcome;
 
   void check_open() const;
+  void check_writable(const char* what) const;  // check_open, and not a read-only layer
   std::string entry_path(cache_key_ref key, std::string* shard_dir = nullptr) const;
   // `hint`, when given, follows the error in the message: what to do about it.
   void write_failed(const std::string& what, const std::string& path, std::error_code ec,

@@ -237,6 +237,9 @@ class program_cache : public std::enable_shared_from_this<program_cache> {
   }
   // Releases resources early (the destructor does the same). Using a closed cache is an error.
   virtual void close() noexcept {}
+  // A read-only layer (docs/cache-layers.md): looked up, never written. A tiered cache never
+  // puts into, erases from or claims in such a tier; the cache's own put/erase/clear/trim throw.
+  virtual bool read_only() const noexcept { return false; }
 
   // Tries to claim `key` for a compile (never blocks on another holder). `lease` bounds the
   // claim's life where a dead holder cannot release it (Redis). The claim must not outlive the

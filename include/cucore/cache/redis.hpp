@@ -114,6 +114,7 @@ class redis_program_cache final : public program_cache {
   std::size_t trim(std::uint64_t max_size_bytes) override;
   // "redis redis://host:port/db prefix P" (no password).
   std::string description() const override;
+  bool read_only() const noexcept override { return options_.read_only; }
   // Drops the connection; later calls throw cucore::error, except stats() and description().
   void close() noexcept override;
   // Single-flight across machines: SET <prefix>claim:<hex> <random token> NX PX <lease>; renewed

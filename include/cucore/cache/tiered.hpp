@@ -15,6 +15,9 @@
 //        write_behind, put writes the remote tier before it returns (one more round trip).
 //   erase both tiers (after a flush, so a pending put cannot bring the entry back).
 //
+// A tier that is a read-only layer (program_cache::read_only(); docs/cache-layers.md) is looked
+// up and never written: no backfill into it, no put, erase or claim.
+//
 // Maintenance (size, size_bytes, list, verify, trim, clear) works on the local tier only: the
 // remote tier is shared by the fleet, and wiping or trimming it is a decision for its own tool
 // (open the remote alone: `cucore cache clear --cache redis://...`). compiler_version_memo() is
@@ -90,6 +93,8 @@ class tiered_program_cache final : public program_cache {
   std::size_t trim(std::uint64_t max_size_bytes) override;
   // "LOCAL + REMOTE" in the tiers' own words.
   std::string description() const override;
+  // Both tiers read-only layers (then nothing is ever written).
+  bool read_only() const noexcept override { return local_->read_only() && remote_->read_only(); }
   std::optional<std::filesystem::path> compiler_version_memo() const override;
   // Claims the local tier first (processes on this machine wait for each other), then the remote
   // one (machines wait for each other). Held elsewhere on either: held elsewhere (the local claim

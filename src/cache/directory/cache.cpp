@@ -95,7 +95,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
   }
 
   std::error_code ec;
-  if (!ensure_directories(ec)) {
+  if (!options_.read_only && !ensure_directories(ec)) {
     write_failed("create the cache directory", root_str_, ec);
   }
 
@@ -119,6 +119,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
     }
   }
 
+  if (options_.read_only) return;  // nothing swept, scanned or counted in a read-only layer
   if (options_.statistics) {
     statistics_ =
         std::make_shared<cache_statistics>(base + "/stats", options_.access, options_.umask);
@@ -149,26 +150,36 @@ void file_stream_program_cache::check_open() const {
   }
 }
 
+void file_stream_program_cache::check_writable(const char* what) const {
+  check_open();
+  if (options_.read_only) {
+    throw error("cannot " + std::string(what) + " the directory cache " + root_str_ +
+                ": it is opened as a read-only layer (docs/cache-layers.md); open it without "
+                "ro: to change it");
+  }
+}
+
 std::string file_stream_program_cache::description() const {
-  return "directory " + root_str_;
+  return "directory " + root_str_ + (options_.read_only ? " (read-only)" : "");
 }
 
 std::optional<std::filesystem::path> file_stream_program_cache::compiler_version_memo() const {
+  if (options_.read_only) return std::nullopt;  // memos are written: not into a read-only layer
   return root_ / "compiler-versions";
 }
 
 claim_result file_stream_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds) {
-  if (closed_.load(std::memory_order_acquire)) return {};
+  if (closed_.load(std::memory_order_acquire) || options_.read_only) return {};
   return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).try_claim(key);
 }
 
 std::uint64_t file_stream_program_cache::claim_abandonments(cache_key_ref) {
-  if (closed_.load(std::memory_order_acquire)) return 0;
+  if (closed_.load(std::memory_order_acquire) || options_.read_only) return 0;
   return detail::claim_file(root_str_ + "/claims", file_mode_, exact_modes_).abandonments();
 }
 
 std::unique_ptr<claim_watch> file_stream_program_cache::watch_claim(cache_key_ref key) {
-  if (closed_.load(std::memory_order_acquire)) return nullptr;
+  if (closed_.load(std::memory_order_acquire) || options_.read_only) return nullptr;
   try {
     std::string shard_dir;
     const std::string path = entry_path(key, &shard_dir);

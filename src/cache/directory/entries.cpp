@@ -55,10 +55,10 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
     if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::too_many_links) {
       struct stat st {};
       if (!posix::lstat_path(path, st) && S_ISLNK(st.st_mode)) {
-        log(log_level::warning,
-            "program cache: " + path +
-                " is a symbolic link, not an entry; not following it, removing it");
-        if (remove_guarded({path, st}, false).result == removal::removed) {
+        log(log_level::warning, "program cache: " + path +
+                                    " is a symbolic link, not an entry; not following it" +
+                                    (options_.read_only ? "" : ", removing it"));
+        if (!options_.read_only && remove_guarded({path, st}, false).result == removal::removed) {
           stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
         }
       }
@@ -76,8 +76,9 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
   // Counted as dropped only when it was (a peer may have removed or replaced it first).
   auto drop = [&](std::string_view why) {
     log(log_level::warning,
-        "program cache: dropping damaged entry " + path + " (" + std::string(why) + ")");
-    if (remove_guarded({path, st}, false).result == removal::removed) {
+        "program cache: " + std::string(options_.read_only ? "ignoring" : "dropping") +
+            " damaged entry " + path + " (" + std::string(why) + ")");
+    if (!options_.read_only && remove_guarded({path, st}, false).result == removal::removed) {
       stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
     }
   };
@@ -133,7 +134,7 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
   const std::int64_t atime_ns = posix::to_ns(st.st_atim);
   const bool recent = atime_ns > posix::to_ns(st.st_mtim) && atime_ns <= now_ns &&
                       now_ns - atime_ns < kTouchGranularityNs;
-  if (!recent) {
+  if (!recent && !options_.read_only) {
     timespec times[2] = {now, {0, UTIME_OMIT}};
     if (::futimens(fd.get(), times) != 0 && errno == EPERM) {
       times[0] = {0, UTIME_NOW};
@@ -148,7 +149,7 @@ std::optional<object_code> file_stream_program_cache::get(cache_key_ref key) {
 // put
 
 void file_stream_program_cache::put(cache_key_ref key, const object_code& code) {
-  check_open();
+  check_writable("store into");
   std::string shard_dir;
   const std::string path = entry_path(key, &shard_dir);
   const std::vector<std::byte> bytes = detail::encode_entry(key.bytes(), code);
@@ -270,7 +271,7 @@ void file_stream_program_cache::put(cache_key_ref key, const object_code& code) 
 // erase, size, clear
 
 bool file_stream_program_cache::erase(cache_key_ref key) {
-  check_open();
+  check_writable("erase from");
   const std::string path = entry_path(key);
   std::uint64_t size = 0;
   if (options_.max_size_bytes) {

@@ -184,7 +184,7 @@ std::uint64_t file_stream_program_cache::size_bytes() {
 }
 
 void file_stream_program_cache::clear() {
-  check_open();
+  check_writable("clear");
   std::lock_guard evicting(evict_mutex_);
   walk_entries(entries_dir_, [&](walk_item&& item) {
     if (!item.in_shard || S_ISDIR(item.st.st_mode)) return;
@@ -233,6 +233,7 @@ std::vector<cache_entry_info> file_stream_program_cache::list() {
 
 cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
   check_open();
+  remove_bad = remove_bad && !options_.read_only;  // a read-only layer is reported on only
   cache_verify_report report;
   std::lock_guard evicting(evict_mutex_);
   // What is not an entry at all (a directory, a symlink, a FIFO, ...): cleared, and noted.
@@ -308,7 +309,7 @@ cache_verify_report file_stream_program_cache::verify(bool remove_bad) {
 }
 
 std::size_t file_stream_program_cache::trim(std::uint64_t max_size_bytes) {
-  check_open();
+  check_writable("trim");
   std::lock_guard evicting(evict_mutex_);
   sweep_stale_tmp();
   scan_result s = scan(/*with_tmp=*/true);
