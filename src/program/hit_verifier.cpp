@@ -27,8 +27,30 @@ std::string_view text_of(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
+// Where the _<8 hex>_<pid> tail of the _INTERNAL_ identifier [at, end) begins, if it has one.
+std::optional<std::size_t> internal_tail(std::string_view text, std::size_t at, std::size_t end,
+                                         std::size_t mark_size) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const std::size_t pid_start = text.rfind('_', end - 1);
+  if (pid_start == std::string_view::npos || pid_start <= at + mark_size || pid_start + 1 >= end) {
+    return std::nullopt;
+  }
+  const std::string_view pid = text.substr(pid_start + 1, end - pid_start - 1);
+  if (!std::all_of(pid.begin(), pid.end(), digit)) return std::nullopt;
+  if (pid_start < 9 || text[pid_start - 9] != '_') return std::nullopt;
+  const std::string_view id = text.substr(pid_start - 8, 8);
+  if (!std::all_of(id.begin(), id.end(), [&](char c) {
+        return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      })) {
+    return std::nullopt;
+  }
+  return pid_start - 8;
+}
+
 // Calls f(begin, end) for each _INTERNAL_ identifier of `text` whose tail is _<8 hex>_<digits>:
-// [begin, end) is that tail after its first '_'.
+// [begin, end) is that tail after its first '_'. Inside a mangled name
+// (_ZN3cub40_INTERNAL_<module>_<8 hex>_<pid>4cuda3std...) the next component's digits and letters
+// run on from the pid: the identifier's length prefix bounds it.
 template <class F>
 void for_each_internal_tail(std::string_view text, F&& f) {
   constexpr std::string_view mark = "_INTERNAL_";
@@ -36,20 +58,19 @@ void for_each_internal_tail(std::string_view text, F&& f) {
        at = text.find(mark, at + 1)) {
     std::size_t end = at + mark.size();
     while (end < text.size() && ident_char(text[end])) ++end;
-    const std::size_t pid_start = text.rfind('_', end - 1);
-    if (pid_start == std::string_view::npos || pid_start <= at + mark.size() ||
-        pid_start + 1 >= end)
-      continue;
-    const std::string_view pid = text.substr(pid_start + 1, end - pid_start - 1);
-    if (!std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    if (pid_start < 9 || text[pid_start - 9] != '_') continue;
-    const std::string_view id = text.substr(pid_start - 8, 8);
-    if (!std::all_of(id.begin(), id.end(), [](char c) {
-          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-        })) {
-      continue;
+    std::size_t digits = at;
+    while (digits > 0 && at - digits < 4 && text[digits - 1] >= '0' && text[digits - 1] <= '9') {
+      --digits;
     }
-    f(pid_start - 8, end);
+    std::size_t length = 0;
+    for (std::size_t i = digits; i < at; ++i) length = length * 10 + (text[i] - '0');
+    if (length > mark.size() && at + length < end) {
+      if (const auto begin = internal_tail(text, at, at + length, mark.size())) {
+        f(*begin, at + length);
+        continue;
+      }
+    }
+    if (const auto begin = internal_tail(text, at, end, mark.size())) f(*begin, end);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cucore/toolkit.hpp"
 #include "key/miss_explanation.hpp"
 #include "key/program_notes.hpp"
+#include "key/program_recipes.hpp"
 #include "observe/compiler_observer.hpp"
 #include "program/auto_pch.hpp"
 #include "program/background_verifier.hpp"
@@ -294,6 +295,13 @@ object_code program::compile_cached(code_type target, std::span<const std::strin
       stored_ = true;
       detail::record_program_note(notes(), cache_key_->hex(), cache_key_->explain(),
                                   encoded_fields_);
+      // What `cucore cache verify --recompile` compiles again (only where recipes are on).
+      if (key_inputs) {
+        detail::record_program_recipe(notes(), cache_key_->hex(), *key_inputs);
+      } else {
+        detail::record_program_recipe(notes(), cache_key_->hex(), code_, type_, options_, target,
+                                      name_expressions);
+      }
     } catch (const std::exception& e) {
       // The compile succeeded; a cache that cannot store it only costs a later recompile.
       cucore::log(log_level::warning, "could not store the compiled program in the " +

@@ -109,8 +109,10 @@ program::replayed_compile program::replay_hit(code_type target,
                                               std::span<const std::string> name_expressions,
                                               const object_code& cached) {
   const program_options saved = options_;
-  options_.compile_server = compile_server_mode::off;
-  options_.auto_pch = false;
+  if (type_ == source_type::cxx) {  // NVRTC's only: the PTX and NVVM backends refuse them
+    options_.compile_server = compile_server_mode::off;
+    options_.auto_pch = false;
+  }
   // Pinned only without the caller's own PCH options: NVRTC names PCH scratch files by its pid.
   const bool own_pch =
       options_.pch.value_or(false) || options_.create_pch || options_.use_pch || options_.pch_dir;

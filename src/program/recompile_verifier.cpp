@@ -31,32 +31,6 @@ std::string hex_of(std::span<const std::byte> bytes) {
   return out;
 }
 
-// The process id in NVRTC's _INTERNAL_ names where they appear only inside mangled names
-// (_ZN44_INTERNAL_<module>_<8 hex>_<pid>4cuda3std...: CUB and libcu++ namespaces), which
-// detail::output_pid does not read: the length prefix bounds the identifier, and so the pid.
-std::optional<pid_t> mangled_output_pid(std::span<const std::byte> output) {
-  const std::string_view text(reinterpret_cast<const char*>(output.data()), output.size());
-  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  constexpr std::string_view mark = "_INTERNAL_";
-  for (std::size_t at = text.find(mark); at != std::string_view::npos;
-       at = text.find(mark, at + 1)) {
-    std::size_t begin = at;
-    while (begin > 0 && digit(text[begin - 1])) --begin;
-    if (begin == at || at - begin > 4) continue;
-    const std::size_t length = std::stoul(std::string(text.substr(begin, at - begin)));
-    if (length <= mark.size() + 10 || at + length > text.size()) continue;
-    const std::string_view name = text.substr(at, length);
-    const std::size_t last = name.rfind('_');
-    const std::string_view pid = name.substr(last + 1);
-    if (last < 9 || name[last - 9] != '_' || pid.empty() || pid.size() > 9 ||
-        !std::all_of(pid.begin(), pid.end(), digit)) {
-      continue;
-    }
-    return static_cast<pid_t>(std::stol(std::string(pid)));
-  }
-  return std::nullopt;
-}
-
 // The fresh compile of a recipe, as verify mode replays a hit: in this process, uncached, without
 // the compile server or automatic PCH (an image made earlier could carry what the entry carries),
 // the clock moved on, NVRTC's process id pinned to the entry's (its _INTERNAL_ names keep their
@@ -75,9 +49,7 @@ fresh_compile compile_again(const detail::program_recipe& recipe, const object_c
     o.auto_pch = false;
   }
   const bool own_pch = o.pch.value_or(false) || o.create_pch || o.use_pch || o.pch_dir;
-  const pid_t pid = own_pch ? 0
-                            : detail::output_pid(cached.code())
-                                  .value_or(mangled_output_pid(cached.code()).value_or(0));
+  const pid_t pid = own_pch ? 0 : detail::output_pid(cached.code()).value_or(0);
   program p(recipe.code, recipe.code_type, std::move(o));
   fresh_compile out;
   try {

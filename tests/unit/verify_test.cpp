@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cucore/cucore.hpp"
 #include "program/hit_verifier.hpp"
@@ -232,6 +233,37 @@ TEST_F(Verify, AGoodHitIsVerifiedAndKept) {
     EXPECT_EQ(text_of(hit), text_of(stored));
   }
   EXPECT_THROW((void)cucore::detail::verify_rate(options_in(dir_, 1.5)), cucore::invalid_argument);
+}
+
+// NVRTC's per-process names inside mangled names (_ZN..40_INTERNAL_<module>_<8 hex>_<pid>4cuda...,
+// where the next component runs on from the pid: only the length prefix bounds it) are pinned
+// and masked too: a good hit of a libcu++ template kernel with a name expression verifies. And a
+// PTX program's hit verifies (the linker takes no NVRTC-only options).
+TEST_F(Verify, MangledPerProcessNamesAndPtxSourcesVerify) {
+  const std::string code =
+      "#include <cuda/std/iterator>\n"
+      "template <class T> __global__ void f(T* p) { *p = *cuda::std::next(p); }\n";
+  const std::vector<std::string> names = {"f<int>"};
+  const auto cache = cucore::open_program_cache("dir:" + (dir_ / "cache").string());
+  cucore::program a(code, cucore::source_type::cxx, options_in(dir_, std::nullopt));
+  const cucore::object_code stored = a.compile(cucore::code_type::ptx, names, cache.get());
+  ASSERT_TRUE(a.last_stored());
+  const std::string text = text_of(stored);
+  ASSERT_NE(text.find("_INTERNAL_"), std::string::npos) << "no per-process names to check";
+  ASSERT_TRUE(cucore::detail::output_pid(stored.code())) << "the pid inside a mangled name";
+  cucore::program b(code, cucore::source_type::cxx, options_in(dir_, 1.0));
+  (void)b.compile(cucore::code_type::ptx, names, cache.get());
+  EXPECT_EQ(b.last_verify(), cucore::verify_outcome::verified);
+
+  auto o = options_in(dir_, std::nullopt);
+  o.name = "k.ptx";
+  cucore::program ptx(text, cucore::source_type::ptx, o);
+  (void)ptx.compile(cucore::code_type::cubin, {}, cache.get());
+  o.verify = 1.0;
+  cucore::program ptx_hit(text, cucore::source_type::ptx, o);
+  (void)ptx_hit.compile(cucore::code_type::cubin, {}, cache.get());
+  EXPECT_EQ(ptx_hit.last_cache_outcome(), cucore::cache_outcome::hit);
+  EXPECT_EQ(ptx_hit.last_verify(), cucore::verify_outcome::verified);
 }
 
 // The sampled rate, across processes: `cucore compile --verify-rate 0.25` hits 60 times; about a
