@@ -17,6 +17,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libssl-dev libsqlite3-dev libxxhash-dev
   libhiredis-dev
+  libcurl4-openssl-dev
   libcli11-dev nlohmann-json3-dev
   ccache
   python3 python3-venv
@@ -25,6 +26,7 @@ if [ "$profile" = all ]; then
   packages+=(
     libgtest-dev libgmock-dev libbenchmark-dev
     redis-server
+    nginx-light  # the HTTP cache tier's tests (its WebDAV module takes PUT and DELETE)
     clang-format clang libclang-rt-14-dev
     python3-dev
     strace

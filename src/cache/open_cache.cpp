@@ -1,6 +1,7 @@
 #include "cucore/cache/open.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
+#include "cucore/cache/http.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
@@ -28,17 +30,14 @@ namespace {
 // What every refusal lists.
 constexpr std::string_view kForms =
     "a cache spec is DIR or dir:DIR (a directory cache), sqlite:FILE, memory, none (or off), "
-    "redis://HOST[:PORT][/DB] or LOCAL+redis://... (LOCAL in front of Redis); schemes and words "
-    "in any case (docs/cache-specs.md)";
+    "redis://HOST[:PORT][/DB], http[s]://HOST[:PORT]/PATH, or LOCAL+redis://... or "
+    "LOCAL+http[s]://... (LOCAL in front of the remote tier); schemes and words in any case "
+    "(docs/cache-specs.md)";
 
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-bool starts_with_nocase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && lower(s.substr(0, prefix.size())) == prefix;
 }
 
 // "WORD" when `s` starts with "WORD:" and WORD is an RFC 3986 scheme (a letter, then letters,
@@ -53,28 +52,98 @@ std::string_view scheme_of(std::string_view s) {
   return i < s.size() && s[i] == ':' ? s.substr(0, i) : std::string_view();
 }
 
-bool is_redis_url(std::string_view s) {
-  return starts_with_nocase(s, "redis://") || starts_with_nocase(s, "rediss://");
+// The remote tiers a spec may name: each one's URL schemes, how its URLs are checked and shown,
+// and how it opens. A new remote tier is one more row.
+struct remote_tier {
+  std::string_view backend;                 // cache_spec::remote_backend
+  std::array<std::string_view, 2> schemes;  // lower case
+  std::string_view form;                    // for messages
+  void (*check)(std::string_view url);      // throws invalid_argument
+  std::string (*redact)(std::string_view url);
+  std::unique_ptr<program_cache> (*open)(std::string_view url);
+};
+
+const std::array<remote_tier, 2> kRemoteTiers = {{
+    {"redis",
+     {"redis", "rediss"},
+     "redis://HOST[:PORT][/DB]",
+     [](std::string_view url) { (void)parse_redis_url(url); },
+     &redact_redis_url,
+     [](std::string_view url) -> std::unique_ptr<program_cache> {
+       redis_cache_options options;
+       options.url = std::string(url);
+       return std::make_unique<redis_program_cache>(std::move(options));
+     }},
+    {"http",
+     {"http", "https"},
+     "http[s]://HOST[:PORT]/PATH",
+     [](std::string_view url) { (void)parse_http_url(url); },
+     &redact_http_url,
+     [](std::string_view url) -> std::unique_ptr<program_cache> {
+       http_cache_options options;
+       options.url = std::string(url);
+       return std::make_unique<http_program_cache>(std::move(options));
+     }},
+}};
+
+// The remote tier whose scheme `scheme` is (any case), or nullptr.
+const remote_tier* remote_tier_of_scheme(std::string_view scheme) {
+  const std::string name = lower(scheme);
+  for (const remote_tier& t : kRemoteTiers) {
+    if (name == t.schemes[0] || name == t.schemes[1]) return &t;
+  }
+  return nullptr;
 }
 
-// Where LOCAL+redis... splits: the first "+redis:" or "+rediss:" in any case (so LOCAL may not
-// hold one; a password in the URL may hold '+').
+// The remote tier `s` is a URL of (SCHEME://...), or nullptr.
+const remote_tier* remote_tier_of(std::string_view s) {
+  const std::size_t sep = s.find("://");
+  if (sep == std::string_view::npos) return nullptr;
+  const std::string_view scheme = s.substr(0, sep);
+  return scheme_of(s).size() == scheme.size() ? remote_tier_of_scheme(scheme) : nullptr;
+}
+
+// `url` with its credentials shown as "***", whichever tier's URL it is or looks like.
+std::string redact_url(std::string_view url) {
+  const remote_tier* tier = remote_tier_of(url);
+  if (tier == nullptr) tier = remote_tier_of_scheme(scheme_of(url));
+  return tier != nullptr ? tier->redact(url) : redact_http_url(redact_redis_url(url));
+}
+
+// Where LOCAL+SCHEME:... splits: the first "+SCHEME:" of a remote tier, in any case (so LOCAL
+// may not hold one; a password in the URL may hold '+').
 std::size_t tier_separator(std::string_view spec) {
   const std::string l = lower(spec);
-  return std::min(l.find("+redis:"), l.find("+rediss:"));
+  std::size_t first = std::string::npos;
+  for (const remote_tier& t : kRemoteTiers) {
+    for (std::string_view scheme : t.schemes) {
+      first = std::min(first, l.find("+" + std::string(scheme) + ":"));
+    }
+  }
+  return first;
 }
 
-// A Redis URL with its scheme in lower case, checked by parse_redis_url.
-std::string checked_redis_url(std::string_view url, const std::string& variable,
-                              const std::string& shown) {
+// A remote URL with its scheme in lower case, checked by its tier's parser.
+std::string checked_remote_url(const remote_tier& tier, std::string_view url,
+                               const std::string& variable, const std::string& shown) {
   const std::size_t colon = url.find(':');
   std::string normal = lower(url.substr(0, colon)) + std::string(url.substr(colon));
   try {
-    (void)parse_redis_url(normal);
+    tier.check(normal);
   } catch (const invalid_argument& e) {
     throw cache_spec_error(variable, shown, e.what());
   }
   return normal;
+}
+
+// "redis://HOST[:PORT][/DB] or http[s]://HOST[:PORT]/PATH", for messages.
+std::string remote_forms() {
+  std::string out;
+  for (const remote_tier& t : kRemoteTiers) {
+    if (!out.empty()) out += " or ";
+    out += t.form;
+  }
+  return out;
 }
 
 // The local part of a spec (all of it, or LOCAL of LOCAL+redis://...). `shown`: the spec as
@@ -128,20 +197,14 @@ void parse_local(std::string_view local, cache_spec& out, const std::string& sho
   if (name == "memory" || name == "none" || name == "off") {
     throw refuse("\"" + name + "\" takes nothing after it: write " + name + " alone; " + escape);
   }
-  if (name == "redis" || name == "rediss") {
-    throw refuse("a Redis URL starts with \"" + name + "://\": write redis://HOST[:PORT][/DB]; " +
-                 escape);
+  if (const remote_tier* tier = remote_tier_of_scheme(name)) {
+    throw refuse("a " + std::string(tier->backend) + " URL starts with \"" + name +
+                 "://\": write " + std::string(tier->form) + "; " + escape);
   }
   std::string why = "\"" + std::string(scheme) +
                     ":\" is not a cache scheme: " + std::string(kForms) + "; " + escape;
   if (scheme.size() == 1) why += " (a Windows drive letter is not special here)";
   throw refuse(why);
-}
-
-std::unique_ptr<program_cache> open_redis(std::string_view url) {
-  redis_cache_options options;
-  options.url = std::string(url);
-  return std::make_unique<redis_program_cache>(std::move(options));
 }
 
 // The user's own choice of trust: the caller's option, else the environment.
@@ -230,20 +293,23 @@ cache_spec parse_cache_spec(std::string_view spec) {
     const char* remote = std::getenv("CUCORE_REMOTE_CACHE");
     if (remote != nullptr && *remote != '\0') {
       const std::string_view url(remote);
-      const std::string shown = redact_redis_url(url);
-      if (!is_redis_url(url)) {
+      const std::string shown = redact_url(url);
+      const remote_tier* tier = remote_tier_of(url);
+      if (tier == nullptr) {
         throw cache_spec_error("CUCORE_REMOTE_CACHE", shown,
-                               "the default cache's remote tier is a Redis URL: write "
-                               "redis://HOST[:PORT][/DB] (docs/cache-remote.md)");
+                               "the default cache's remote tier is a URL: write " + remote_forms() +
+                                   " (docs/cache-remote.md, docs/cache-http.md)");
       }
-      out.remote = checked_redis_url(url, "CUCORE_REMOTE_CACHE", shown);
+      out.remote = checked_remote_url(*tier, url, "CUCORE_REMOTE_CACHE", shown);
+      out.remote_backend = std::string(tier->backend);
       out.remote_from_environment = true;
     }
     return out;
   }
-  if (is_redis_url(spec)) {
+  if (const remote_tier* tier = remote_tier_of(spec)) {
     out.local = cache_spec::local_kind::none;
-    out.remote = checked_redis_url(spec, "", redact_redis_url(spec));
+    out.remote = checked_remote_url(*tier, spec, "", redact_url(spec));
+    out.remote_backend = std::string(tier->backend);
     return out;
   }
   const std::size_t plus = tier_separator(spec);
@@ -253,19 +319,23 @@ cache_spec parse_cache_spec(std::string_view spec) {
   }
   const std::string_view local = spec.substr(0, plus);
   const std::string_view url = spec.substr(plus + 1);
-  const std::string shown = std::string(local) + "+" + redact_redis_url(url);
+  const std::string shown = std::string(local) + "+" + redact_url(url);
   parse_local(local, out, shown);
+  const remote_tier* tier = remote_tier_of(url);
   if (out.local == cache_spec::local_kind::none) {
     throw cache_spec_error("", shown,
-                           "a tiered cache needs a local tier: write redis://... alone for the "
-                           "remote tier without one");
+                           "a tiered cache needs a local tier: write the remote URL (" +
+                               std::string(url.substr(0, url.find(':'))) +
+                               "://...) alone for the remote tier without one");
   }
-  if (!is_redis_url(url)) {
+  if (tier == nullptr) {
+    const remote_tier* named = remote_tier_of_scheme(url.substr(0, url.find(':')));
     throw cache_spec_error("", shown,
-                           "after \"+\" comes the remote tier, a Redis URL: write "
-                           "LOCAL+redis://HOST[:PORT][/DB]");
+                           "after \"+\" comes the remote tier, a URL: write LOCAL+" +
+                               std::string(named ? named->form : remote_forms()));
   }
-  out.remote = checked_redis_url(url, "", shown);
+  out.remote = checked_remote_url(*tier, url, "", shown);
+  out.remote_backend = std::string(tier->backend);
   return out;
 }
 
@@ -279,7 +349,9 @@ std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
   if (!parsed.remote) return open_local(parsed, options);
   std::unique_ptr<program_cache> remote;
   try {
-    remote = open_redis(*parsed.remote);
+    const remote_tier* tier = remote_tier_of(*parsed.remote);
+    if (tier == nullptr) throw error("open_program_cache: unknown remote tier");
+    remote = tier->open(*parsed.remote);
   } catch (const invalid_argument& e) {
     if (!parsed.remote_from_environment) throw;
     throw invalid_argument(std::string("$CUCORE_REMOTE_CACHE: ") + e.what());

@@ -12,25 +12,29 @@
 
 namespace cucore {
 
-// Specs (docs/cache-specs.md has the grammar in one table; docs/cache-remote.md the Redis URLs):
+// Specs (docs/cache-specs.md has the grammar in one table; docs/cache-remote.md the Redis URLs,
+// docs/cache-http.md the HTTP ones):
 //   ""              the directory cache at default_cache_dir(); with $CUCORE_REMOTE_CACHE set to a
-//                   redis:// URL, that directory cache in front of the Redis tier
+//                   redis:// or http(s):// URL, that directory cache in front of that remote tier
 //   "memory"        in_memory_program_cache
 //   "sqlite:FILE"   sqlite_program_cache ("sqlite:///abs/k.db" is "sqlite:/abs/k.db")
 //   "none", "off"   nullptr (no cache)
 //   "redis://..."   redis_program_cache alone (see redis_url for the URL's syntax)
-//   "LOCAL+redis://..."  tiered_program_cache: the cache LOCAL names (any spec above but none and
-//                   a Redis one; empty: the default directory) in front of the Redis tier
+//   "http://...", "https://..."  http_program_cache alone (see http_url)
+//   "LOCAL+redis://...", "LOCAL+http[s]://..."  tiered_program_cache: the cache LOCAL names (any
+//                   spec above but none and a remote one; empty: the default directory) in front
+//                   of the remote tier
 //   "dir:DIR", DIR  file_stream_program_cache at that directory
-// Schemes (dir:, sqlite:, redis://) and the words memory, none and off are read in any case
-// (RFC 3986). A spec that starts like a scheme, WORD: (a letter, then letters, digits, '+', '-' or
+// Schemes (dir:, sqlite:, redis://, http://, https://) and the words memory, none and off are read
+// in any case (RFC 3986). A spec that starts like a scheme, WORD: (a letter, then letters, digits,
+// '+', '-' or
 // '.'), and is none of these is refused: a directory whose name looks so is written ./NAME or
 // dir:NAME.
 
 // What a spec names, without opening anything.
 struct cache_spec {
   enum class local_kind {
-    none,               // "none", "off"; or a Redis URL alone (remote set)
+    none,               // "none", "off"; or a remote URL alone (remote set)
     default_directory,  // "" (default_cache_dir())
     directory,          // DIR, dir:DIR
     sqlite,             // sqlite:FILE
@@ -38,19 +42,21 @@ struct cache_spec {
   };
   local_kind local = local_kind::default_directory;
   std::filesystem::path path;  // the directory or the SQLite file (directory, sqlite)
-  // The Redis tier's URL, its scheme in lower case: alone (local none) or behind the local tier.
+  // The remote tier's URL, its scheme in lower case: alone (local none) or behind the local tier.
   std::optional<std::string> remote;
+  // Which remote tier `remote` names: "redis" or "http" (for https too); empty without one.
+  std::string remote_backend;
   bool remote_from_environment = false;  // remote is $CUCORE_REMOTE_CACHE's
 };
 
 // Throws cache_spec_error for a spec that is none of the forms above (an unknown scheme, a known
 // one misspelled such as "redis:/host" or "memory:", "sqlite:" naming no file, "sqlite://k.db"
-// naming a host, "none+redis://...", a malformed Redis URL) and, for the empty spec, for a
-// $CUCORE_REMOTE_CACHE that is not a well-formed redis:// URL.
+// naming a host, "none+redis://...", a malformed Redis or HTTP URL) and, for the empty spec, for
+// a $CUCORE_REMOTE_CACHE that is not a well-formed redis:// or http(s):// URL.
 cache_spec parse_cache_spec(std::string_view spec);
 
 // A spec that names no cache (on the command line, a usage error). `spec()` is the text refused
-// (a Redis password in it replaced by "***"), `variable()` the environment variable it came from
+// (a password or token in it replaced by "***"), `variable()` the environment variable it came from
 // ("CUCORE_REMOTE_CACHE"; empty: the spec itself), `reason()` what is wrong and what to write
 // instead.
 class cache_spec_error : public invalid_argument {
