@@ -14,6 +14,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/cucoreConfigVersion
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cucoreConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/cucoreConfigVersion.cmake
               ${PROJECT_SOURCE_DIR}/cmake/cucore_find_hiredis.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/cucore_find_zstd.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cucore)
 
 # The .pc file names its prefix relative to its own directory, so a staged or moved install works.

@@ -16,6 +16,7 @@ esac
 packages=(
   build-essential cmake ninja-build pkg-config git
   libssl-dev libsqlite3-dev libxxhash-dev
+  libzstd-dev  # cache packs (docs/cache-packs.md)
   libhiredis-dev
   libcurl4-openssl-dev
   libcli11-dev nlohmann-json3-dev

@@ -151,4 +151,30 @@ std::optional<program_note> nearest_program_note(
   return std::nullopt;
 }
 
+std::vector<program_note> all_program_notes(const std::optional<std::filesystem::path>& directory) {
+  std::map<std::string, program_note> by_key;
+  if (!directory) {
+    std::lock_guard lock(memory_mutex());
+    for (const auto& [slot, note] : memory_notes()) by_key.emplace(note.key_hex, note);
+  } else {
+    std::error_code ec;
+    for (const auto& file : std::filesystem::directory_iterator(*directory / "programs", ec)) {
+      const std::string name = file.path().filename().string();
+      // Slots only (N or S and two hex digits): no temporary files, nothing else.
+      if (name.size() != 3 || (name[0] != 'N' && name[0] != 'S')) continue;
+      std::error_code type_ec;
+      if (file.is_symlink(type_ec) || !file.is_regular_file(type_ec)) continue;
+      std::ifstream in(file.path(), std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      if (auto stored = decode(std::move(text))) {
+        by_key.emplace(stored->note.key_hex, std::move(stored->note));
+      }
+    }
+  }
+  std::vector<program_note> out;
+  out.reserve(by_key.size());
+  for (auto& [key, note] : by_key) out.push_back(std::move(note));
+  return out;
+}
+
 }  // namespace cucore::detail

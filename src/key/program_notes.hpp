@@ -31,4 +31,8 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
 std::optional<program_note> nearest_program_note(
     const std::optional<std::filesystem::path>& directory, const std::vector<key_field>& fields);
 
+// Every note kept (each key once): what a cache pack records of the compiler that made an entry
+// (cache/pack). Only the latest key of each program has one.
+std::vector<program_note> all_program_notes(const std::optional<std::filesystem::path>& directory);
+
 }  // namespace cucore::detail
