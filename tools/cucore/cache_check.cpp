@@ -301,9 +301,10 @@ int cache_check(const arguments& args) {
     backend = dir                             ? "directory"
               : parsed->local == kind::sqlite ? "sqlite"
               : parsed->local == kind::memory ? "memory"
-              : parsed->remote                ? "redis"
+              : parsed->remote                ? parsed->remote_backend
                                               : "none";
-    if (parsed->remote && backend != "redis") backend += "+redis";
+    if (parsed->remote && backend != parsed->remote_backend)
+      backend += "+" + parsed->remote_backend;
     out["path"] = path.empty() ? json(nullptr) : json(path.string());
     if (parsed->remote) out["remote"] = *parsed->remote;
     const bool shared = args.has(shared_cache_option.name) || [] {
