@@ -2047,7 +2047,7 @@ TEST_F(Key, ExplainListsEveryHeader) {
 // ---------------------------------------------------------------------------------------------
 // cucore cache
 
-TEST_F(Cache, LsShowExport) {
+TEST_F(Cache, LsShowExtract) {
   file("k.cu", kTemplate);
   const json compiled = json_of(compile_k());
   const std::string key = compiled["key"].string;
@@ -2085,7 +2085,7 @@ TEST_F(Cache, LsShowExport) {
   EXPECT_EQ(show["payload_bytes"].number, compiled["bytes"].number);
   EXPECT_EQ(show["symbols"]["k<int>"].string, "_Z1kIiEvPT_");
 
-  r = cucore({"cache", "export", key, "-o", "exported.cubin"});
+  r = cucore({"cache", "extract", key, "-o", "exported.cubin"});
   ASSERT_EQ(r.status, 0) << describe(r);
   EXPECT_EQ(output("exported.cubin"), output("k.cubin"));
   EXPECT_TRUE(contains(r.out, "-> exported.cubin (")) << r.out;
@@ -2095,7 +2095,7 @@ TEST_F(Cache, LsShowExport) {
   r = cucore({"cache", "show", absent});
   EXPECT_EQ(r.status, 1) << describe(r);
   EXPECT_TRUE(contains(r.err, "no entry " + absent)) << r.err;
-  r = cucore({"cache", "export", absent, "-o", "nothing.cubin"});
+  r = cucore({"cache", "extract", absent, "-o", "nothing.cubin"});
   EXPECT_EQ(r.status, 1) << describe(r);
   EXPECT_FALSE(exists("nothing.cubin"));
   r = cucore({"cache", "show", "xyz"});
@@ -2103,14 +2103,14 @@ TEST_F(Cache, LsShowExport) {
   r = cucore({"cache", "show"});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "cache show needs a KEYHEX")) << r.err;
-  r = cucore({"cache", "export", key});
+  r = cucore({"cache", "extract", key});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "-o")) << r.err;
 }
 
-// Looking at an entry is not a lookup: show and export leave the hit and miss counts as they
+// Looking at an entry is not a lookup: show and extract leave the hit and miss counts as they
 // were, on a directory and an SQLite cache (each cucore run is a process of its own).
-TEST_F(Cache, ShowAndExportCountNothing) {
+TEST_F(Cache, ShowAndExtractCountNothing) {
   file("k.cu", kTemplate);
   for (const std::string& spec :
        {cache_.path().string(), "sqlite:" + (cache_.path() / "c.db").string()}) {
@@ -2123,7 +2123,7 @@ TEST_F(Cache, ShowAndExportCountNothing) {
     ASSERT_EQ(before["local"]["misses"].number, 1);
     auto r = cucore({"cache", "show", key, "--cache", spec});
     ASSERT_EQ(r.status, 0) << describe(r);
-    r = cucore({"cache", "export", key, "-o", "looked.cubin", "--cache", spec});
+    r = cucore({"cache", "extract", key, "-o", "looked.cubin", "--cache", spec});
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_EQ(output("looked.cubin"), output("k.cubin"));
     r = cucore({"cache", "show", std::string(64, '0'), "--cache", spec});
@@ -3038,7 +3038,8 @@ TEST_F(Usage, CacheHelpListsSubcommandsAndOptions) {
     const auto r = cucore(args);
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_TRUE(contains(r.out, "Usage: cucore cache SUBCOMMAND")) << r.out;
-    for (const char* sub : {"stats", "ls", "show KEYHEX", "export KEYHEX -o FILE", "verify",
+    for (const char* sub : {"stats", "ls", "show KEYHEX", "extract KEYHEX -o FILE",
+                            "export [--all | KEYHEX...", "import PACK", "verify",
                             "trim --max-size N", "clear"}) {
       EXPECT_TRUE(contains(r.out, std::string("\n  ") + sub)) << sub;
     }
@@ -3051,7 +3052,8 @@ TEST_F(Usage, CacheHelpListsSubcommandsAndOptions) {
 }
 
 TEST_F(Usage, CacheSubcommandHelp) {
-  for (const std::string sub : {"stats", "ls", "show", "export", "verify", "trim", "clear"}) {
+  for (const std::string sub :
+       {"stats", "ls", "show", "extract", "export", "import", "verify", "trim", "clear"}) {
     for (const auto& args : std::vector<std::vector<std::string>>{
              {"cache", sub, "--help"}, {"help", "cache", sub}, {"cache", "-h", sub}}) {
       const auto r = cucore(args);
@@ -3060,7 +3062,8 @@ TEST_F(Usage, CacheSubcommandHelp) {
       EXPECT_TRUE(contains(r.out, "  --cache SPEC")) << r.out;
       EXPECT_TRUE(contains(r.out, "  -h, --help")) << r.out;
       EXPECT_EQ(contains(r.out, "--max-size N "), sub == "trim") << r.out;
-      EXPECT_EQ(contains(r.out, "-o, --output FILE"), sub == "export") << r.out;
+      EXPECT_EQ(contains(r.out, "-o, --output FILE"), sub == "extract" || sub == "export")
+          << r.out;
     }
   }
   const auto r = cucore({"cache", "verify", "--help"});

@@ -1,5 +1,5 @@
-// cucore cache: look into and maintain a persistent program cache (stats, ls, show, export,
-// verify, trim, clear, config).
+// cucore cache: look into and maintain a persistent program cache (stats, ls, show, extract,
+// export, import, verify, trim, clear, config).
 #include <time.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cache_check.hpp"
+#include "cache_pack.hpp"
 #include "cache_recompile.hpp"
 #include "cache_spec.hpp"
 #include "command_line.hpp"
@@ -44,8 +45,8 @@ constexpr option_spec cache_dir_option{
     "DIR, dir:DIR, sqlite:FILE, redis://URL or LOCAL+redis://URL "
     "(default: see above)"};
 constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
-constexpr option_spec output_option{"-o", "--output", "FILE",
-                                    "export: the file to write the code to"};
+constexpr option_spec output_option{
+    "-o", "--output", "FILE", "export: the pack to write; extract: the file to write the code to"};
 constexpr option_spec max_size_option{
     "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G, T: KiB, MiB, GiB, TiB"};
 
@@ -53,9 +54,10 @@ constexpr option_spec unset_option{"--unset", "", "", "config: remove KEY's sett
 constexpr option_spec zero_option{"--zero", "", "",
                                   "stats: reset the cache's persistent statistics to zero"};
 
-constexpr option_spec options[] = {cache_dir_option, shared_cache_option, json_option,
-                                   output_option,    max_size_option,     unset_option,
-                                   zero_option,      recompile_option};
+constexpr option_spec options[] = {
+    cache_dir_option, shared_cache_option, json_option,      output_option, max_size_option,
+    unset_option,     zero_option,         recompile_option, all_option,    since_option,
+    match_option,     quiet_option,        check_option};
 
 struct subcommand {
   std::string_view name;
@@ -478,9 +480,9 @@ int show(program_cache& cache, const arguments& args) {
   return exit_success;
 }
 
-int export_entry(program_cache& cache, const arguments& args) {
+int extract_entry(program_cache& cache, const arguments& args) {
   const auto output = args.last("-o");
-  if (!output) throw usage_error("cache export needs -o FILE");
+  if (!output) throw usage_error("cache extract needs -o FILE");
   std::string key;
   const auto entry = find_entry(cache, args, key);
   if (!entry) return exit_failure;
@@ -667,7 +669,7 @@ const std::vector<subcommand>& subcommands() {
        "rate is\n"
        "null before the first lookup). With --zero: {\"zeroed\": true, \"directory\"}.\n"
        "On a tiered cache ls, verify, trim and clear work on the local tier (name the Redis URL\n"
-       "alone for the remote one); show and export read through both tiers.",
+       "alone for the remote one); show and extract read through both tiers.",
        "",
        {cache_dir_option, shared_cache_option, json_option, zero_option},
        0,
@@ -676,7 +678,7 @@ const std::vector<subcommand>& subcommands() {
        "ls [--cache SPEC] [--json]",
        "one line per entry",
        "Lists the entries, most recently used first, one per line: the key (the hex of its\n"
-       "bytes, what show and export take), the code type, the code's size in bytes, the program\n"
+       "bytes, what show and extract take), the code type, the code's size in bytes, the program\n"
        "name, and the last use (ISO 8601, UTC; \"-\" where the backend keeps none). --json: an\n"
        "array of {\"key\", \"code_type\", \"payload_bytes\", \"stored_bytes\", \"name\",\n"
        "\"symbols\", \"last_used\"}.",
@@ -694,16 +696,53 @@ const std::vector<subcommand>& subcommands() {
        {cache_dir_option, shared_cache_option, json_option},
        1,
        show},
-      {"export",
-       "export KEYHEX -o FILE [--cache SPEC] [--json]",
+      {"extract",
+       "extract KEYHEX -o FILE [--cache SPEC] [--json]",
        "write an entry's code to a file",
        "Writes the code of the entry KEYHEX to FILE, the bytes as compiled (for cuobjdump,\n"
-       "nvdisasm, or loading by hand).",
+       "nvdisasm, or loading by hand). (Before packs, this was `cache export`.)",
        "Exit status: 0 written; 1 no such entry, FILE cannot be written, or the cache cannot be\n"
        "opened; 2 bad command line.",
        {cache_dir_option, shared_cache_option, json_option, output_option},
        1,
-       export_entry},
+       extract_entry},
+      {"export",
+       "export [--all | KEYHEX... | --since TIME | --match PROGRAM] -o PACK [--cache SPEC]",
+       "write entries to a pack file (docs/cache-packs.md)",
+       "Writes the cache's entries to PACK, one file (docs/cache-packs.md): every entry (--all,\n"
+       "the default), the entries KEYHEX... (each must be there), those used since TIME\n"
+       "(2025-01-31, 2025-01-31T12:00:00Z in UTC, or an age: 7d, 12h, 30m), or those whose\n"
+       "program name matches the glob PROGRAM ('kernels/*'); --since and --match combine.\n"
+       "Each record keeps the entry as the cache stores it (code, symbols, checksum) and, where\n"
+       "the cache's notes still name it, the compiler identity it was made with. Entries are\n"
+       "read and written one at a time (a cache larger than memory works), into a temporary\n"
+       "file renamed to PACK at the end: a failed export leaves no partial PACK. Reading counts\n"
+       "no hits. A progress bar on a terminal (not with --quiet). On a tiered cache, the local\n"
+       "tier's entries. --json: {\"pack\", \"cache\", \"entries\", \"skipped\",\n"
+       "\"with_compiler_identity\", \"code_bytes\", \"pack_bytes\"}.",
+       "Exit status: 0 written; 1 a KEYHEX not in the cache, PACK cannot be written, or the\n"
+       "cache cannot be opened or read; 2 bad command line.",
+       {cache_dir_option, shared_cache_option, json_option, output_option, all_option, since_option,
+        match_option, quiet_option},
+       0,
+       nullptr},
+      {"import",
+       "import PACK [--check] [--cache SPEC] [--json]",
+       "add a pack's entries to the cache (--check: verify it only)",
+       "Verifies every record of PACK (its digest, zstd frame and entry checksum; the header,\n"
+       "index and trailer; the format version) and only then adds each entry whose key the\n"
+       "cache does not hold: an entry already there is never replaced. A damaged, truncated or\n"
+       "foreign pack adds nothing; the message names what is wrong and where (the record and\n"
+       "its byte offset). --check verifies PACK and adds nothing (no cache is opened). A\n"
+       "progress bar on a terminal (not with --quiet). --json: {\"pack\", \"cache\",\n"
+       "\"entries\", \"added\", \"already_present\", \"bytes_added\"}; with --check {\"pack\",\n"
+       "\"ok\", \"entries\", \"code_bytes\", \"pack_bytes\", \"format_version\",\n"
+       "\"cucore_version\", \"created\"}.",
+       "Exit status: 0 imported (or verified); 1 the pack is damaged or foreign (nothing was\n"
+       "added), or the cache cannot be opened or written; 2 bad command line.",
+       {cache_dir_option, shared_cache_option, json_option, check_option, quiet_option},
+       1,
+       nullptr},
       {"verify",
        "verify [--recompile] [--cache SPEC] [--json]",
        "check every entry and remove damaged ones (and stale ones: --recompile)",
@@ -884,6 +923,16 @@ int run(const arguments& args) {
     }
     return config(args);
   }
+  if (sub->name == "export" || sub->name == "import") {
+    for (const auto& option : options) {
+      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
+                                     [&](const option_spec& o) { return o.name == option.name; });
+      if (!takes && args.has(option.name)) {
+        throw usage_error(who + " takes no " + std::string(option.name));
+      }
+    }
+    return sub->name == "export" ? pack_export(args) : pack_import(args);
+  }
   if (sub->name == "check") {
     // Before the cache is opened or its spec parsed: reporting those failures is its job.
     if (positionals.size() > 1) {
@@ -922,8 +971,8 @@ int run(const arguments& args) {
     throw usage_error("--cache memory: an in-memory cache starts empty in every process, so " +
                       who + " would see nothing: name a directory (DIR) or sqlite:FILE");
   }
-  // show and export only look at an entry: reading it must not count as a hit.
-  const bool looks_only = sub->name == "show" || sub->name == "export";
+  // show and extract only look at an entry: reading it must not count as a hit.
+  const bool looks_only = sub->name == "show" || sub->name == "extract";
   const std::unique_ptr<program_cache> cache =
       open_cache(spec, args, looks_only ? std::optional<bool>(false) : std::nullopt);
   return sub->run(*cache, args);
@@ -934,8 +983,8 @@ int run(const arguments& args) {
 const command cache_command{
     "cache",
     "cache SUBCOMMAND [options]",
-    "look into and maintain the program cache: stats, ls, show, export, verify, trim, clear, "
-    "check, config",
+    "look into and maintain the program cache: stats, ls, show, extract, export, import, verify, "
+    "trim, clear, check, config",
     "",  // help() writes the usage, from the subcommand table
     options,
     run,

@@ -30,3 +30,17 @@ if(TARGET cucore_cli)
   gtest_discover_tests(cli_recompile_test TEST_PREFIX "cli." DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "unit" TIMEOUT 300)
 endif()
+
+# `cucore cache export` / `import` (docs/cache-packs.md): packs written and read by the tool, its
+# progress bar on a pseudo-terminal; nlohmann::json reads the tool's --json.
+if(TARGET cucore_cli)
+  add_executable(cli_pack_test ${PROJECT_SOURCE_DIR}/tests/unit/cli_pack_test.cpp)
+  target_link_libraries(cli_pack_test PRIVATE cucore_warnings GTest::gtest_main
+                                              nlohmann_json::nlohmann_json)
+  target_include_directories(cli_pack_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+  target_compile_features(cli_pack_test PRIVATE cxx_std_20)
+  cucore_path_macros(cli_pack_test CUCORE_CLI_PATH $<TARGET_FILE:cucore_cli>)
+  add_dependencies(cli_pack_test cucore_cli)
+  gtest_discover_tests(cli_pack_test TEST_PREFIX "cli." DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "unit" TIMEOUT 300)
+endif()
