@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/http.hpp"
 #include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/pack.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/sqlite.hpp"
 #include "cucore/cache/tiered.hpp"
@@ -27,12 +29,17 @@ cache_spec_error::cache_spec_error(std::string variable, std::string spec, std::
 
 namespace {
 
+// What a read-only layer may be.
+constexpr std::string_view kLayerForms =
+    "a read-only layer is ro:DIR, ro:dir:DIR, pack:FILE, ro:redis://... or ro:http[s]://... "
+    "(docs/cache-layers.md): a SQLite cache, memory and none cannot be one";
+
 // What every refusal lists.
 constexpr std::string_view kForms =
     "a cache spec is DIR or dir:DIR (a directory cache), sqlite:FILE, memory, none (or off), "
-    "redis://HOST[:PORT][/DB], http[s]://HOST[:PORT]/PATH, or LOCAL+redis://... or "
-    "LOCAL+http[s]://... (LOCAL in front of the remote tier); schemes and words in any case "
-    "(docs/cache-specs.md)";
+    "redis://HOST[:PORT][/DB], http[s]://HOST[:PORT]/PATH, pack:FILE, ro:DIR, or "
+    "LOCAL+LAYER+...+URL (LOCAL in front of read-only layers ro:DIR, pack:FILE, ro:URL and a "
+    "remote tier URL); schemes and words in any case (docs/cache-specs.md)";
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -60,7 +67,7 @@ struct remote_tier {
   std::string_view form;                    // for messages
   void (*check)(std::string_view url);      // throws invalid_argument
   std::string (*redact)(std::string_view url);
-  std::unique_ptr<program_cache> (*open)(std::string_view url);
+  std::unique_ptr<program_cache> (*open)(std::string_view url, bool read_only);
 };
 
 const std::array<remote_tier, 2> kRemoteTiers = {{
@@ -69,9 +76,10 @@ const std::array<remote_tier, 2> kRemoteTiers = {{
      "redis://HOST[:PORT][/DB]",
      [](std::string_view url) { (void)parse_redis_url(url); },
      &redact_redis_url,
-     [](std::string_view url) -> std::unique_ptr<program_cache> {
+     [](std::string_view url, bool read_only) -> std::unique_ptr<program_cache> {
        redis_cache_options options;
        options.url = std::string(url);
+       options.read_only = read_only;
        return std::make_unique<redis_program_cache>(std::move(options));
      }},
     {"http",
@@ -79,9 +87,10 @@ const std::array<remote_tier, 2> kRemoteTiers = {{
      "http[s]://HOST[:PORT]/PATH",
      [](std::string_view url) { (void)parse_http_url(url); },
      &redact_http_url,
-     [](std::string_view url) -> std::unique_ptr<program_cache> {
+     [](std::string_view url, bool read_only) -> std::unique_ptr<program_cache> {
        http_cache_options options;
        options.url = std::string(url);
+       options.read_only = read_only;
        return std::make_unique<http_program_cache>(std::move(options));
      }},
 }};
@@ -110,17 +119,31 @@ std::string redact_url(std::string_view url) {
   return tier != nullptr ? tier->redact(url) : redact_http_url(redact_redis_url(url));
 }
 
-// Where LOCAL+SCHEME:... splits: the first "+SCHEME:" of a remote tier, in any case (so LOCAL
-// may not hold one; a password in the URL may hold '+').
-std::size_t tier_separator(std::string_view spec) {
-  const std::string l = lower(spec);
-  std::size_t first = std::string::npos;
+// Whether `rest` (lower case) starts a tier of a spec: ro:, pack: or a remote tier's SCHEME:.
+bool starts_tier(std::string_view rest) {
+  if (rest.starts_with("ro:") || rest.starts_with("pack:")) return true;
   for (const remote_tier& t : kRemoteTiers) {
     for (std::string_view scheme : t.schemes) {
-      first = std::min(first, l.find("+" + std::string(scheme) + ":"));
+      if (rest.starts_with(scheme) && rest.substr(scheme.size()).starts_with(":")) return true;
     }
   }
-  return first;
+  return false;
+}
+
+// The spec's tiers: split before each "+ro:", "+pack:" and "+SCHEME:" of a remote tier, in any
+// case (so a tier's own text may not hold one; a password in a URL may hold '+').
+std::vector<std::string_view> tiers_of(std::string_view spec) {
+  const std::string l = lower(spec);
+  std::vector<std::string_view> out;
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    if (l[i] == '+' && starts_tier(std::string_view(l).substr(i + 1))) {
+      out.push_back(spec.substr(begin, i - begin));
+      begin = i + 1;
+    }
+  }
+  out.push_back(spec.substr(begin));
+  return out;
 }
 
 // A remote URL with its scheme in lower case, checked by its tier's parser.
@@ -194,6 +217,27 @@ void parse_local(std::string_view local, cache_spec& out, const std::string& sho
     out.path = std::string(rest);
     return;
   }
+  if (name == "pack") {
+    if (rest.empty()) throw refuse("\"pack:\" names no file: write pack:FILE");
+    out.local = cache_spec::local_kind::pack;
+    out.path = std::string(rest);
+    return;
+  }
+  if (name == "ro") {  // a read-only directory (or pack) as the local tier
+    cache_spec inner;
+    parse_local(rest, inner, shown);
+    if (inner.local == cache_spec::local_kind::default_directory) {
+      throw refuse("\"ro:\" names nothing: write ro:DIR, ro:dir:DIR, pack:FILE or ro:URL");
+    }
+    if (inner.local != cache_spec::local_kind::directory &&
+        inner.local != cache_spec::local_kind::pack) {
+      throw refuse(std::string(kLayerForms));
+    }
+    out.local = inner.local;
+    out.path = inner.path;
+    out.local_read_only = true;
+    return;
+  }
   if (name == "memory" || name == "none" || name == "off") {
     throw refuse("\"" + name + "\" takes nothing after it: write " + name + " alone; " + escape);
   }
@@ -248,8 +292,16 @@ cache_access access_of(bool shared) {
 // A directory cache with its settings: options, environment, cucore.conf, defaults (in that
 // order of precedence).
 std::unique_ptr<program_cache> open_directory(const std::filesystem::path& dir, bool is_default,
-                                              const open_cache_options& options) {
+                                              const open_cache_options& options,
+                                              bool read_only = false) {
   const std::optional<bool> chosen = user_shared(options);
+  if (read_only) {  // only read: no settings, statistics or size cap apply
+    file_stream_cache_options o;
+    o.access = access_of(chosen.value_or(false));
+    o.read_only = true;
+    o.statistics = false;
+    return std::make_unique<file_stream_program_cache>(dir, o);
+  }
   const cache_config config = read_cache_config(dir, access_of(chosen.value_or(false)));
   file_stream_cache_options o;
   o.access = access_of(chosen.value_or(config.shared.value_or(false)));
@@ -272,7 +324,9 @@ std::unique_ptr<program_cache> open_local(const cache_spec& spec,
     case cache_spec::local_kind::default_directory:
       return open_directory(default_cache_dir(), /*is_default=*/true, options);
     case cache_spec::local_kind::directory:
-      return open_directory(spec.path, /*is_default=*/false, options);
+      return open_directory(spec.path, /*is_default=*/false, options, spec.local_read_only);
+    case cache_spec::local_kind::pack:
+      return std::make_unique<pack_program_cache>(spec.path);
     case cache_spec::local_kind::memory:
       return std::make_unique<in_memory_program_cache>();
     case cache_spec::local_kind::sqlite: {
@@ -283,6 +337,23 @@ std::unique_ptr<program_cache> open_local(const cache_spec& spec,
     }
   }
   throw error("open_program_cache: unknown cache kind");
+}
+
+// A read-only layer (docs/cache-layers.md).
+std::unique_ptr<program_cache> open_layer(const cache_spec::layer& layer,
+                                          const open_cache_options& options) {
+  switch (layer.what) {
+    case cache_spec::layer::kind::directory:
+      return open_directory(layer.path, /*is_default=*/false, options, /*read_only=*/true);
+    case cache_spec::layer::kind::pack:
+      return std::make_unique<pack_program_cache>(layer.path);
+    case cache_spec::layer::kind::remote: {
+      const remote_tier* tier = remote_tier_of(layer.url);
+      if (tier == nullptr) throw error("open_program_cache: unknown remote tier");
+      return tier->open(layer.url, /*read_only=*/true);
+    }
+  }
+  throw error("open_program_cache: unknown layer kind");
 }
 
 }  // namespace
@@ -306,36 +377,73 @@ cache_spec parse_cache_spec(std::string_view spec) {
     }
     return out;
   }
-  if (const remote_tier* tier = remote_tier_of(spec)) {
+  const std::vector<std::string_view> tiers = tiers_of(spec);
+  // The spec as messages quote it: each URL's credentials shown as "***".
+  std::string shown;
+  for (std::string_view t : tiers) {
+    if (!shown.empty()) shown += "+";
+    const bool ro = lower(t.substr(0, 3)) == "ro:";
+    shown += ro ? "ro:" + redact_url(t.substr(3)) : redact_url(t);
+  }
+  auto refuse = [&](const std::string& why) { return cache_spec_error("", shown, why); };
+  // A remote URL (or a read-only one) first: no local tier.
+  std::size_t next = 0;
+  if (const remote_tier* tier = remote_tier_of(tiers[0])) {
+    if (tiers.size() > 1) {
+      throw refuse("the remote tier comes last: write LOCAL+...+" + std::string(tier->form));
+    }
     out.local = cache_spec::local_kind::none;
-    out.remote = checked_remote_url(*tier, spec, "", redact_url(spec));
+    out.remote = checked_remote_url(*tier, tiers[0], "", shown);
     out.remote_backend = std::string(tier->backend);
     return out;
   }
-  const std::size_t plus = tier_separator(spec);
-  if (plus == std::string_view::npos) {
-    parse_local(spec, out, std::string(spec));
-    return out;
+  if (lower(tiers[0].substr(0, 3)) == "ro:" && remote_tier_of(tiers[0].substr(3)) != nullptr) {
+    out.local = cache_spec::local_kind::none;
+  } else {
+    parse_local(tiers[0], out, shown);
+    next = 1;
+    if (out.local == cache_spec::local_kind::none && tiers.size() > 1) {
+      throw refuse(
+          "a tiered cache needs a local tier: write the remote URL (or the layers) alone for a "
+          "cache without one");
+    }
   }
-  const std::string_view local = spec.substr(0, plus);
-  const std::string_view url = spec.substr(plus + 1);
-  const std::string shown = std::string(local) + "+" + redact_url(url);
-  parse_local(local, out, shown);
-  const remote_tier* tier = remote_tier_of(url);
-  if (out.local == cache_spec::local_kind::none) {
-    throw cache_spec_error("", shown,
-                           "a tiered cache needs a local tier: write the remote URL (" +
-                               std::string(url.substr(0, url.find(':'))) +
-                               "://...) alone for the remote tier without one");
+  for (std::size_t i = next; i < tiers.size(); ++i) {
+    const std::string_view t = tiers[i];
+    if (const remote_tier* tier = remote_tier_of(t)) {
+      if (i + 1 != tiers.size()) {
+        throw refuse(
+            "the writable remote tier comes last (it is looked up after every layer): "
+            "write LOCAL+LAYER+...+" +
+            std::string(tier->form));
+      }
+      out.remote = checked_remote_url(*tier, t, "", shown);
+      out.remote_backend = std::string(tier->backend);
+      continue;
+    }
+    cache_spec::layer layer;
+    if (lower(t.substr(0, 3)) == "ro:") {
+      const std::string_view inner = t.substr(3);
+      if (const remote_tier* tier = remote_tier_of(inner)) {
+        layer.what = cache_spec::layer::kind::remote;
+        layer.url = checked_remote_url(*tier, inner, "", shown);
+        layer.backend = std::string(tier->backend);
+        out.layers.push_back(std::move(layer));
+        continue;
+      }
+    }
+    // ro:DIR, ro:dir:DIR, pack:FILE (ro:pack:FILE too), read as a local tier is.
+    cache_spec local;
+    parse_local(t, local, shown);
+    if (!local.local_read_only && local.local != cache_spec::local_kind::pack) {
+      throw refuse("after \"+\" comes a read-only layer or the remote tier: " +
+                   std::string(kLayerForms) + "; the remote tier is " + remote_forms());
+    }
+    layer.what = local.local == cache_spec::local_kind::pack ? cache_spec::layer::kind::pack
+                                                             : cache_spec::layer::kind::directory;
+    layer.path = local.path;
+    out.layers.push_back(std::move(layer));
   }
-  if (tier == nullptr) {
-    const remote_tier* named = remote_tier_of_scheme(url.substr(0, url.find(':')));
-    throw cache_spec_error("", shown,
-                           "after \"+\" comes the remote tier, a URL: write LOCAL+" +
-                               std::string(named ? named->form : remote_forms()));
-  }
-  out.remote = checked_remote_url(*tier, url, "", shown);
-  out.remote_backend = std::string(tier->backend);
   return out;
 }
 
@@ -346,18 +454,26 @@ std::unique_ptr<program_cache> open_program_cache(std::string_view spec) {
 std::unique_ptr<program_cache> open_program_cache(std::string_view spec,
                                                   const open_cache_options& options) {
   const cache_spec parsed = parse_cache_spec(spec);
-  if (!parsed.remote) return open_local(parsed, options);
-  std::unique_ptr<program_cache> remote;
-  try {
-    const remote_tier* tier = remote_tier_of(*parsed.remote);
-    if (tier == nullptr) throw error("open_program_cache: unknown remote tier");
-    remote = tier->open(*parsed.remote);
-  } catch (const invalid_argument& e) {
-    if (!parsed.remote_from_environment) throw;
-    throw invalid_argument(std::string("$CUCORE_REMOTE_CACHE: ") + e.what());
+  // The tiers in lookup order; a tiered cache of each in front of the rest.
+  std::vector<std::unique_ptr<program_cache>> tiers;
+  if (parsed.local != cache_spec::local_kind::none) tiers.push_back(open_local(parsed, options));
+  for (const cache_spec::layer& layer : parsed.layers) tiers.push_back(open_layer(layer, options));
+  if (parsed.remote) {
+    try {
+      const remote_tier* tier = remote_tier_of(*parsed.remote);
+      if (tier == nullptr) throw error("open_program_cache: unknown remote tier");
+      tiers.push_back(tier->open(*parsed.remote, /*read_only=*/false));
+    } catch (const invalid_argument& e) {
+      if (!parsed.remote_from_environment) throw;
+      throw invalid_argument(std::string("$CUCORE_REMOTE_CACHE: ") + e.what());
+    }
   }
-  if (parsed.local == cache_spec::local_kind::none) return remote;
-  return std::make_unique<tiered_program_cache>(open_local(parsed, options), std::move(remote));
+  if (tiers.empty()) return nullptr;
+  std::unique_ptr<program_cache> cache = std::move(tiers.back());
+  for (std::size_t i = tiers.size() - 1; i-- > 0;) {
+    cache = std::make_unique<tiered_program_cache>(std::move(tiers[i]), std::move(cache));
+  }
+  return cache;
 }
 
 }  // namespace cucore

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,8 +17,11 @@
 #include "cache_workload.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
+#include "cucore/cache/open.hpp"
+#include "cucore/cache/pack.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
+#include "cucore/program.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
@@ -153,34 +157,148 @@ TEST(ReadOnlyLayer, ATieredCacheNeverWritesItsReadOnlyTier) {
   EXPECT_EQ(snapshot(root), before);
 }
 
-// The child half of WorksOnAReadOnlyMount: run with CUCORE_LAYER_PROBE_DIR set (else skipped).
+// The spec's layers: LOCAL+LAYER+...+REMOTE, in the order written, the remote last.
+TEST(ReadOnlyLayer, SpecsNameLayersInOrder) {
+  const cache_spec s = parse_cache_spec(
+      "dir:/l+ro:/a+RO:dir:/b+pack:/c.cupack+ro:redis://h/1+ro:HTTP://h/x+"
+      "redis://h/2");
+  EXPECT_EQ(s.local, cache_spec::local_kind::directory);
+  EXPECT_FALSE(s.local_read_only);
+  ASSERT_EQ(s.layers.size(), 5u);
+  using kind = cache_spec::layer::kind;
+  EXPECT_EQ(s.layers[0].what, kind::directory);
+  EXPECT_EQ(s.layers[0].path, "/a");
+  EXPECT_EQ(s.layers[1].what, kind::directory);
+  EXPECT_EQ(s.layers[1].path, "/b");
+  EXPECT_EQ(s.layers[2].what, kind::pack);
+  EXPECT_EQ(s.layers[2].path, "/c.cupack");
+  EXPECT_EQ(s.layers[3].what, kind::remote);
+  EXPECT_EQ(s.layers[3].url, "redis://h/1");
+  EXPECT_EQ(s.layers[4].backend, "http");
+  EXPECT_EQ(s.layers[4].url, "http://h/x");
+  ASSERT_TRUE(s.remote);
+  EXPECT_EQ(*s.remote, "redis://h/2");
+
+  const cache_spec alone = parse_cache_spec("ro:/opt/kernels");
+  EXPECT_EQ(alone.local, cache_spec::local_kind::directory);
+  EXPECT_TRUE(alone.local_read_only);
+  EXPECT_EQ(parse_cache_spec("pack:k.cupack").local, cache_spec::local_kind::pack);
+  const cache_spec remote_layer = parse_cache_spec("ro:http://h/c");
+  EXPECT_EQ(remote_layer.local, cache_spec::local_kind::none);
+  ASSERT_EQ(remote_layer.layers.size(), 1u);
+  EXPECT_EQ(parse_cache_spec("+pack:/p").local, cache_spec::local_kind::default_directory);
+
+  for (const char* refused :
+       {"dir:/l+ro:sqlite:/k.db", "dir:/l+ro:memory", "dir:/l+ro:", "dir:/l+redis://h+ro:/a",
+        "redis://h+ro:/a", "none+ro:/a", "ro:sqlite:/k.db", "pack:"}) {
+    SCOPED_TRACE(refused);
+    EXPECT_THROW((void)parse_cache_spec(refused), cache_spec_error);
+  }
+  try {
+    (void)parse_cache_spec("dir:/l+ro:redis://:secret@h/1+ro:sqlite:/k.db");
+    ADD_FAILURE() << "accepted";
+  } catch (const cache_spec_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+  }
+}
+
+// Opened: a directory in front of a read-only directory and a pack; hits come from each layer,
+// are backfilled into the local tier, and no layer is written.
+TEST(ReadOnlyLayer, AnOpenedSpecReadsEveryLayerAndWritesNone) {
+  temp_dir dir;
+  const fs::path layer = filled(dir, 2);
+  const fs::path pack = dir.path() / "more.cupack";
+  {
+    in_memory_program_cache source;
+    source.put(workload_key(10), workload_value(10, 1));
+    (void)export_pack(source, pack);
+  }
+  const auto layer_before = snapshot(layer);
+  const fs::path local = dir.path() / "local";
+  const auto cache = open_program_cache("dir:" + local.string() + "+ro:" + layer.string() +
+                                        "+pack:" + pack.string());
+  EXPECT_FALSE(cache->read_only());
+  EXPECT_NE(cache->description().find("read-only"), std::string::npos) << cache->description();
+  ASSERT_TRUE(cache->get(workload_key(1)));
+  ASSERT_TRUE(cache->get(workload_key(10)));
+  EXPECT_FALSE(cache->get(workload_key(11)));
+  cache->put(workload_key(11), workload_value(11, 1));
+  file_stream_program_cache local_view(local, file_stream_cache_options{.statistics = false});
+  for (int k : {1, 10, 11}) EXPECT_TRUE(local_view.get(workload_key(k))) << k;
+  EXPECT_EQ(snapshot(layer), layer_before);
+  EXPECT_EQ(pack_program_cache(pack).size(), 1u);
+
+  const auto only = open_program_cache("ro:" + layer.string());
+  EXPECT_TRUE(only->read_only());
+  EXPECT_TRUE(only->get(workload_key(0)));
+  EXPECT_THROW(only->put(workload_key(12), workload_value(12, 1)), error);
+  EXPECT_EQ(snapshot(layer), layer_before);
+}
+
+const char* const kKernel = "extern \"C\" __global__ void k(int* p) { *p = 42; }\n";
+
+program_options kernel_options() {
+  program_options o;
+  o.arch = "sm_90";
+  o.name = "layered.cu";
+  return o;
+}
+
+std::string text_of(const object_code& c) {
+  return {reinterpret_cast<const char*>(c.code().data()), c.code().size()};
+}
+
+// The child half of WorksOnAReadOnlyMount: run with CUCORE_LAYER_PROBE_DIR (the read-only layer)
+// and CUCORE_LAYER_PROBE_LOCAL set (else skipped). A real compile through LOCAL+ro:LAYER hits the
+// layer with the bytes the parent stored there, and is backfilled into LOCAL.
 TEST(ReadOnlyLayer, ProbeChild) {
   const char* where = std::getenv("CUCORE_LAYER_PROBE_DIR");
-  if (where == nullptr) GTEST_SKIP() << "run by ReadOnlyLayer.WorksOnAReadOnlyMount";
+  const char* local = std::getenv("CUCORE_LAYER_PROBE_LOCAL");
+  if (where == nullptr || local == nullptr) {
+    GTEST_SKIP() << "run by ReadOnlyLayer.WorksOnAReadOnlyMount";
+  }
   file_stream_program_cache layer(where, read_only_options());
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(layer.get(workload_key(i))) << i;
-  EXPECT_FALSE(layer.get(workload_key(9)));
   EXPECT_EQ(layer.verify(true).removed, 0u);
+
+  const auto cache = open_program_cache("dir:" + std::string(local) + "+ro:" + where);
+  program p(kKernel, source_type::cxx, kernel_options());
+  const std::string got = text_of(p.compile(code_type::ptx, {}, cache.get()));
+  EXPECT_EQ(p.last_cache_outcome(), cache_outcome::hit);
+  std::ifstream expected(std::string(where) + "/../expected.ptx");
+  EXPECT_EQ(got, std::string(std::istreambuf_iterator<char>(expected), {}));
+  file_stream_program_cache backfilled(local, file_stream_cache_options{.statistics = false});
+  EXPECT_TRUE(backfilled.get(*p.last_cache_key())) << "backfilled into the local tier";
 }
 
 // On a read-only mount (a bind mount remounted read-only in a private user and mount namespace:
-// `unshare -rm`), the layer answers hits as on a writable one.
+// `unshare -rm`), the layer answers hits, a real compile's included, as on a writable one.
 TEST(ReadOnlyLayer, WorksOnAReadOnlyMount) {
   if (std::system("unshare -rm true >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no unshare -rm here (user namespaces off)";
   }
   temp_dir dir;
   const fs::path root = filled(dir, 2);
+  {
+    const auto writer = open_program_cache("dir:" + root.string());
+    program p(kKernel, source_type::cxx, kernel_options());
+    std::ofstream(dir.path() / "expected.ptx")
+        << text_of(p.compile(code_type::ptx, {}, writer.get()));
+    ASSERT_TRUE(p.last_stored());
+  }
+  const auto before = snapshot(root);
   const fs::path mount = dir.path() / "mnt";
   fs::create_directories(mount);
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   const std::string command = "unshare -rm sh -c 'mount --bind " + root.string() + " " +
                               mount.string() + " && mount -o remount,bind,ro " + mount.string() +
                               " && ! touch " + mount.string() +
-                              "/x 2>/dev/null && CUCORE_LAYER_PROBE_DIR=" + mount.string() + " " +
+                              "/x 2>/dev/null && CUCORE_LAYER_PROBE_DIR=" + mount.string() +
+                              " CUCORE_LAYER_PROBE_LOCAL=" + (dir.path() / "local").string() + " " +
                               self + " --gtest_filter=ReadOnlyLayer.ProbeChild >/dev/null'";
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
-  EXPECT_FALSE(fs::exists(root / "x"));
+  EXPECT_EQ(snapshot(root), before);
+  EXPECT_TRUE(fs::exists(dir.path() / "local" / "entries"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/error.hpp"
@@ -25,6 +26,14 @@ namespace cucore {
 //                   spec above but none and a remote one; empty: the default directory) in front
 //                   of the remote tier
 //   "dir:DIR", DIR  file_stream_program_cache at that directory
+//   "pack:FILE"     pack_program_cache: a pack file, read-only (docs/cache-packs.md)
+//   "ro:DIR", "ro:dir:DIR"  that directory cache as a read-only layer: only read (alone, the
+//                   compiles through it are never stored)
+//   "LOCAL+LAYER+...[+REMOTE]"  read-only layers (docs/cache-layers.md) between the local tier and
+//                   the remote one, looked up in the order written: LAYER is ro:DIR,
+//                   ro:dir:DIR, pack:FILE, ro:redis://... or ro:http[s]://...; a hit in a layer
+//                   is backfilled into the local tier; nothing is ever written to a layer. The
+//                   writable remote tier, if any, comes last.
 // Schemes (dir:, sqlite:, redis://, http://, https://) and the words memory, none and off are read
 // in any case (RFC 3986). A spec that starts like a scheme, WORD: (a letter, then letters, digits,
 // '+', '-' or
@@ -39,9 +48,21 @@ struct cache_spec {
     directory,          // DIR, dir:DIR
     sqlite,             // sqlite:FILE
     memory,             // memory
+    pack,               // pack:FILE (read-only)
   };
   local_kind local = local_kind::default_directory;
-  std::filesystem::path path;  // the directory or the SQLite file (directory, sqlite)
+  std::filesystem::path
+      path;  // the directory, the SQLite file or the pack (directory, sqlite, pack)
+  bool local_read_only = false;  // ro:DIR: the local tier is a read-only layer (a pack always is)
+  // A read-only layer after the local tier (docs/cache-layers.md).
+  struct layer {
+    enum class kind { directory, pack, remote };
+    kind what = kind::directory;
+    std::filesystem::path path;  // directory, pack
+    std::string url;             // remote: its URL, the scheme in lower case
+    std::string backend;         // remote: "redis" or "http"
+  };
+  std::vector<layer> layers;  // looked up after the local tier, in order, before `remote`
   // The remote tier's URL, its scheme in lower case: alone (local none) or behind the local tier.
   std::optional<std::string> remote;
   // Which remote tier `remote` names: "redis" or "http" (for https too); empty without one.

@@ -108,6 +108,11 @@ class tiered_program_cache final : public program_cache {
   // The local tier's statistics, into which the remote tier's events are counted too (as
   // cache_tier::remote), remote exceptions caught here included.
   std::shared_ptr<cache_statistics> statistics() const override { return statistics_; }
+  // Both tiers count into `store` as `tier` (a tiered cache behind another: read-only layers).
+  void record_statistics_in(std::shared_ptr<cache_statistics> store, cache_tier tier) override {
+    local_->record_statistics_in(store, tier);
+    remote_->record_statistics_in(std::move(store), tier);
+  }
   // Flushes, stops the writer, closes both tiers.
   void close() noexcept override;
   // Returns once every put made before the call has reached the remote tier (or failed there).
