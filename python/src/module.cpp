@@ -251,6 +251,7 @@ class borrowed_cache final : public program_cache {
   cache_verify_report verify(bool remove_bad) override { return cache_->verify(remove_bad); }
   std::size_t trim(std::uint64_t max_size_bytes) override { return cache_->trim(max_size_bytes); }
   std::string description() const override { return cache_->description(); }
+  bool read_only() const noexcept override { return cache_->read_only(); }
   std::optional<std::filesystem::path> compiler_version_memo() const override {
     return cache_->compiler_version_memo();
   }
@@ -604,7 +605,9 @@ void bind_caches(nb::module_& m) {
           cache.release();
           return nb::cast(p, nb::rv_policy::take_ownership);
         }
-        throw error("open_program_cache: unexpected cache type for \"" + std::string(spec) + "\"");
+        // The others (an HTTP tier alone, a pack, a read-only layer alone): the base class.
+        program_cache* base = cache.release();
+        return nb::cast(base, nb::rv_policy::take_ownership);
       },
       nb::sig("def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache | "
               "FileStreamProgramCache | RedisProgramCache | TieredProgramCache | None"),
