@@ -24,8 +24,11 @@ from cucore._cucore import (
     TieredProgramCache,
     default_cache_dir,
     explain_program_cache_key,
+    export_pack,
+    import_pack,
     make_program_cache_key,
     open_program_cache,
+    verify_pack,
     wait_for_verification,
 )
 from cucore._options import ProgramOptions
@@ -58,7 +61,10 @@ __all__ = [
     "TieredProgramCache",
     "default_cache_dir",
     "explain_program_cache_key",
+    "export_pack",
+    "import_pack",
     "make_program_cache_key",
     "open_program_cache",
+    "verify_pack",
     "wait_for_verification",
 ]

@@ -3,6 +3,7 @@ cucore's native module: run-time CUDA compilation with a program cache.
 """
 
 from collections.abc import Iterable, Mapping
+import datetime
 import os
 from typing import Any
 
@@ -223,6 +224,21 @@ def open_program_cache(spec: str) -> InMemoryProgramCache | SQLiteProgramCache |
 
 def default_cache_dir() -> str:
     """$CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore, else ~/.cache/cucore."""
+
+def export_pack(cache: ProgramCache, path: str | os.PathLike[str], *, keys: Iterable[bytes | str] | None = None, since: datetime.datetime | float | None = None, match: str | None = None, quiet: bool = True) -> dict[str, int]:
+    """
+    Writes the cache's entries to the pack file `path` (docs/cache-packs.md): all, or the `keys`, or those used since `since` and/or whose program name matches the glob `match`. Streamed, one entry at a time, through a temporary file renamed at the end. A progress bar on a terminal unless quiet. Returns entries, skipped, with_compiler_identity, code_bytes, pack_bytes.
+    """
+
+def import_pack(cache: ProgramCache, path: str | os.PathLike[str], *, quiet: bool = True) -> dict[str, int]:
+    """
+    Adds the pack's entries to the cache: every record is verified first (a damaged or foreign pack raises InvalidArgument naming the record and adds nothing), then each entry whose key the cache lacks is put; one already there is never replaced. Returns entries, added, already_present, bytes_added.
+    """
+
+def verify_pack(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """
+    Verifies every record of the pack without adding anything (InvalidArgument names the first problem). Returns entries, code_bytes, pack_bytes, format_version, cucore_version, created (Unix seconds).
+    """
 
 class Program:
     """Source code, its type ("c++", "ptx", "nvvm") and options."""

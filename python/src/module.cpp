@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "convert.hpp"
+#include "pack.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
@@ -976,6 +977,7 @@ NB_MODULE(_cucore, m) {
   cucore::python::define_exceptions(m);
   cucore::python::bind_object_code(m);
   cucore::python::bind_caches(m);
+  cucore::python::bind_packs(m);
   cucore::python::bind_program(m);
   m.def("_add_wheel_directory", &cucore::toolkit::add_wheel_directory, "site_packages"_a,
         "Searches this site-packages directory for NVIDIA's CUDA 13 wheels (nvidia/cu13); "
