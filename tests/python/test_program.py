@@ -113,6 +113,29 @@ def test_open_program_cache_specs(tmp_path):
         cucore.open_program_cache("sqlite:")
 
 
+def test_read_only_layers_are_read_and_never_written(tmp_path):
+    """LOCAL+ro:DIR (docs/cache-layers.md): a hit from the layer is backfilled into LOCAL; a miss is
+    stored in LOCAL only; the layer's files are untouched."""
+    with cucore.open_program_cache(f"dir:{tmp_path}/layer") as writer:
+        filled = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH)).compile("ptx", cache=writer)
+    before = sorted((p, p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ctime_ns)
+                    for p in (tmp_path / "layer").rglob("*"))
+    with cucore.open_program_cache(f"dir:{tmp_path}/local+ro:{tmp_path}/layer") as cache:
+        program = cucore.Program(KERNEL, "c++", cucore.ProgramOptions(arch=ARCH))
+        assert program.compile("ptx", cache=cache).code == filled.code
+        assert program.last_cache_outcome == "hit"
+        other = cucore.Program(KERNEL + "\n// another", "c++", cucore.ProgramOptions(arch=ARCH))
+        other.compile("ptx", cache=cache)
+        assert other.last_cache_outcome == "miss"
+    assert len(list((tmp_path / "local" / "entries").rglob("*/*"))) == 2
+    after = sorted((p, p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ctime_ns)
+                   for p in (tmp_path / "layer").rglob("*"))
+    assert after == before
+    alone = cucore.open_program_cache(f"ro:{tmp_path}/layer")
+    with pytest.raises(cucore.Error, match="read-only"):
+        alone[b"k" * 32] = filled
+
+
 def test_mistyped_cache_specs_are_refused_and_schemes_are_case_insensitive(tmp_path, monkeypatch):
     # Each of these once became a local directory (sqlite://NAME: the file /NAME) and a normal miss.
     monkeypatch.chdir(tmp_path)
