@@ -7,7 +7,7 @@
 # private source list: the machine's apt configuration is not touched) with HTTP and HTTPS only,
 # TLS from OpenSSL's static libcrypto.a/libssl.a (libssl-dev), and no other dependency.
 #
-# Installs into DIR/curl-VERSION (include/, lib/libcurl.a) and prints that directory on stdout.
+# Installs into DIR/curl-VERSION-RECIPE (include/, lib/libcurl.a; RECIPE: a hash of this script) and prints that directory on stdout.
 # Idempotent: a finished build of the same version is reused (DIR is kept outside the clone, like
 # the compiler cache, so CI's fresh clones reuse it). Compiles through ccache.
 # Usage: scripts/build-static-curl.sh [DIR]   (default: ${XDG_CACHE_HOME:-~/.cache}/cucore-wheel-deps)
@@ -23,7 +23,9 @@ if [ -z "$version" ]; then
   echo "build-static-curl: libcurl4-openssl-dev is not installed: run scripts/setup.sh" >&2
   exit 1
 fi
-prefix=$dir/curl-$version
+# A change to this script (its options) is a new build beside the old one.
+recipe=$(sha256sum "$0" | cut -c1-12)
+prefix=$dir/curl-$version-$recipe
 if [ -f "$prefix/.complete" ]; then
   echo "$prefix"
   exit 0
@@ -78,7 +80,8 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccac
 # Only what the HTTP cache tier uses: http and https (HTTP_ONLY), no compression, IDN, PSL, SSH,
 # HTTP/2, GSSAPI or LDAP (each would be one more library to link). Certificates: OpenSSL's default
 # locations (CURL_CA_FALLBACK; SSL_CERT_FILE and SSL_CERT_DIR override them), not a path of the
-# build machine's.
+# build machine's. OpenSSL's configuration file is not loaded (CURL_DISABLE_OPENSSL_AUTO_LOAD_CONFIG):
+# the host's could name engines or providers built against its own shared libcrypto.
 cmake -S "$work/src/curl" -B "$work/build" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DBUILD_SHARED_LIBS=OFF -DBUILD_CURL_EXE=OFF \
@@ -87,7 +90,8 @@ cmake -S "$work/src/curl" -B "$work/build" -G Ninja "${launcher[@]}" \
   -DCURL_CA_BUNDLE=none -DCURL_CA_PATH=none -DCURL_CA_FALLBACK=ON \
   -DCURL_ZLIB=OFF -DCURL_BROTLI=OFF -DCURL_ZSTD=OFF -DUSE_LIBIDN2=OFF -DCURL_USE_LIBPSL=OFF \
   -DCURL_USE_LIBSSH2=OFF -DCURL_USE_LIBSSH=OFF -DUSE_NGHTTP2=OFF -DCURL_USE_GSSAPI=OFF \
-  -DCURL_DISABLE_LDAP=ON -DCURL_DISABLE_LDAPS=ON -DENABLE_THREADED_RESOLVER=ON >"$work/configure.log" 2>&1 ||
+  -DCURL_DISABLE_LDAP=ON -DCURL_DISABLE_LDAPS=ON -DENABLE_THREADED_RESOLVER=ON \
+  -DCURL_DISABLE_OPENSSL_AUTO_LOAD_CONFIG=ON >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log" >&2; echo "build-static-curl: configuring curl failed" >&2; exit 1; }
 cmake --build "$work/build" >"$work/build.log" 2>&1 ||
   { tail -50 "$work/build.log" >&2; echo "build-static-curl: building curl failed" >&2; exit 1; }
@@ -98,4 +102,6 @@ cmake --install "$work/build" >/dev/null
   exit 1
 }
 touch "$prefix/.complete"
+# Earlier builds (another version or recipe) are not used again.
+find "$dir" -mindepth 1 -maxdepth 1 -name 'curl-*' ! -path "$prefix" -exec rm -rf {} +
 echo "$prefix"

@@ -13,16 +13,28 @@ import pytest
 import cucore
 from conftest import ARCH, KERNEL
 
-# A thread calls into cucore while this process holds an SQLite write lock on the cache file, so
-# the call blocks inside C++ (SQLite's busy handler sleeps until busy_timeout). The main thread
+# A thread calls into cucore while another process holds an SQLite write lock on the cache file,
+# so the call blocks inside C++ (SQLite's busy handler sleeps until busy_timeout). The lock is
+# another process's: the portable wheel links its own copy of SQLite (docs/python.md), and POSIX
+# locks taken through one copy do not exclude another copy in the same process. The main thread
 # then waits until it sees that thread asleep in the kernel (/proc/self/task/TID/syscall:
 # nanosleep or clock_nanosleep; the thread runs no Python sleep), which it can only observe if the
 # call released the GIL, and releases the lock. Had the call kept the GIL, the main thread could
 # never run again: the child deadlocks and the parent's timeout fails the test (a deadlocked
 # interpreter cannot fail by itself). No timing is assumed anywhere.
-CHILD = textwrap.dedent(
+HOLDER = textwrap.dedent(
     """
-    import os, platform, sqlite3, sys, threading
+    import sqlite3, sys
+    lock = sqlite3.connect(sys.argv[1], isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    lock.execute("COMMIT")
+    """
+)
+CHILD = "HOLDER = " + repr(HOLDER) + textwrap.dedent(
+    """
+    import os, platform, subprocess, sys, threading
     import cucore
 
     # nanosleep, clock_nanosleep
@@ -36,8 +48,9 @@ CHILD = textwrap.dedent(
         "compile": lambda: program.compile("cubin", cache=cache),
     }
     call = calls[sys.argv[3]]
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN EXCLUSIVE")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, db], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
     tid = []
     done = []
 
@@ -55,7 +68,8 @@ CHILD = textwrap.dedent(
             if f.read().split()[0] in SLEEPS:
                 break
     assert not done
-    lock.execute("COMMIT")
+    holder.communicate("commit")  # its readline returns at the end of input
+    assert holder.returncode == 0
     t.join()
     assert done
     assert len(cache) == 1
