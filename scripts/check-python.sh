@@ -14,7 +14,10 @@ root=$PWD
 py=$root/.venv/bin/python
 venv=$root/build/wheel-venv
 
-wheel=$(bash scripts/build.sh wheel | tee /dev/stderr | tail -1)
+build_log=$(mktemp)
+trap 'rm -f "$build_log"' EXIT
+bash scripts/build.sh wheel | tee "$build_log"
+wheel=$(tail -1 "$build_log")
 [ -f "$wheel" ] || { echo "check-python: scripts/build.sh wheel made no wheel ($wheel)" >&2; exit 1; }
 
 # A fresh environment on the interpreter the wheel was built for (.venv's base interpreter).
