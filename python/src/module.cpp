@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "convert.hpp"
-#include "pack.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/key.hpp"
@@ -36,6 +35,7 @@
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "cucore/toolkit.hpp"
+#include "pack.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;

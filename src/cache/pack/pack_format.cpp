@@ -2,15 +2,16 @@
 #include "cache/pack/pack_format.hpp"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 
 #include "cache/checksum.hpp"
 #include "cache/entry_format.hpp"
@@ -53,9 +54,6 @@ constexpr int kLevel = 3;
 // damaged index must not make a reader allocate without bound.
 constexpr std::uint64_t kMaxRecord = std::uint64_t{1} << 34;
 
-struct cctx_deleter {
-  void operator()(ZSTD_CCtx* c) const noexcept { ZSTD_freeCCtx(c); }
-};
 struct dctx_deleter {
   void operator()(ZSTD_DCtx* d) const noexcept { ZSTD_freeDCtx(d); }
 };
@@ -127,26 +125,26 @@ std::int64_t to_ns(std::optional<std::chrono::system_clock::time_point> t) {
 
 writer::writer(std::filesystem::path path) : path_(std::move(path)) {
   const std::filesystem::path dir = path_.has_parent_path() ? path_.parent_path() : ".";
-  // Beside the pack, so that the final rename stays on one file system.
-  std::string temp = (dir / ("." + path_.filename().string() + ".tmp-XXXXXX")).string();
-  const int fd = ::mkstemp(temp.data());
-  if (fd < 0) {
-    throw error("cannot write the pack " + path_.string() + ": cannot create a file in " +
-                dir.string() + ": " + std::strerror(errno));
+  // Beside the pack, so that the final rename stays on one file system; created 0644 less the
+  // umask, as the pack will be (mkstemp's 0600 would need the process-wide umask changed).
+  std::random_device random;
+  for (int attempt = 0; !fd_; ++attempt) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".tmp-%d-%08x", static_cast<int>(::getpid()), random());
+    const std::filesystem::path temp = dir / ("." + path_.filename().string() + suffix);
+    std::error_code ec;
+    fd_ = posix::open_file(temp.string(), O_WRONLY | O_CREAT | O_EXCL, 0644, ec);
+    if (fd_) temp_.path = temp;
+    if (!fd_ && (ec != std::errc::file_exists || attempt == 100)) {
+      throw error("cannot write the pack " + path_.string() + ": cannot create a file in " +
+                  dir.string() + ": " + ec.message());
+    }
   }
-  fd_.reset(fd);
-  temp_ = temp;
-  ::fchmod(
-      fd, 0644 & ~[] {
-        const mode_t m = ::umask(0);
-        ::umask(m);
-        return m;
-      }());
-  cctx_ = ZSTD_createCCtx();
-  if (cctx_ == nullptr) throw std::bad_alloc();
-  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_compressionLevel, kLevel);
-  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_checksumFlag, 1);
-  ZSTD_CCtx_setParameter(static_cast<ZSTD_CCtx*>(cctx_), ZSTD_c_contentSizeFlag, 1);
+  cctx_.reset(ZSTD_createCCtx());
+  if (!cctx_) throw std::bad_alloc();
+  ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, kLevel);
+  ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 1);
+  ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_contentSizeFlag, 1);
 
   std::vector<std::byte> header;
   const auto magic = as_bytes(kMagic);
@@ -163,14 +161,17 @@ writer::writer(std::filesystem::path path) : path_(std::move(path)) {
   write(header);
 }
 
-writer::~writer() {
-  ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(cctx_));
-  if (!committed_) ::unlink(temp_.c_str());
+writer::temporary::~temporary() {
+  if (!committed && !path.empty()) ::unlink(path.c_str());
+}
+
+void writer::cctx_free::operator()(ZSTD_CCtx_s* c) const noexcept {
+  ZSTD_freeCCtx(c);
 }
 
 void writer::write(std::span<const std::byte> bytes) {
   if (const auto ec = posix::write_fully(fd_.get(), bytes)) {
-    throw error("cannot write the pack " + path_.string() + " (" + temp_.string() +
+    throw error("cannot write the pack " + path_.string() + " (" + temp_.path.string() +
                 "): " + ec.message());
   }
   offset_ += bytes.size();
@@ -183,7 +184,7 @@ std::uint64_t writer::add(std::string_view key, const object_code& code, std::st
   put_text(prefix, identity);
   const std::size_t content = prefix.size() + entry.size();
   if (content > kMaxRecord) throw invalid_argument("a cache entry too large for a pack");
-  auto* cctx = static_cast<ZSTD_CCtx*>(cctx_);
+  ZSTD_CCtx* cctx = cctx_.get();
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
   ZSTD_CCtx_setPledgedSrcSize(cctx, content);
   buffer_.resize(ZSTD_compressBound(content));
@@ -257,11 +258,11 @@ std::uint64_t writer::commit() {
   if (const auto ec = fd_.close()) {
     throw error("cannot write the pack " + path_.string() + ": " + ec.message());
   }
-  if (const auto ec = posix::rename_path(temp_.string(), path_.string())) {
-    throw error("cannot write the pack " + path_.string() + ": rename from " + temp_.string() +
+  if (const auto ec = posix::rename_path(temp_.path.string(), path_.string())) {
+    throw error("cannot write the pack " + path_.string() + ": rename from " + temp_.path.string() +
                 ": " + ec.message());
   }
-  committed_ = true;
+  temp_.committed = true;
   (void)posix::sync_directory(
       (path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".")).string());
   return offset_;

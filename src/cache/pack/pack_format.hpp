@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,8 @@
 #include "cache/posix_file.hpp"
 #include "cucore/cache/pack.hpp"
 #include "cucore/object_code.hpp"
+
+struct ZSTD_CCtx_s;  // zstd.h's ZSTD_CCtx
 
 namespace cucore::detail::pack {
 
@@ -63,7 +66,6 @@ struct record {
 class writer {
  public:
   explicit writer(std::filesystem::path path);
-  ~writer();
   writer(const writer&) = delete;
   writer& operator=(const writer&) = delete;
 
@@ -75,13 +77,22 @@ class writer {
 
  private:
   void write(std::span<const std::byte> bytes);
-  std::filesystem::path path_, temp_;
+  // Removes the temporary file unless committed, also when the constructor throws.
+  struct temporary {
+    std::filesystem::path path;
+    bool committed = false;
+    ~temporary();
+  };
+  struct cctx_free {
+    void operator()(ZSTD_CCtx_s* c) const noexcept;
+  };
+  std::filesystem::path path_;
+  temporary temp_;
   posix::unique_fd fd_;
+  std::unique_ptr<ZSTD_CCtx_s, cctx_free> cctx_;
   std::uint64_t offset_ = 0;
   std::vector<row> rows_;
   std::vector<std::byte> buffer_;  // one compressed record, reused
-  void* cctx_ = nullptr;           // ZSTD_CCtx
-  bool committed_ = false;
 };
 
 // An open pack: header, trailer and index read and checked (the constructor throws pack_error);
