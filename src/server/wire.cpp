@@ -432,8 +432,8 @@ detail::observed_inputs get_observed(reader& r) {
   const std::uint32_t n = r.u32();
   for (std::uint32_t i = 0; i < n; ++i) {  // bounded by the payload: each takes 12 bytes at least
     detail::observed_input in;
-    in.call = static_cast<detail::observed_call>(checked_enum(
-        r, static_cast<std::uint32_t>(detail::observed_call::clock), "observed call"));
+    in.call = static_cast<detail::observed_call>(
+        checked_enum(r, static_cast<std::uint32_t>(detail::observed_call::clock), "observed call"));
     in.found = r.boolean();
     in.name = r.str();
     seen.inputs.push_back(std::move(in));
