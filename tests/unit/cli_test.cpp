@@ -2558,7 +2558,7 @@ TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
 TEST_F(Cache, BadCommandLines) {
   auto r = cucore({"cache"});
   EXPECT_EQ(r.status, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "stats, ls, show, export, verify, trim, clear")) << r.err;
+  EXPECT_TRUE(contains(r.err, "stats, ls, show, extract, export, import, verify, trim, clear")) << r.err;
   r = cucore({"cache", "frobnicate"});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "unknown cache subcommand \"frobnicate\"")) << r.err;
