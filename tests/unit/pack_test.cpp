@@ -409,7 +409,13 @@ TEST(Pack, ExportAndImportStreamOneEntryAtATime) {
               (std::vector{pack_progress::stage::verifying, pack_progress::stage::importing}));
   }
   const long growth_mib = (peak_rss_kib() - before) / 1024;
-  EXPECT_LT(growth_mib, 48) << "the export or import held more than a few entries at once";
+  // 160 MiB went through; a sanitizer's own allocator and shadow add their share to the peak.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr long bound_mib = 96;
+#else
+  constexpr long bound_mib = 48;
+#endif
+  EXPECT_LT(growth_mib, bound_mib) << "the export or import held more than a few entries at once";
 }
 
 TEST(Pack, APackTierReadsListsAndVerifiesButIsReadOnly) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cache/entry_format.hpp"
+#include "cache/http/curl_api.hpp"
 #include "cache/redis_internal.hpp"  // sigpipe_guard
 #include "common/sha256.hpp"
 #include "cucore/cache/http.hpp"
@@ -30,7 +31,7 @@ constexpr std::size_t kUnknownLengthStart = 64 << 10;
 void init_curl_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    if (detail::curl().global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
       throw error("http cache: libcurl could not be initialised (curl_global_init failed)");
     }
   });
@@ -67,7 +68,7 @@ std::string layout_name(http_layout layout) {
 
 struct http_program_cache::connection {
   struct easy_deleter {
-    void operator()(CURL* c) const noexcept { curl_easy_cleanup(c); }
+    void operator()(CURL* c) const noexcept { detail::curl().easy_cleanup(c); }
   };
   std::unique_ptr<CURL, easy_deleter> handle;
   pid_t pid = ::getpid();
@@ -97,12 +98,12 @@ struct http_program_cache::request {
     auto& r = *static_cast<request*>(self);
     const std::size_t n = size * count;
     long status = 0;
-    curl_easy_getinfo(r.handle, CURLINFO_RESPONSE_CODE, &status);
+    detail::curl().easy_getinfo(r.handle, CURLINFO_RESPONSE_CODE, &status);
     if (status != 200) return n;  // an error page: not kept
     try {
       if (!r.body) {
         curl_off_t expected = -1;
-        curl_easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &expected);
+        detail::curl().easy_getinfo(r.handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &expected);
         if (expected >= 0 && static_cast<std::uint64_t>(expected) > r.limit) {
           r.too_large = true;
           return 0;  // aborts the transfer
@@ -137,7 +138,7 @@ struct http_program_cache::request {
 };
 
 void http_program_cache::slist_deleter::operator()(curl_slist* list) const noexcept {
-  curl_slist_free_all(list);
+  detail::curl().slist_free_all(list);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ http_program_cache::http_program_cache(http_cache_options options)
   }
   init_curl_once();
   auto append = [](std::unique_ptr<curl_slist, slist_deleter>& list, const std::string& line) {
-    curl_slist* next = curl_slist_append(list.get(), line.c_str());
+    curl_slist* next = detail::curl().slist_append(list.get(), line.c_str());
     if (next == nullptr) throw std::bad_alloc();
     (void)list.release();
     list.reset(next);
@@ -240,31 +241,32 @@ std::unique_ptr<http_program_cache::connection> http_program_cache::acquire() {
     }
   }
   auto conn = std::make_unique<connection>();
-  conn->handle.reset(curl_easy_init());
+  conn->handle.reset(detail::curl().easy_init());
   CURL* h = conn->handle.get();
   if (h == nullptr) {
     note_error("curl_easy_init failed");
     return nullptr;
   }
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, conn->error);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(options_.connect_timeout.count()));
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.operation_timeout.count()));
-  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "cucore");
-  if (url_.keep_alive == false) curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
+  detail::curl().easy_setopt(h, CURLOPT_ERRORBUFFER, conn->error);
+  detail::curl().easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  detail::curl().easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  detail::curl().easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                             static_cast<long>(options_.connect_timeout.count()));
+  detail::curl().easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                             static_cast<long>(options_.operation_timeout.count()));
+  detail::curl().easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_USERAGENT, "cucore");
+  if (url_.keep_alive == false) detail::curl().easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
   if (!url_.user.empty() || !url_.password.empty()) {
     // Given to libcurl apart from the URL, so no URL it reports holds them.
-    curl_easy_setopt(h, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
-    curl_easy_setopt(h, CURLOPT_USERNAME, url_.user.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, url_.password.c_str());
+    detail::curl().easy_setopt(h, CURLOPT_HTTPAUTH, static_cast<long>(CURLAUTH_BASIC));
+    detail::curl().easy_setopt(h, CURLOPT_USERNAME, url_.user.c_str());
+    detail::curl().easy_setopt(h, CURLOPT_PASSWORD, url_.password.c_str());
   }
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &request::write);
-  curl_easy_setopt(h, CURLOPT_READFUNCTION, &request::read);
+  detail::curl().easy_setopt(h, CURLOPT_WRITEFUNCTION, &request::write);
+  detail::curl().easy_setopt(h, CURLOPT_READFUNCTION, &request::read);
   return conn;
 }
 
@@ -278,13 +280,13 @@ void http_program_cache::release(std::unique_ptr<connection> conn) noexcept {
 http_program_cache::outcome http_program_cache::perform(connection& conn, request& req) {
   req.handle = conn.handle.get();
   conn.error[0] = '\0';
-  curl_easy_setopt(req.handle, CURLOPT_WRITEDATA, &req);
-  curl_easy_setopt(req.handle, CURLOPT_READDATA, &req);
+  detail::curl().easy_setopt(req.handle, CURLOPT_WRITEDATA, &req);
+  detail::curl().easy_setopt(req.handle, CURLOPT_READDATA, &req);
   detail::redis::sigpipe_guard guard;  // OpenSSL writes with write(2)
-  const CURLcode rc = curl_easy_perform(req.handle);
+  const CURLcode rc = detail::curl().easy_perform(req.handle);
   outcome o;
   if (rc != CURLE_OK) {
-    o.error = conn.error[0] != '\0' ? std::string(conn.error) : curl_easy_strerror(rc);
+    o.error = conn.error[0] != '\0' ? std::string(conn.error) : detail::curl().easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       o.error = "no answer within " + std::to_string(options_.operation_timeout.count()) + " ms (" +
                 o.error + ")";
@@ -292,7 +294,7 @@ http_program_cache::outcome http_program_cache::perform(connection& conn, reques
     return o;
   }
   o.transport_ok = true;
-  curl_easy_getinfo(req.handle, CURLINFO_RESPONSE_CODE, &o.status);
+  detail::curl().easy_getinfo(req.handle, CURLINFO_RESPONSE_CODE, &o.status);
   return o;
 }
 
@@ -343,10 +345,10 @@ std::optional<object_code> http_program_cache::get(cache_key_ref key) {
   request req;
   req.limit = options_.max_entry_bytes;
   CURL* h = conn->handle.get();
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
+  detail::curl().easy_setopt(h, CURLOPT_URL, url.c_str());
+  detail::curl().easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
+  detail::curl().easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
   const outcome o = perform(*conn, req);
   if (!o.transport_ok) {
     if (req.too_large) {
@@ -407,11 +409,11 @@ void http_program_cache::put(cache_key_ref key, const object_code& code) {
   request req;
   req.upload = entry;
   CURL* h = conn->handle.get();
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
-  curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(entry.size()));
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, put_headers_.get());
+  detail::curl().easy_setopt(h, CURLOPT_URL, url.c_str());
+  detail::curl().easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
+  detail::curl().easy_setopt(h, CURLOPT_UPLOAD, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(entry.size()));
+  detail::curl().easy_setopt(h, CURLOPT_HTTPHEADER, put_headers_.get());
   const outcome o = perform(*conn, req);
   if (!o.transport_ok) {
     conn.reset();
@@ -452,12 +454,12 @@ bool http_program_cache::erase(cache_key_ref key) {
   const std::string url = object_url(key);
   request req;
   CURL* h = conn->handle.get();
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
+  detail::curl().easy_setopt(h, CURLOPT_URL, url.c_str());
+  detail::curl().easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  detail::curl().easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+  detail::curl().easy_setopt(h, CURLOPT_HTTPHEADER, headers_.get());
   const outcome o = perform(*conn, req);
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
+  detail::curl().easy_setopt(h, CURLOPT_CUSTOMREQUEST, nullptr);
   if (!o.transport_ok) {
     conn.reset();
     server_failed("DELETE: " + o.error);
