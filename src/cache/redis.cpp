@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
+#include "cache/percent_decoding.hpp"
 #include "cache/posix_file.hpp"
 #include "cache/redis_internal.hpp"
 #include "common/sha256.hpp"
@@ -64,29 +65,11 @@ std::string redact(std::string_view url) {
                          " see docs/cache-remote.md)");
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 std::string percent_decode(std::string_view url, std::string_view text, std::string_view part) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    const int hi = i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
-    const int lo = i + 2 < text.size() ? hex_value(text[i + 2]) : -1;
-    if (hi < 0 || lo < 0)
-      bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
+  auto decoded = detail::percent_decode(text);
+  if (!decoded)
+    bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
+  return std::move(*decoded);
 }
 
 // ---------------------------------------------------------------------------------------------

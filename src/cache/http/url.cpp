@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "cache/percent_decoding.hpp"
 #include "cucore/cache/http.hpp"
 #include "cucore/error.hpp"
 
@@ -31,30 +32,11 @@ std::size_t authority_end(std::string_view url, std::size_t start) {
                          std::string(kExpected));
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 std::string percent_decode(std::string_view url, std::string_view text, std::string_view part) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    const int hi = i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
-    const int lo = i + 2 < text.size() ? hex_value(text[i + 2]) : -1;
-    if (hi < 0 || lo < 0) {
-      bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
-    }
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
+  auto decoded = detail::percent_decode(text);
+  if (!decoded)
+    bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
+  return std::move(*decoded);
 }
 
 std::optional<long long> parse_integer(std::string_view text, long long min, long long max) {
