@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -118,6 +119,18 @@ class nginx_server {
   }
   std::string log() const { return read_text(dir_.path() / "error.log"); }
   std::string access_log() const { return read_text(dir_.path() / "access.log"); }
+  // nginx logs a request after its response is sent, so the last line can lag the client:
+  // waits (up to 5 s) for at least `lines` lines, then returns the log.
+  std::string access_log_with(std::size_t lines) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      std::string text = access_log();
+      if (static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) >= lines ||
+          std::chrono::steady_clock::now() > deadline)
+        return text;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
   // Starts nginx on port() (again, after stop()); false if it did not answer within 10 s.
   bool start() {
