@@ -7,7 +7,8 @@
 // Nothing is cached: every call reads the environment as it is then (tests set variables during
 // a process); a reader that decides once per process keeps the answer itself. Nothing allocates
 // or throws either: the drop-in libraries read CUCORE_LOG while a program loads them. A value is
-// a view into the environment, valid until that variable is set again (as getenv's pointer is).
+// a view into the environment, NUL-terminated and valid until that variable is set again (as
+// getenv's pointer is).
 // What a malformed value does (a default, a warning, an error) is the caller's: the accessors
 // only say that it is malformed.
 #pragma once

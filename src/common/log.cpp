@@ -1,9 +1,10 @@
 #include "cucore/log.hpp"
 
 #include <cstdio>
-#include <cstdlib>
-#include <string_view>
 #include <mutex>
+#include <string_view>
+
+#include "common/environment.hpp"
 
 namespace cucore {
 namespace {
@@ -14,10 +15,7 @@ void print_to_stderr(log_level level, std::string_view message) {
                        : level == log_level::info    ? "info"
                                                      : "debug";
   // Debug lines (a miss's explanation, the compile server's choices) only with CUCORE_LOG=debug.
-  static const bool debug = [] {
-    const char* v = std::getenv("CUCORE_LOG");
-    return v != nullptr && std::string_view(v) == "debug";
-  }();
+  static const bool debug = env::log_threshold() == log_level::debug;
   if (level == log_level::debug && !debug) return;
   std::fprintf(stderr, "cucore: %s: %.*s\n", prefix, static_cast<int>(message.size()),
                message.data());

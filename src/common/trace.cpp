@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <mutex>
 
 #include "common/descriptors.hpp"
+#include "common/environment.hpp"
 
 namespace cucore::detail {
 
@@ -53,8 +53,9 @@ void append_escaped(std::string& out, std::string_view s) {
 // The file, opened once: created holding "[" by linking a temporary file into place.
 int trace_fd() noexcept {
   static const int fd = [] {
-    const char* path = std::getenv("CUCORE_TRACE");
-    if (path == nullptr || *path == '\0') return -1;
+    const auto chosen = env::text(env::variable::trace);
+    if (!chosen) return -1;
+    const char* path = chosen->data();
     int f = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (f < 0 && errno == ENOENT) {
       const std::string temp = std::string(path) + ".tmp-" + std::to_string(::getpid());
