@@ -15,6 +15,7 @@
 
 #include "cache/posix_file.hpp"
 #include "cache/trust.hpp"
+#include "common/environment.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore {
@@ -268,21 +269,19 @@ void write_cache_config(const std::filesystem::path& dir, std::string_view key,
 }
 
 std::optional<bool> shared_cache_from_env() {
-  const char* v = std::getenv("CUCORE_CACHE_SHARED");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  const auto b = parse_bool_word(v);
-  if (!b) {
-    throw invalid_argument(std::string("$CUCORE_CACHE_SHARED: \"") + v +
+  const auto shared = env::flag(env::variable::cache_shared);
+  if (shared.malformed()) {
+    throw invalid_argument("$CUCORE_CACHE_SHARED: \"" + std::string(shared.text) +
                            "\" is not 1 or 0 (true/false, yes/no, on/off)");
   }
-  return b;
+  return shared.value;
 }
 
 std::optional<std::uint64_t> cache_max_size_from_env() {
-  const char* v = std::getenv("CUCORE_CACHE_MAX_SIZE");
-  if (v == nullptr || *v == '\0') return std::nullopt;
+  const auto size = env::text(env::variable::cache_max_size);
+  if (!size) return std::nullopt;
   try {
-    return parse_cache_size(v);
+    return parse_cache_size(*size);
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string("$CUCORE_CACHE_MAX_SIZE: ") + e.what());
   }

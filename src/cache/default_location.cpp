@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/environment.hpp"
 #include "cucore/cache/open.hpp"
 #include "cucore/cache/program_cache.hpp"
 
@@ -35,16 +36,16 @@ void check_cache_dir_variable(std::string_view dir) {
 }  // namespace
 
 std::filesystem::path default_cache_dir() {
-  auto env = [](const char* name) -> const char* {
+  if (const auto dir = env::text(env::variable::cache_dir)) {
+    check_cache_dir_variable(*dir);
+    return *dir;
+  }
+  const auto nonempty = [](const char* name) -> const char* {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? v : nullptr;
   };
-  if (const char* dir = env("CUCORE_CACHE_DIR")) {
-    check_cache_dir_variable(dir);
-    return dir;
-  }
-  if (const char* xdg = env("XDG_CACHE_HOME")) return std::filesystem::path(xdg) / "cucore";
-  if (const char* home = env("HOME")) return std::filesystem::path(home) / ".cache" / "cucore";
+  if (const char* xdg = nonempty("XDG_CACHE_HOME")) return std::filesystem::path(xdg) / "cucore";
+  if (const char* home = nonempty("HOME")) return std::filesystem::path(home) / ".cache" / "cucore";
   if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_dir != nullptr) {
     return std::filesystem::path(pw->pw_dir) / ".cache" / "cucore";
   }

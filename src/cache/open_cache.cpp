@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/http.hpp"
@@ -259,13 +260,12 @@ std::optional<bool> user_shared(const open_cache_options& options) {
 // $CUCORE_CACHE_STATS: 0/false/no/off turns the persistent statistics off (1/true/yes/on or unset:
 // on). Anything else is an invalid_argument naming the variable.
 bool statistics_from_env() {
-  const char* text = std::getenv("CUCORE_CACHE_STATS");
-  if (text == nullptr || *text == '\0') return true;
-  const std::string_view v(text);
-  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
-  throw invalid_argument("$CUCORE_CACHE_STATS is \"" + std::string(v) +
-                         "\": use 1 (keep statistics, the default) or 0 (keep none)");
+  const auto stats = env::flag(env::variable::cache_stats);
+  if (stats.malformed()) {
+    throw invalid_argument("$CUCORE_CACHE_STATS is \"" + std::string(stats.text) +
+                           "\": use 1 (keep statistics, the default) or 0 (keep none)");
+  }
+  return stats.value.value_or(true);
 }
 
 // The caller's choice, else the environment's.
@@ -276,13 +276,12 @@ bool statistics_for(const open_cache_options& options) {
 // $CUCORE_CACHE_FSYNC: 0/false/no/off turns a directory cache's fsync off (unset: on).
 bool fsync_for(const open_cache_options& options) {
   if (options.fsync) return *options.fsync;
-  const char* text = std::getenv("CUCORE_CACHE_FSYNC");
-  if (text == nullptr || *text == '\0') return true;
-  const std::string_view v(text);
-  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
-  throw invalid_argument("$CUCORE_CACHE_FSYNC is \"" + std::string(v) +
-                         "\": use 1 (fsync each entry, the default) or 0 (do not)");
+  const auto fsync = env::flag(env::variable::cache_fsync);
+  if (fsync.malformed()) {
+    throw invalid_argument("$CUCORE_CACHE_FSYNC is \"" + std::string(fsync.text) +
+                           "\": use 1 (fsync each entry, the default) or 0 (do not)");
+  }
+  return fsync.value.value_or(true);
 }
 
 cache_access access_of(bool shared) {
@@ -361,9 +360,8 @@ std::unique_ptr<program_cache> open_layer(const cache_spec::layer& layer,
 cache_spec parse_cache_spec(std::string_view spec) {
   cache_spec out;
   if (spec.empty()) {
-    const char* remote = std::getenv("CUCORE_REMOTE_CACHE");
-    if (remote != nullptr && *remote != '\0') {
-      const std::string_view url(remote);
+    if (const auto remote = env::text(env::variable::remote_cache)) {
+      const std::string_view url = *remote;
       const std::string shown = redact_url(url);
       const remote_tier* tier = remote_tier_of(url);
       if (tier == nullptr) {

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/environment.hpp"
 #include "common/trace.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
@@ -41,23 +42,15 @@ single_flight_options default_single_flight_options() {
                                   expected + " (single-flight keeps its default)");
     }
   };
-  if (const char* on = std::getenv("CUCORE_SINGLE_FLIGHT"); on != nullptr && *on != '\0') {
-    const std::string v = on;
-    if (v == "0" || v == "off" || v == "false" || v == "no") {
-      o.enabled = false;
-    } else if (v != "1" && v != "on" && v != "true" && v != "yes") {
-      bad("CUCORE_SINGLE_FLIGHT", v, "0/off/false/no or 1/on/true/yes");
-    }
+  if (const auto on = env::flag(env::variable::single_flight); on.value && !*on.value) {
+    o.enabled = false;
+  } else if (on.malformed()) {
+    bad("CUCORE_SINGLE_FLIGHT", std::string(on.text), "0/off/false/no or 1/on/true/yes");
   }
-  if (const char* wait = std::getenv("CUCORE_SINGLE_FLIGHT_WAIT"); wait != nullptr && *wait) {
-    const std::string v = wait;
-    char* end = nullptr;
-    const double seconds = std::strtod(v.c_str(), &end);
-    if (end == v.c_str() + v.size() && seconds >= 0 && seconds <= 86400) {
-      o.max_wait = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
-    } else {
-      bad("CUCORE_SINGLE_FLIGHT_WAIT", v, "a number of seconds from 0 to 86400");
-    }
+  if (const auto wait = env::number(env::variable::single_flight_wait); wait.value) {
+    o.max_wait = std::chrono::milliseconds(static_cast<long long>(*wait.value * 1000));
+  } else if (wait.malformed()) {
+    bad("CUCORE_SINGLE_FLIGHT_WAIT", std::string(wait.text), "a number of seconds from 0 to 86400");
   }
   return o;
 }

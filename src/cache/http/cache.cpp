@@ -15,6 +15,7 @@
 #include "cache/entry_format.hpp"
 #include "cache/http/curl_api.hpp"
 #include "cache/redis_internal.hpp"  // sigpipe_guard
+#include "common/environment.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/http.hpp"
 #include "cucore/error.hpp"
@@ -157,8 +158,8 @@ http_program_cache::http_program_cache(http_cache_options options)
   if (!options_.bearer_token && !basic) {
     if (url_.bearer_token) {
       options_.bearer_token = url_.bearer_token;
-    } else if (const char* env = std::getenv("CUCORE_HTTP_BEARER_TOKEN"); env && *env) {
-      options_.bearer_token = std::string(env);
+    } else if (const auto token = env::text(env::variable::http_bearer_token)) {
+      options_.bearer_token = std::string(*token);
     }
   }
   const std::string who = "http cache " + redacted_url_ + ": ";
