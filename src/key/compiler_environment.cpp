@@ -1,5 +1,6 @@
 #include "key/compiler_environment.hpp"
 
+#include "common/environment.hpp"
 #include "program/nvrtc_option_table.hpp"
 
 #include <unistd.h>
@@ -193,9 +194,9 @@ std::string working_directory() {
 }
 
 bool sloppiness_allows(std::string_view what) {
-  const char* value = std::getenv("CUCORE_SLOPPINESS");
-  if (value == nullptr) return false;
-  std::string_view rest(value);
+  const auto value = env::text(env::variable::sloppiness);
+  if (!value) return false;
+  std::string_view rest = *value;
   while (!rest.empty()) {
     const std::size_t end = rest.find_first_of(", \t");
     if (rest.substr(0, end) == what) return true;

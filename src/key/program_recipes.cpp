@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "cache/posix_file.hpp"
+#include "common/environment.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/config.hpp"
 #include "cucore/log.hpp"
@@ -45,22 +46,13 @@ std::string sha256_of(std::string_view text) {
   return std::string(hex.data(), hex.size());
 }
 
-std::optional<bool> bool_word(std::string_view text) {
-  std::string t;
-  for (const char c : text) t += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
-  if (t == "0" || t == "false" || t == "no" || t == "off") return false;
-  return std::nullopt;
-}
-
 // $CUCORE_CACHE_RECIPES: nullopt when unset or empty (the file decides).
 std::optional<bool> recipes_from_env() {
   static const std::optional<bool> value = []() -> std::optional<bool> {
-    const char* text = std::getenv("CUCORE_CACHE_RECIPES");
-    if (text == nullptr || *text == '\0') return std::nullopt;
-    if (const auto b = bool_word(text)) return b;
+    const auto recipes = env::flag(env::variable::cache_recipes);
+    if (!recipes.malformed()) return recipes.value;
     cucore::log(log_level::warning,
-                std::string("CUCORE_CACHE_RECIPES=\"") + text +
+                "CUCORE_CACHE_RECIPES=\"" + std::string(recipes.text) +
                     "\": not 1 or 0 (true/false, on/off, yes/no); recipes are not kept");
     return false;
   }();
