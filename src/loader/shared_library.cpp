@@ -10,12 +10,18 @@
 #include <mutex>
 #include <utility>
 
+#include "common/environment.hpp"
+
 namespace cucore::detail {
 namespace {
 
-std::string env(const char* name) {
+std::string getenv_or_empty(const char* name) {
   const char* value = std::getenv(name);
   return value ? std::string(value) : std::string();
+}
+
+std::string cucore_variable(env::variable v) {
+  return std::string(env::text(v).value_or(""));
 }
 
 bool is_regular_file(const std::string& path) {
@@ -122,11 +128,11 @@ struct search_order {
 
 search_order read_search_order() {
   search_order order;
-  if (env("CUCORE_CUDA_HOME_ONLY") == "1") {
+  if (env::flag(env::variable::cuda_home_only).value.value_or(false)) {
     order.sources = {"CUCORE_CUDA_HOME"};
     return order;
   }
-  const std::string chosen = env("CUCORE_CUDA_SEARCH");
+  const std::string chosen = cucore_variable(env::variable::cuda_search);
   if (chosen.empty()) {
     order.sources.assign(std::begin(kSources), std::end(kSources));
     return order;
@@ -169,14 +175,14 @@ void add_prefix_site_packages(const std::string& prefix, std::vector<std::string
 }  // namespace
 
 std::vector<std::string> wheel_site_packages() {
-  std::vector<std::string> dirs = split(env("CUCORE_CUDA_WHEELS"), ':');
+  std::vector<std::string> dirs = split(cucore_variable(env::variable::cuda_wheels), ':');
   {
     std::lock_guard lock(registered_mutex);
     const auto& registered = registered_wheel_directories();
     dirs.insert(dirs.end(), registered.begin(), registered.end());
   }
-  add_prefix_site_packages(env("VIRTUAL_ENV"), dirs);
-  add_prefix_site_packages(env("CONDA_PREFIX"), dirs);
+  add_prefix_site_packages(getenv_or_empty("VIRTUAL_ENV"), dirs);
+  add_prefix_site_packages(getenv_or_empty("CONDA_PREFIX"), dirs);
 #ifdef CUCORE_BUILD_CUDA_WHEELS
   // The site-packages directory CMake took the CUDA headers from (scripts/setup.sh puts the wheels
   // there on a machine without a toolkit).
@@ -203,8 +209,10 @@ std::vector<cuda_root> cuda_roots() {
     roots.push_back({std::move(path), std::move(source), cu12_wheels});
   };
   for (const auto& source : read_search_order().sources) {
-    if (source == "CUCORE_CUDA_HOME" || source == "CUDA_HOME" || source == "CUDA_PATH") {
-      add(env(source.c_str()), source);
+    if (source == "CUCORE_CUDA_HOME") {
+      add(cucore_variable(env::variable::cuda_home), source);
+    } else if (source == "CUDA_HOME" || source == "CUDA_PATH") {
+      add(getenv_or_empty(source.c_str()), source);
     } else if (source == "/usr/local/cuda") {
       add(source, source);
     } else if (source == "wheels") {
