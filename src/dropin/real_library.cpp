@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "dropin/run_environment.hpp"
 #include "dropin/support.hpp"
 #include "loader/libraries.hpp"
@@ -187,11 +188,13 @@ std::optional<std::string> find_real_library(const detail::library_spec& spec,
     return std::nullopt;
   };
 
-  // 1. What `cucore run --nvrtc` (or the variable) names.
-  if (const char* chosen = override_variable ? std::getenv(override_variable) : nullptr;
-      chosen != nullptr && *chosen != '\0') {
-    if (acceptable(chosen, override_variable)) return choose(chosen, override_variable);
-    searched.back() += id_of(chosen) ? ": the drop-in itself" : ": no such file";
+  // 1. What `cucore run --nvrtc` (or the variable, one of environment.hpp's table) names.
+  const auto override_setting =
+      override_variable != nullptr ? env::variable_named(override_variable) : std::nullopt;
+  if (const auto chosen = override_setting ? env::text(*override_setting) : std::nullopt) {
+    const std::string path(*chosen);
+    if (acceptable(path, override_variable)) return choose(path, override_variable);
+    searched.back() += id_of(path) ? ": the drop-in itself" : ": no such file";
     return std::nullopt;
   }
   const auto view = inspect_process(spec);
@@ -223,10 +226,8 @@ std::optional<std::string> find_real_library(const detail::library_spec& spec,
   // main program's, the loader cache's directories, the system's.
   std::vector<std::pair<std::string, std::string_view>> dirs;
   for (const auto& dir : view.rpath) dirs.emplace_back(dir, "DT_RPATH");
-  const char* original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH");
-  if (original == nullptr) original = std::getenv("LD_LIBRARY_PATH");
-  if (original != nullptr) {
-    for (auto& dir : split_path_list(original))
+  if (const auto original = program_library_path()) {
+    for (auto& dir : split_path_list(*original))
       dirs.emplace_back(std::move(dir), "LD_LIBRARY_PATH");
   }
   for (const auto& dir : view.runpath) dirs.emplace_back(dir, "DT_RUNPATH");

@@ -1,17 +1,19 @@
 // What `cucore run` (tools/cucore/run_command.cpp, dropin_check.cpp) and its drop-ins read of the
 // environment alike, so that the command and the libraries it puts in a program's way agree:
-// CUCORE_LOG, a loader path list, the loader cache's directories. Header-only: the drop-in engines
-// and the CLI are separate binaries.
+// CUCORE_LOG, the program's loader path, a loader path list, the loader cache's directories.
+// Header-only: the drop-in engines and the CLI are separate binaries.
 #pragma once
 
 #include <glob.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "cucore/log.hpp"
 
 namespace cucore::dropin {
@@ -19,14 +21,16 @@ namespace cucore::dropin {
 // The level from which messages are said, from CUCORE_LOG: unset, "", "0", "off" or "none":
 // silent (99); "error"; "warning", "1" or any other value; "info"; "debug".
 inline int log_threshold_from_environment() {
-  const char* value = std::getenv("CUCORE_LOG");
-  if (value == nullptr) return 99;
-  const std::string_view v(value);
-  if (v.empty() || v == "0" || v == "off" || v == "none") return 99;
-  if (v == "debug") return static_cast<int>(log_level::debug);
-  if (v == "info") return static_cast<int>(log_level::info);
-  if (v == "error") return static_cast<int>(log_level::error);
-  return static_cast<int>(log_level::warning);
+  const auto level = env::log_threshold();
+  return level ? static_cast<int>(*level) : 99;
+}
+
+// The program's own loader path: $CUCORE_RUN_LD_LIBRARY_PATH, which an outer `cucore run` set (even
+// empty, it is the program's), else $LD_LIBRARY_PATH; nullopt when neither is set.
+inline std::optional<std::string_view> program_library_path() {
+  if (const auto kept = env::text_even_empty(env::variable::run_ld_library_path)) return kept;
+  if (const char* own = std::getenv("LD_LIBRARY_PATH")) return std::string_view(own);
+  return std::nullopt;
 }
 
 // The elements of a ':'-separated list (LD_LIBRARY_PATH, PATH). An empty element is the current

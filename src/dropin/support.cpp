@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 
+#include "common/environment.hpp"
 #include "cucore/cache/open.hpp"
 
 namespace cucore::dropin {
@@ -66,8 +67,7 @@ program_cache* process_cache() noexcept {
   // Leaked on purpose: programs may compile from static destructors and other threads at exit.
   static program_cache* cache = []() -> program_cache* {
     install_log_handler();
-    const char* spec_value = std::getenv("CUCORE_RUN_CACHE");
-    const std::string spec = spec_value ? spec_value : "";
+    const std::string spec(env::text(env::variable::run_cache).value_or(""));
     if (spec == "none" || spec == "off") {
       note(log_level::info, "CUCORE_RUN_CACHE=" + spec + ": every compile goes to the library");
       return nullptr;
@@ -76,9 +76,7 @@ program_cache* process_cache() noexcept {
       // No fsync unless CUCORE_CACHE_FSYNC asks: a power loss costs a later miss, never a wrong
       // entry (each is checksummed), and a miss then costs the program little more than NVRTC.
       open_cache_options options;
-      if (const char* fsync = std::getenv("CUCORE_CACHE_FSYNC"); fsync == nullptr || !*fsync) {
-        options.fsync = false;
-      }
+      if (!env::text(env::variable::cache_fsync)) options.fsync = false;
       auto opened = open_program_cache(spec, options);
       if (!opened) return nullptr;
       note(log_level::debug, "cache: " + opened->description());
