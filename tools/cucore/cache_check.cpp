@@ -19,6 +19,7 @@
 
 #include "cache_spec.hpp"
 #include "commands.hpp"
+#include "common/environment.hpp"
 #include "cucore/log.hpp"
 #include "cucore/object_code.hpp"
 #include "json_output.hpp"
@@ -59,9 +60,7 @@ std::string kind_of(const struct stat& st) {
 
 // Where the default cache's directory comes from.
 std::string default_source() {
-  if (const char* v = std::getenv("CUCORE_CACHE_DIR"); v != nullptr && *v) {
-    return "$CUCORE_CACHE_DIR";
-  }
+  if (env::text(env::variable::cache_dir)) return "$CUCORE_CACHE_DIR";
   if (const char* v = std::getenv("XDG_CACHE_HOME"); v != nullptr && *v) {
     return "$XDG_CACHE_HOME/cucore";
   }
@@ -307,10 +306,8 @@ int cache_check(const arguments& args) {
       backend += "+" + parsed->remote_backend;
     out["path"] = path.empty() ? json(nullptr) : json(path.string());
     if (parsed->remote) out["remote"] = *parsed->remote;
-    const bool shared = args.has(shared_cache_option.name) || [] {
-      const char* v = std::getenv("CUCORE_CACHE_SHARED");
-      return v != nullptr && std::string_view(v) == "1";
-    }();
+    const bool shared =
+        args.has(shared_cache_option.name) || env::text(env::variable::cache_shared) == "1";
     if (dir || parsed->local == kind::sqlite) {
       if (auto where = check_location(path, dir, findings)) {
         check_writable(*where, findings);

@@ -20,6 +20,7 @@
 #include "cache_spec.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "common/environment.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "dropin/run_environment.hpp"
@@ -58,13 +59,14 @@ std::filesystem::path dropin_directory() {
     std::error_code ec;
     return fs::is_regular_file(dir / "libnvrtc.so.13", ec);
   };
-  if (const char* chosen = std::getenv("CUCORE_RUN_LIBS"); chosen != nullptr && *chosen) {
-    if (!has_dropins(chosen)) {
-      throw error("CUCORE_RUN_LIBS=\"" + std::string(chosen) +
+  if (const auto chosen = env::text(env::variable::run_libs)) {
+    const fs::path dir(*chosen);
+    if (!has_dropins(dir)) {
+      throw error("CUCORE_RUN_LIBS=\"" + std::string(*chosen) +
                   "\" has no libnvrtc.so.13: point it at the directory cucore's drop-in "
                   "libraries were installed to (PREFIX/lib/cucore-run), or unset it");
     }
-    return fs::path(chosen);
+    return dir;
   }
   std::error_code ec;
   const fs::path self = fs::canonical("/proc/self/exe", ec);
@@ -207,9 +209,7 @@ std::vector<std::pair<std::string, std::string>> run_environment(
   std::vector<std::pair<std::string, std::string>> vars;
   // The program's own library path, for the drop-ins' search for the real libraries (kept from an
   // outer `cucore run`).
-  const std::string original = std::getenv("CUCORE_RUN_LD_LIBRARY_PATH") != nullptr
-                                   ? env_or_empty("CUCORE_RUN_LD_LIBRARY_PATH")
-                                   : env_or_empty("LD_LIBRARY_PATH");
+  const std::string original(dropin::program_library_path().value_or(""));
   std::vector<dropin_plan> plans(std::size(dropin_sonames));
   int nvrtc_major = 13, nvjitlink_major = 13;
   const auto leave_out = [&](std::size_t i, const std::string& why) {
@@ -318,11 +318,11 @@ std::vector<std::pair<std::string, std::string>> run_environment(
     vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
   } else if (args.has(no_server_option.name)) {
     vars.emplace_back("CUCORE_COMPILE_SERVER", "off");
-  } else if (env_or_empty("CUCORE_COMPILE_SERVER").empty()) {
+  } else if (!env::text(env::variable::compile_server)) {
     vars.emplace_back("CUCORE_COMPILE_SERVER", "on");
   }
   // A drop-in that starts the server (CUCORE_COMPILE_SERVER=on) runs this very cucore.
-  if (const char* own = std::getenv("CUCORE_SERVER_PROGRAM"); own == nullptr || *own == '\0') {
+  if (!env::text(env::variable::server_program)) {
     std::error_code ec;
     const auto self = std::filesystem::canonical("/proc/self/exe", ec);
     if (!ec) vars.emplace_back("CUCORE_SERVER_PROGRAM", self.string());
