@@ -17,15 +17,15 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "dropin/forwarding.hpp"
+#include "dropin/program_table.hpp"
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "key/observation_gate.hpp"
@@ -33,7 +33,6 @@
 #include "observe/compiler_observer.hpp"
 #include "program/nvrtc_option_table.hpp"
 
-#define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR
 #define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
 #endif
@@ -50,47 +49,19 @@ struct real_nvjitlink {
 };
 
 const real_nvjitlink* load_real() noexcept {
-  try {
-    dropin::install_log_handler();
-    // The .so.12 drop-in's override is CUCORE_RUN_NVJITLINK12 (`cucore run --nvjitlink` sets the
-    // one of the file's major), so that one file never serves both.
-    static const auto spec = dropin::dropin_spec(toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR);
-    std::vector<std::string> searched;
-    const auto path = dropin::find_real_library(
-        spec, CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK",
-        reinterpret_cast<const void*>(&load_real), searched,
-        dropin::wheel_dirs(toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR));
-    if (!path) {
-      std::string list;
-      for (const auto& s : searched) list += "\n  " + s;
-      dropin::report_once(
-          "nvjitlink",
-          "cucore run: no real libnvJitLink.so." + std::to_string(CUCORE_DROPIN_MAJOR) +
-              " to forward to (set " +
-              (CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK") +
-              "=/path/to/the/library, or CUDA_HOME); looked at:" + list);
-      return nullptr;
-    }
-    const auto& table = detail::nvjitlink_table();
-    if (!table.api) {
-      dropin::report_once("nvjitlink", "cucore run: cannot use the real nvJitLink " + *path + ": " +
-                                           table.status.error);
-      return nullptr;
-    }
-    auto* r = new real_nvjitlink;
-    r->api = table.api.get();
-    const auto& lib = *table.api->library;
-    r->AddFile = reinterpret_cast<decltype(r->AddFile)>(lib.symbol("nvJitLinkAddFile"));
-    r->API = reinterpret_cast<decltype(r->API)>(lib.symbol("__nvJitLinkAPI"));
-    if (const auto id = detail::identify_file(lib.path())) {
-      r->file_size = static_cast<std::int64_t>(id->size);
-    }
-    dropin::note(log_level::debug, "forwarding to " + lib.path());
-    return r;
-  } catch (...) {
-    dropin::report_once("nvjitlink", "cucore run: cannot load the real nvJitLink");
-    return nullptr;
-  }
+  // The .so.12 drop-in's override is CUCORE_RUN_NVJITLINK12 (`cucore run --nvjitlink` sets the
+  // one of the file's major), so that one file never serves both.
+  return dropin::load_real_library<real_nvjitlink>(
+      toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR,
+      {"nvjitlink", "nvJitLink",
+       CUCORE_DROPIN_MAJOR == 12 ? "libnvJitLink.so.12" : "libnvJitLink.so.13",
+       CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK", "the library",
+       "cucore run: cannot load the real nvJitLink"},
+      &detail::nvjitlink_table, reinterpret_cast<const void*>(&load_real),
+      [](real_nvjitlink& r, const detail::shared_library& lib) {
+        r.AddFile = reinterpret_cast<decltype(r.AddFile)>(lib.symbol("nvJitLinkAddFile"));
+        r.API = reinterpret_cast<decltype(r.API)>(lib.symbol("__nvJitLinkAPI"));
+      });
 }
 
 const real_nvjitlink* real() noexcept {
@@ -100,12 +71,8 @@ const real_nvjitlink* real() noexcept {
 
 constexpr nvJitLinkResult kNoLibrary = NVJITLINK_ERROR_INTERNAL;
 
-struct output {
-  nvJitLinkResult size_code = NVJITLINK_SUCCESS;
-  std::size_t size = 0;
-  nvJitLinkResult get_code = NVJITLINK_SUCCESS;
-  std::string bytes;
-};
+using output = dropin::recorded_output<nvJitLinkResult>;
+static_assert(NVJITLINK_SUCCESS == 0);  // what dropin::recorded_output takes for success
 
 // Cubin, PTX, error log, info log.
 struct recorded_link {
@@ -119,20 +86,7 @@ struct recorded_link {
 
 constexpr std::string_view kEntryMagic = "cucore-dropin-nvjitlink-entry-1";
 
-template <class Size, class Get>
-output record_output(nvJitLinkHandle handle, Size get_size, Get get) {
-  output o;
-  o.size_code = get_size(handle, &o.size);
-  if (o.size_code != NVJITLINK_SUCCESS) {
-    o.size = 0;
-    o.get_code = o.size_code;
-    return o;
-  }
-  std::string buffer(o.size + 1, '\0');
-  o.get_code = get(handle, buffer.data());
-  if (o.get_code == NVJITLINK_SUCCESS) o.bytes = buffer.substr(0, o.size);
-  return o;
-}
+using dropin::record_output;
 
 recorded_link record(const real_nvjitlink& r, nvJitLinkHandle handle) {
   const auto& api = *r.api;
@@ -154,37 +108,19 @@ recorded_link record(const real_nvjitlink& r, nvJitLinkHandle handle) {
 std::vector<std::byte> serialize(const recorded_link& link) {
   dropin::record_writer w(kEntryMagic);
   w.number(link.complete);
-  for (const auto& o : link.outputs) {
-    w.number(o.size_code);
-    w.number(static_cast<std::int64_t>(o.size));
-    w.number(o.get_code);
-    w.bytes(o.bytes);
-  }
+  for (const auto& o : link.outputs) dropin::write_output(w, o);
   // Appended, so that a record without it (an older drop-in's) still reads.
-  if (link.ltoir) {
-    w.number(link.ltoir->size_code);
-    w.number(static_cast<std::int64_t>(link.ltoir->size));
-    w.number(link.ltoir->get_code);
-    w.bytes(link.ltoir->bytes);
-  }
+  if (link.ltoir) dropin::write_output(w, *link.ltoir);
   return w.take();
 }
 
 recorded_link deserialize(std::span<const std::byte> data) {
   dropin::record_reader r(data, kEntryMagic);
   recorded_link link;
-  link.complete = static_cast<nvJitLinkResult>(r.number());
-  const auto read = [&r](output& o) {
-    o.size_code = static_cast<nvJitLinkResult>(r.number());
-    o.size = static_cast<std::size_t>(r.number());
-    o.get_code = static_cast<nvJitLinkResult>(r.number());
-    o.bytes = std::string(r.bytes());
-    if (o.get_code == NVJITLINK_SUCCESS && o.bytes.size() != o.size) {
-      throw dropin::format_error{};
-    }
-  };
-  for (auto& o : link.outputs) read(o);
-  if (!r.done()) read(link.ltoir.emplace());
+  const auto code = [](std::int64_t value) { return static_cast<nvJitLinkResult>(value); };
+  link.complete = code(r.number());
+  for (auto& o : link.outputs) o = dropin::read_output<output>(r, code);
+  if (!r.done()) link.ltoir = dropin::read_output<output>(r, code);
   if (!r.done()) throw dropin::format_error{};
   return link;
 }
@@ -200,51 +136,7 @@ struct link_state {
   nvJitLinkResult real_complete_result = NVJITLINK_SUCCESS;
 };
 
-struct link_table {
-  std::mutex mutex;
-  std::unordered_map<nvJitLinkHandle, std::shared_ptr<link_state>> links;
-};
-
-link_table& table() {
-  static auto* t = new link_table;
-  return *t;
-}
-
-std::shared_ptr<link_state> state_of(nvJitLinkHandle handle) noexcept {
-  if (handle == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.links.find(handle);
-    return it == t.links.end() ? nullptr : it->second;
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-void remember(nvJitLinkHandle handle, std::shared_ptr<link_state> state) noexcept {
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    t.links[handle] = std::move(state);
-  } catch (...) {
-  }
-}
-
-std::shared_ptr<link_state> forget(nvJitLinkHandle handle) noexcept {
-  if (handle == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.links.find(handle);
-    if (it == t.links.end()) return nullptr;
-    auto state = std::move(it->second);
-    t.links.erase(it);
-    return state;
-  } catch (...) {
-    return nullptr;
-  }
-}
+using programs = dropin::program_table<nvJitLinkHandle, link_state>;
 
 void record_input(link_state& s, nvJitLinkInputType type, const void* data, std::size_t size,
                   const char* name) {
@@ -341,24 +233,18 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
   }
 }
 
-template <int Index, class Size>
-nvJitLinkResult answer_size(nvJitLinkHandle handle, size_t* size, Size real_size) {
-  if (auto s = state_of(handle); s && s->hit && size != nullptr) {
-    const output& o = s->hit->outputs[Index];
-    if (o.size_code == NVJITLINK_SUCCESS) *size = o.size;
-    return o.size_code;
+// nvJitLink 13.3+. A hit whose record has no linked LTO-IR (an older drop-in's) completes the real
+// link once, every input having been forwarded to it, and the getters go to it: never an answer
+// from a handle that was not completed. The failure of that link, when it fails.
+std::optional<nvJitLinkResult> complete_real_for(const real_nvjitlink& r, nvJitLinkHandle handle,
+                                                 link_state& s) noexcept {
+  if (!s.real_completed) {
+    s.real_complete_result = r.api->nvJitLinkComplete(handle);
+    s.real_completed = true;
+    dropin::note(log_level::info, "completed a link for the linked LTO-IR its entry lacks");
   }
-  return real_size(handle, size);
-}
-
-template <int Index, class Get, class Ptr>
-nvJitLinkResult answer_bytes(nvJitLinkHandle handle, Ptr out, Get real_get) {
-  if (auto s = state_of(handle); s && s->hit && out != nullptr) {
-    const output& o = s->hit->outputs[Index];
-    if (o.get_code == NVJITLINK_SUCCESS) std::memcpy(out, o.bytes.data(), o.bytes.size());
-    return o.get_code;
-  }
-  return real_get(handle, out);
+  if (s.real_complete_result != NVJITLINK_SUCCESS) return s.real_complete_result;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -412,7 +298,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, ui
   const nvJitLinkResult result =
       r->api->nvJitLinkCreate(handle, num_options, const_cast<const char**>(options));
   if (result == NVJITLINK_SUCCESS && state && handle != nullptr && *handle != nullptr) {
-    remember(*handle, std::move(state));
+    programs::remember(*handle, std::move(state));
   }
   return result;
 }
@@ -420,11 +306,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, ui
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkDestroy_13_0(nvJitLinkHandle* handle) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  const nvJitLinkHandle h = handle != nullptr ? *handle : nullptr;
-  auto state = forget(h);
-  const nvJitLinkResult result = r->api->nvJitLinkDestroy(handle);
-  if (result != NVJITLINK_SUCCESS && state) remember(h, std::move(state));
-  return result;
+  return programs::destroy(handle, r->api->nvJitLinkDestroy, NVJITLINK_SUCCESS);
 }
 
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddData_13_0(nvJitLinkHandle handle,
@@ -434,7 +316,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddData_13_0(nvJitLinkHandle handle,
   if (r == nullptr) return kNoLibrary;
   const nvJitLinkResult result = r->api->nvJitLinkAddData(handle, type, data, size, name);
   if (result == NVJITLINK_SUCCESS) {
-    if (auto s = state_of(handle)) {
+    if (auto s = programs::state_of(handle)) {
       try {
         record_input(*s, type, data, size, name);
       } catch (...) {
@@ -462,7 +344,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddFile_13_0(nvJitLinkHandle handle,
   }
   const nvJitLinkResult result = r->AddFile(handle, type, file_name);
   if (result == NVJITLINK_SUCCESS) {
-    if (auto s = state_of(handle)) {
+    if (auto s = programs::state_of(handle)) {
       try {
         if (!bytes) {
           s->uncacheable = "an input file cucore cannot read";
@@ -480,7 +362,7 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkAddFile_13_0(nvJitLinkHandle handle,
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkComplete_13_0(nvJitLinkHandle handle) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  auto state = state_of(handle);
+  auto state = programs::state_of(handle);
   if (!state) return r->api->nvJitLinkComplete(handle);
   state->hit.reset();
   state->real_completed = false;
@@ -491,109 +373,24 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkComplete_13_0(nvJitLinkHandle handle) {
   }
 }
 
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedCubinSize_13_0(nvJitLinkHandle handle,
-                                                                 size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<0>(handle, size, r->api->nvJitLinkGetLinkedCubinSize) : kNoLibrary;
-}
+// Kind's getter pair (__nvJitLinkGet<Kind>Size_13_0, __nvJitLinkGet<Kind>_13_0), answered from the
+// record's `member` on a hit.
+#define CUCORE_LINK_GETTERS(Kind, Out, member)                                                 \
+  CUCORE_DROPIN_GETTER_PAIR(nvJitLinkResult, nvJitLinkHandle, __nvJitLinkGet##Kind##Size_13_0, \
+                            __nvJitLinkGet##Kind##_13_0, Out, member,                          \
+                            r->api->nvJitLinkGet##Kind##Size, r->api->nvJitLinkGet##Kind,      \
+                            complete_real_for)
 
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedCubin_13_0(nvJitLinkHandle handle, void* cubin) {
-  const auto* r = real();
-  return r ? answer_bytes<0>(handle, cubin, r->api->nvJitLinkGetLinkedCubin) : kNoLibrary;
-}
+CUCORE_LINK_GETTERS(LinkedCubin, void*, outputs[0])
+CUCORE_LINK_GETTERS(LinkedPtx, char*, outputs[1])
+CUCORE_LINK_GETTERS(ErrorLog, char*, outputs[2])
+CUCORE_LINK_GETTERS(InfoLog, char*, outputs[3])
+CUCORE_LINK_GETTERS(LinkedLTOIR, void*, ltoir)  // nvJitLink 13.3+
 
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedPtxSize_13_0(nvJitLinkHandle handle,
-                                                               size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<1>(handle, size, r->api->nvJitLinkGetLinkedPtxSize) : kNoLibrary;
-}
+#undef CUCORE_LINK_GETTERS
 
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedPtx_13_0(nvJitLinkHandle handle, char* ptx) {
-  const auto* r = real();
-  return r ? answer_bytes<1>(handle, ptx, r->api->nvJitLinkGetLinkedPtx) : kNoLibrary;
-}
+CUCORE_DROPIN_FORWARD(nvJitLinkResult, nvJitLinkVersion, (unsigned int* major, unsigned int* minor),
+                      (major, minor), r->api->nvJitLinkVersion, kNoLibrary)
+CUCORE_DROPIN_FORWARD(void*, __nvJitLinkAPI, (int magic), (magic), r->API, nullptr)
 
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetErrorLogSize_13_0(nvJitLinkHandle handle,
-                                                              size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<2>(handle, size, r->api->nvJitLinkGetErrorLogSize) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetErrorLog_13_0(nvJitLinkHandle handle, char* log) {
-  const auto* r = real();
-  return r ? answer_bytes<2>(handle, log, r->api->nvJitLinkGetErrorLog) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLogSize_13_0(nvJitLinkHandle handle, size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<3>(handle, size, r->api->nvJitLinkGetInfoLogSize) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetInfoLog_13_0(nvJitLinkHandle handle, char* log) {
-  const auto* r = real();
-  return r ? answer_bytes<3>(handle, log, r->api->nvJitLinkGetInfoLog) : kNoLibrary;
-}
-
-// nvJitLink 13.3+. A hit whose record has no linked LTO-IR (an older drop-in's) completes the real
-// link once, every input having been forwarded to it, and the getters go to it: never an answer
-// from a handle that was not completed.
-namespace {
-
-template <class FromRecord, class FromReal>
-nvJitLinkResult answer_ltoir(const real_nvjitlink& r, nvJitLinkHandle handle, bool given,
-                             FromRecord from_record, FromReal from_real) {
-  if (auto s = state_of(handle); s && s->hit && given) {
-    if (s->hit->ltoir) return from_record(*s->hit->ltoir);
-    if (!s->real_completed) {
-      s->real_complete_result = r.api->nvJitLinkComplete(handle);
-      s->real_completed = true;
-      dropin::note(log_level::info, "completed a link for the linked LTO-IR its entry lacks");
-    }
-    if (s->real_complete_result != NVJITLINK_SUCCESS) return s->real_complete_result;
-  }
-  return from_real();
-}
-
-}  // namespace
-
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedLTOIRSize_13_0(nvJitLinkHandle handle,
-                                                                 size_t* size) {
-  const auto* r = real();
-  if (r == nullptr || r->api->nvJitLinkGetLinkedLTOIRSize == nullptr) return kNoLibrary;
-  return answer_ltoir(
-      *r, handle, size != nullptr,
-      [&](const output& o) {
-        if (o.size_code == NVJITLINK_SUCCESS) *size = o.size;
-        return o.size_code;
-      },
-      [&] { return r->api->nvJitLinkGetLinkedLTOIRSize(handle, size); });
-}
-
-CUCORE_EXPORT nvJitLinkResult __nvJitLinkGetLinkedLTOIR_13_0(nvJitLinkHandle handle, void* ltoir) {
-  const auto* r = real();
-  if (r == nullptr || r->api->nvJitLinkGetLinkedLTOIR == nullptr) return kNoLibrary;
-  return answer_ltoir(
-      *r, handle, ltoir != nullptr,
-      [&](const output& o) {
-        if (o.get_code == NVJITLINK_SUCCESS) std::memcpy(ltoir, o.bytes.data(), o.bytes.size());
-        return o.get_code;
-      },
-      [&] { return r->api->nvJitLinkGetLinkedLTOIR(handle, ltoir); });
-}
-
-CUCORE_EXPORT nvJitLinkResult nvJitLinkVersion(unsigned int* major, unsigned int* minor) {
-  const auto* r = real();
-  return r ? r->api->nvJitLinkVersion(major, minor) : kNoLibrary;
-}
-
-CUCORE_EXPORT void* __nvJitLinkAPI(int magic) {
-  const auto* r = real();
-  return r && r->API ? r->API(magic) : nullptr;
-}
-
-// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
-// implement go straight to it, and a name it lacks makes the shim answer an error.
-CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
-  const auto* r = real();
-  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
-}
+CUCORE_DROPIN_REAL_SYMBOL()

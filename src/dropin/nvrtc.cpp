@@ -17,20 +17,19 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
-#include <mutex>
-#include <new>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/trace.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/error.hpp"
+#include "dropin/forwarding.hpp"
+#include "dropin/nvrtc_entry.hpp"
 #include "dropin/nvrtc_options.hpp"
+#include "dropin/program_table.hpp"
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "loader/libraries.hpp"
@@ -38,7 +37,6 @@
 #include "server/client.hpp"
 #include "server/nvrtc_record.hpp"
 
-#define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR
 #define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
 #endif
@@ -64,54 +62,26 @@ struct real_nvrtc {
 };
 
 const real_nvrtc* load_real() noexcept {
-  try {
-    dropin::install_log_handler();
-    // The .so.12 drop-in's override is CUCORE_RUN_NVRTC12 (`cucore run --nvrtc` sets the one of
-    // the file's major), so that one file never serves both.
-    static const auto spec = dropin::dropin_spec(toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR);
-    std::vector<std::string> searched;
-    const auto path = dropin::find_real_library(
-        spec, CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC",
-        reinterpret_cast<const void*>(&load_real), searched,
-        dropin::wheel_dirs(toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR));
-    if (!path) {
-      std::string list;
-      for (const auto& s : searched) list += "\n  " + s;
-      dropin::report_once(
-          "nvrtc", "cucore run: no real libnvrtc.so." + std::to_string(CUCORE_DROPIN_MAJOR) +
-                       " to forward to (set " +
-                       (CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC") +
-                       "=/path/to/the/library, or CUDA_HOME); looked at:" + list);
-      return nullptr;
-    }
-    const auto& table = detail::nvrtc_table();
-    if (!table.api) {
-      dropin::report_once(
-          "nvrtc", "cucore run: cannot use the real NVRTC " + *path + ": " + table.status.error);
-      return nullptr;
-    }
-    auto* r = new real_nvrtc;
-    r->api = table.api.get();
-    const auto& lib = *table.api->library;
-    r->GetOptiXIRSize =
-        reinterpret_cast<decltype(r->GetOptiXIRSize)>(lib.symbol("nvrtcGetOptiXIRSize"));
-    r->GetOptiXIR = reinterpret_cast<decltype(r->GetOptiXIR)>(lib.symbol("nvrtcGetOptiXIR"));
-    r->GetNumSupportedArchs = reinterpret_cast<decltype(r->GetNumSupportedArchs)>(
-        lib.symbol("nvrtcGetNumSupportedArchs"));
-    r->GetSupportedArchs =
-        reinterpret_cast<decltype(r->GetSupportedArchs)>(lib.symbol("nvrtcGetSupportedArchs"));
-    r->SetFlowCallback =
-        reinterpret_cast<decltype(r->SetFlowCallback)>(lib.symbol("nvrtcSetFlowCallback"));
-    r->CPEx = reinterpret_cast<cpex_fn>(lib.symbol("__nvrtcCPEx"));
-    if (const auto id = detail::identify_file(lib.path())) {
-      r->file_size = static_cast<std::int64_t>(id->size);
-    }
-    dropin::note(log_level::debug, "forwarding to " + lib.path());
-    return r;
-  } catch (...) {
-    dropin::report_once("nvrtc", "cucore run: cannot load the real NVRTC (out of memory?)");
-    return nullptr;
-  }
+  // The .so.12 drop-in's override is CUCORE_RUN_NVRTC12 (`cucore run --nvrtc` sets the one of
+  // the file's major), so that one file never serves both.
+  return dropin::load_real_library<real_nvrtc>(
+      toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR,
+      {"nvrtc", "NVRTC", CUCORE_DROPIN_MAJOR == 12 ? "libnvrtc.so.12" : "libnvrtc.so.13",
+       CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC", "the library",
+       "cucore run: cannot load the real NVRTC (out of memory?)"},
+      &detail::nvrtc_table, reinterpret_cast<const void*>(&load_real),
+      [](real_nvrtc& r, const detail::shared_library& lib) {
+        r.GetOptiXIRSize =
+            reinterpret_cast<decltype(r.GetOptiXIRSize)>(lib.symbol("nvrtcGetOptiXIRSize"));
+        r.GetOptiXIR = reinterpret_cast<decltype(r.GetOptiXIR)>(lib.symbol("nvrtcGetOptiXIR"));
+        r.GetNumSupportedArchs = reinterpret_cast<decltype(r.GetNumSupportedArchs)>(
+            lib.symbol("nvrtcGetNumSupportedArchs"));
+        r.GetSupportedArchs =
+            reinterpret_cast<decltype(r.GetSupportedArchs)>(lib.symbol("nvrtcGetSupportedArchs"));
+        r.SetFlowCallback =
+            reinterpret_cast<decltype(r.SetFlowCallback)>(lib.symbol("nvrtcSetFlowCallback"));
+        r.CPEx = reinterpret_cast<cpex_fn>(lib.symbol("__nvrtcCPEx"));
+      });
 }
 
 const real_nvrtc* real() noexcept {
@@ -122,83 +92,13 @@ const real_nvrtc* real() noexcept {
 // What the real library says when it cannot be reached.
 constexpr nvrtcResult kNoLibrary = NVRTC_ERROR_INTERNAL_ERROR;
 
-// --- what a compile produced (server/nvrtc_record.hpp) ---------------------------------------
+// --- what a compile produced: its cache entry (dropin/nvrtc_entry.hpp) ----------------------
 
-using output = detail::nvrtc_output;
 using recorded_result = detail::nvrtc_record;
+using dropin::nvrtc_entry::deserialize;
+using dropin::nvrtc_entry::serialize;
 
-constexpr std::string_view kEntryMagic = "cucore-dropin-nvrtc-entry-1";
 constexpr std::string_view kEntryName = "cucore run: NVRTC compile";
-
-// A result code read from an entry: nvrtcResult cannot hold a value past its range (0..31, the
-// smallest bit-field that holds CUDA 13's 0..17) without undefined behaviour, so a damaged
-// entry's is a format error (a miss).
-nvrtcResult result_code(std::int64_t value) {
-  static_assert(NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED <= 31);
-  if (value < 0 || value > 31) throw dropin::format_error{};
-  return static_cast<nvrtcResult>(value);
-}
-
-void write_output(dropin::record_writer& w, const output& o) {
-  w.number(o.size_code);
-  w.number(static_cast<std::int64_t>(o.size));
-  w.number(o.get_code);
-  w.bytes(o.bytes);
-}
-
-output read_output(dropin::record_reader& r) {
-  output o;
-  o.size_code = result_code(r.number());
-  o.size = static_cast<std::size_t>(r.number());
-  o.get_code = result_code(r.number());
-  o.bytes = std::string(r.bytes());
-  if (o.get_code == NVRTC_SUCCESS && o.bytes.size() != o.size) throw dropin::format_error{};
-  return o;
-}
-
-std::vector<std::byte> serialize(const recorded_result& res) {
-  dropin::record_writer w(kEntryMagic);
-  for (const output* o : {&res.ptx, &res.cubin, &res.ltoir, &res.optix, &res.log}) {
-    write_output(w, *o);
-  }
-  w.number(static_cast<std::int64_t>(res.names.size()));
-  for (const auto& n : res.names) {
-    w.bytes(n.expression);
-    w.number(n.code);
-    w.bytes(n.name);
-  }
-  w.number(res.unknown_name_code);
-  w.number(res.add_after_code);
-  w.number(res.pch_status);
-  w.number(res.pch_required_code);
-  w.number(static_cast<std::int64_t>(res.pch_required));
-  // Appended, so that a record without it (an older drop-in's) still reads.
-  if (res.tile) write_output(w, *res.tile);
-  return w.take();
-}
-
-recorded_result deserialize(std::span<const std::byte> data) {
-  dropin::record_reader r(data, kEntryMagic);
-  recorded_result res;
-  for (output* o : {&res.ptx, &res.cubin, &res.ltoir, &res.optix, &res.log}) *o = read_output(r);
-  const auto count = r.number();
-  if (count < 0 || count > 1'000'000) throw dropin::format_error{};
-  for (std::int64_t i = 0; i < count; ++i) {
-    detail::nvrtc_lowered_name n;
-    n.expression = std::string(r.bytes());
-    n.code = result_code(r.number());
-    n.name = std::string(r.bytes());
-    res.names.push_back(std::move(n));
-  }
-  res.unknown_name_code = result_code(r.number());
-  res.add_after_code = result_code(r.number());
-  res.pch_status = result_code(r.number());
-  res.pch_required_code = result_code(r.number());
-  res.pch_required = static_cast<std::size_t>(r.number());
-  if (!r.done()) res.tile = read_output(r);
-  if (!r.done()) throw dropin::format_error{};
-  return res;
-}
 
 // --- programs --------------------------------------------------------------------------------
 
@@ -216,58 +116,7 @@ struct program_state {
   nvrtcResult real_compile_result = NVRTC_SUCCESS;
 };
 
-struct program_table {
-  std::mutex mutex;
-  std::unordered_map<nvrtcProgram, std::shared_ptr<program_state>> programs;
-};
-
-program_table& table() {
-  static auto* t = new program_table;  // leaked: programs may be destroyed during exit
-  return *t;
-}
-
-std::shared_ptr<program_state> state_of(nvrtcProgram prog) noexcept {
-  if (prog == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.programs.find(prog);
-    return it == t.programs.end() ? nullptr : it->second;
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-// The program's state when its last compile was a hit.
-std::shared_ptr<const program_state> hit_of(nvrtcProgram prog) noexcept {
-  auto s = state_of(prog);
-  return s && s->hit ? s : nullptr;
-}
-
-void remember(nvrtcProgram prog, std::shared_ptr<program_state> state) noexcept {
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    t.programs[prog] = std::move(state);
-  } catch (...) {
-    // Without its state the program is simply never cached.
-  }
-}
-
-std::shared_ptr<program_state> forget(nvrtcProgram prog) noexcept {
-  if (prog == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.programs.find(prog);
-    if (it == t.programs.end()) return nullptr;
-    auto state = std::move(it->second);
-    t.programs.erase(it);
-    return state;
-  } catch (...) {
-    return nullptr;
-  }
-}
+using programs = dropin::program_table<nvrtcProgram, program_state>;
 
 std::shared_ptr<program_state> make_state(const char* src, const char* name, int num_headers,
                                           const char* const* headers,
@@ -556,39 +405,56 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   }
 }
 
-nvrtcResult answer_size(const output& o, size_t* size) {
-  if (o.size_code == NVRTC_SUCCESS) *size = o.size;
-  return o.size_code;
-}
-
-nvrtcResult answer_bytes(const output& o, char* out) {
-  if (o.get_code == NVRTC_SUCCESS) std::memcpy(out, o.bytes.data(), o.bytes.size());
-  return o.get_code;
+// A hit whose record has no Tile IR (written by an older drop-in): the real program is compiled
+// with the hit's options, once, and the Tile IR getters go to it. Its result, when it fails.
+std::optional<nvrtcResult> compile_real_for(const real_nvrtc& r, nvrtcProgram prog,
+                                            program_state& s) noexcept {
+  try {
+    if (!s.real_compiled) {
+      std::vector<const char*> options;
+      for (const auto& o : s.options) options.push_back(o.c_str());
+      s.real_compile_result = r.api->nvrtcCompileProgram(
+          prog, static_cast<int>(options.size()), options.empty() ? nullptr : options.data());
+      s.real_compiled = true;
+      dropin::note(log_level::info, "compiled " + s.name + " for the Tile IR its entry lacks");
+    }
+  } catch (...) {
+    return kNoLibrary;  // out of memory: the real program could not be compiled
+  }
+  if (s.real_compile_result != NVRTC_SUCCESS) return s.real_compile_result;
+  return std::nullopt;
 }
 
 }  // namespace
 
 // --- the exported API (src/dropin/nvrtc.map gives each its version node) ----------------------
 
-CUCORE_EXPORT const char* nvrtcGetErrorString(nvrtcResult result) {
-  if (const auto* r = real()) return r->api->nvrtcGetErrorString(result);
-  return "NVRTC_ERROR_INTERNAL_ERROR";
-}
-
-CUCORE_EXPORT nvrtcResult nvrtcVersion(int* major, int* minor) {
-  const auto* r = real();
-  return r ? r->api->nvrtcVersion(major, minor) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int* num_archs) {
-  const auto* r = real();
-  return r && r->GetNumSupportedArchs ? r->GetNumSupportedArchs(num_archs) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvrtcResult nvrtcGetSupportedArchs(int* archs) {
-  const auto* r = real();
-  return r && r->GetSupportedArchs ? r->GetSupportedArchs(archs) : kNoLibrary;
-}
+CUCORE_DROPIN_FORWARD(const char*, nvrtcGetErrorString, (nvrtcResult result), (result),
+                      r->api->nvrtcGetErrorString, "NVRTC_ERROR_INTERNAL_ERROR")
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcVersion, (int* major, int* minor), (major, minor),
+                      r->api->nvrtcVersion, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcGetNumSupportedArchs, (int* num_archs), (num_archs),
+                      r->GetNumSupportedArchs, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcGetSupportedArchs, (int* archs), (archs),
+                      r->GetSupportedArchs, kNoLibrary)
+// Parameter lists, which clang-format would take for expressions.
+// clang-format off
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcGetPCHHeapSize, (size_t* ret), (ret),
+                      r->api->nvrtcGetPCHHeapSize, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcSetPCHHeapSize, (size_t size), (size),
+                      r->api->nvrtcSetPCHHeapSize, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvrtcResult, nvrtcSetFlowCallback,
+                      (nvrtcProgram prog, int (*callback)(void*, void*), void* payload),
+                      (prog, callback, payload), r->SetFlowCallback, kNoLibrary)
+// An undocumented way to create a program, with arguments the key cannot read: forwarded, and the
+// program is never cached (it has no state here).
+CUCORE_DROPIN_FORWARD(nvrtcResult, __nvrtcCPEx,
+                      (nvrtcProgram* prog, const char* src, const char* name, int num_headers,
+                       const char* const* headers, const char* const* include_names,
+                       std::uintptr_t a, std::uintptr_t b, std::uintptr_t c),
+                      (prog, src, name, num_headers, headers, include_names, a, b, c), r->CPEx,
+                      kNoLibrary)
+// clang-format on
 
 CUCORE_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src, const char* name,
                                              int num_headers, const char* const* headers,
@@ -607,39 +473,22 @@ CUCORE_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src
   const nvrtcResult result =
       r->api->nvrtcCreateProgram(prog, src, name, num_headers, headers, include_names);
   if (result == NVRTC_SUCCESS && state && prog != nullptr && *prog != nullptr) {
-    remember(*prog, std::move(state));
+    programs::remember(*prog, std::move(state));
   }
   return result;
-}
-
-CUCORE_EXPORT nvrtcResult __nvrtcCPEx(nvrtcProgram* prog, const char* src, const char* name,
-                                      int num_headers, const char* const* headers,
-                                      const char* const* include_names, std::uintptr_t a,
-                                      std::uintptr_t b, std::uintptr_t c) {
-  // An undocumented way to create a program, with arguments the key cannot read: forwarded, and the
-  // program is never cached (it has no state here).
-  const auto* r = real();
-  if (r == nullptr || r->CPEx == nullptr) return kNoLibrary;
-  return r->CPEx(prog, src, name, num_headers, headers, include_names, a, b, c);
 }
 
 CUCORE_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  // Forgotten before the real call frees the handle (another thread may be handed the same
-  // address at once), and remembered again if the real call refuses it.
-  const nvrtcProgram handle = prog != nullptr ? *prog : nullptr;
-  auto state = forget(handle);
-  const nvrtcResult result = r->api->nvrtcDestroyProgram(prog);
-  if (result != NVRTC_SUCCESS && state) remember(handle, std::move(state));
-  return result;
+  return programs::destroy(prog, r->api->nvrtcDestroyProgram, NVRTC_SUCCESS);
 }
 
 CUCORE_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options,
                                               const char* const* options) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  auto state = state_of(prog);
+  auto state = programs::state_of(prog);
   if (!state) return r->api->nvrtcCompileProgram(prog, num_options, options);
   state->hit.reset();
   state->options.clear();
@@ -652,85 +501,26 @@ CUCORE_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options
   }
 }
 
-#define CUCORE_OUTPUT_GETTERS(Kind, member, real_size, real_get)                    \
-  CUCORE_EXPORT nvrtcResult nvrtcGet##Kind##Size(nvrtcProgram prog, size_t* size) { \
-    const auto* r = real();                                                         \
-    if (r == nullptr || (real_size) == nullptr) return kNoLibrary;                  \
-    if (const auto s = hit_of(prog); s != nullptr && size != nullptr) {             \
-      return answer_size(s->hit->member, size);                                     \
-    }                                                                               \
-    return (real_size)(prog, size);                                                 \
-  }                                                                                 \
-  CUCORE_EXPORT nvrtcResult nvrtcGet##Kind(nvrtcProgram prog, char* out) {          \
-    const auto* r = real();                                                         \
-    if (r == nullptr || (real_get) == nullptr) return kNoLibrary;                   \
-    if (const auto s = hit_of(prog); s != nullptr && out != nullptr) {              \
-      return answer_bytes(s->hit->member, out);                                     \
-    }                                                                               \
-    return (real_get)(prog, out);                                                   \
-  }
+// Kind's getter pair (nvrtcGet<Kind>Size, nvrtcGet<Kind>), answered from the record's `member` on
+// a hit.
+#define CUCORE_NVRTC_GETTERS(Kind, member, real_size, real_get)                              \
+  CUCORE_DROPIN_GETTER_PAIR(nvrtcResult, nvrtcProgram, nvrtcGet##Kind##Size, nvrtcGet##Kind, \
+                            char*, member, real_size, real_get, compile_real_for)
 
-CUCORE_OUTPUT_GETTERS(PTX, ptx, r->api->nvrtcGetPTXSize, r->api->nvrtcGetPTX)
-CUCORE_OUTPUT_GETTERS(CUBIN, cubin, r->api->nvrtcGetCUBINSize, r->api->nvrtcGetCUBIN)
-CUCORE_OUTPUT_GETTERS(LTOIR, ltoir, r->api->nvrtcGetLTOIRSize, r->api->nvrtcGetLTOIR)
-CUCORE_OUTPUT_GETTERS(OptiXIR, optix, r->GetOptiXIRSize, r->GetOptiXIR)
-CUCORE_OUTPUT_GETTERS(ProgramLog, log, r->api->nvrtcGetProgramLogSize, r->api->nvrtcGetProgramLog)
-
-#undef CUCORE_OUTPUT_GETTERS
-
-namespace {
-
-// A hit whose record has no Tile IR (written by an older drop-in): the real program is compiled
-// with the hit's options, once, and the Tile IR getters go to it. Its result, when it fails.
-std::optional<nvrtcResult> compile_real_for(const real_nvrtc& r, nvrtcProgram prog,
-                                            program_state& s) {
-  if (!s.real_compiled) {
-    std::vector<const char*> options;
-    for (const auto& o : s.options) options.push_back(o.c_str());
-    s.real_compile_result = r.api->nvrtcCompileProgram(prog, static_cast<int>(options.size()),
-                                                       options.empty() ? nullptr : options.data());
-    s.real_compiled = true;
-    dropin::note(log_level::info, "compiled " + s.name + " for the Tile IR its entry lacks");
-  }
-  if (s.real_compile_result != NVRTC_SUCCESS) return s.real_compile_result;
-  return std::nullopt;
-}
-
-}  // namespace
-
+CUCORE_NVRTC_GETTERS(PTX, ptx, r->api->nvrtcGetPTXSize, r->api->nvrtcGetPTX)
+CUCORE_NVRTC_GETTERS(CUBIN, cubin, r->api->nvrtcGetCUBINSize, r->api->nvrtcGetCUBIN)
+CUCORE_NVRTC_GETTERS(LTOIR, ltoir, r->api->nvrtcGetLTOIRSize, r->api->nvrtcGetLTOIR)
+CUCORE_NVRTC_GETTERS(OptiXIR, optix, r->GetOptiXIRSize, r->GetOptiXIR)
+CUCORE_NVRTC_GETTERS(ProgramLog, log, r->api->nvrtcGetProgramLogSize, r->api->nvrtcGetProgramLog)
 // NVRTC 13.1+ (declared here: the nvrtc.h the drop-in builds with may predate them).
-CUCORE_EXPORT nvrtcResult nvrtcGetTileIRSize(nvrtcProgram prog, size_t* size) {
-  const auto* r = real();
-  if (r == nullptr || r->api->nvrtcGetTileIRSize == nullptr) return kNoLibrary;
-  if (auto s = state_of(prog); s != nullptr && s->hit && size != nullptr) {
-    if (s->hit->tile) return answer_size(*s->hit->tile, size);
-    try {
-      if (const auto failed = compile_real_for(*r, prog, *s)) return *failed;
-    } catch (...) {
-      return kNoLibrary;  // out of memory: the real program could not be compiled
-    }
-  }
-  return r->api->nvrtcGetTileIRSize(prog, size);
-}
+CUCORE_NVRTC_GETTERS(TileIR, tile, r->api->nvrtcGetTileIRSize, r->api->nvrtcGetTileIR)
 
-CUCORE_EXPORT nvrtcResult nvrtcGetTileIR(nvrtcProgram prog, char* out) {
-  const auto* r = real();
-  if (r == nullptr || r->api->nvrtcGetTileIR == nullptr) return kNoLibrary;
-  if (auto s = state_of(prog); s != nullptr && s->hit && out != nullptr) {
-    if (s->hit->tile) return answer_bytes(*s->hit->tile, out);
-    try {
-      if (const auto failed = compile_real_for(*r, prog, *s)) return *failed;
-    } catch (...) {
-      return kNoLibrary;
-    }
-  }
-  return r->api->nvrtcGetTileIR(prog, out);
-}
+#undef CUCORE_NVRTC_GETTERS
 
 CUCORE_EXPORT nvrtcResult nvrtcAddNameExpression(nvrtcProgram prog, const char* name_expression) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  auto state = state_of(prog);
+  auto state = programs::state_of(prog);
   if (state && state->hit && name_expression != nullptr) return state->hit->add_after_code;
   const nvrtcResult result = r->api->nvrtcAddNameExpression(prog, name_expression);
   if (result == NVRTC_SUCCESS && state && name_expression != nullptr) {
@@ -747,7 +537,7 @@ CUCORE_EXPORT nvrtcResult nvrtcGetLoweredName(nvrtcProgram prog, const char* nam
                                               const char** lowered_name) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  if (const auto s = hit_of(prog);
+  if (const auto s = programs::hit_of(prog);
       s != nullptr && name_expression != nullptr && lowered_name != nullptr) {
     const auto& hit = *s->hit;
     for (const auto& n : hit.names) {
@@ -761,42 +551,21 @@ CUCORE_EXPORT nvrtcResult nvrtcGetLoweredName(nvrtcProgram prog, const char* nam
   return r->api->nvrtcGetLoweredName(prog, name_expression, lowered_name);
 }
 
-CUCORE_EXPORT nvrtcResult nvrtcGetPCHHeapSize(size_t* ret) {
-  const auto* r = real();
-  return r ? r->api->nvrtcGetPCHHeapSize(ret) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvrtcResult nvrtcSetPCHHeapSize(size_t size) {
-  const auto* r = real();
-  return r ? r->api->nvrtcSetPCHHeapSize(size) : kNoLibrary;
-}
-
 CUCORE_EXPORT nvrtcResult nvrtcGetPCHCreateStatus(nvrtcProgram prog) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  if (const auto s = hit_of(prog)) return s->hit->pch_status;
+  if (const auto s = programs::hit_of(prog)) return s->hit->pch_status;
   return r->api->nvrtcGetPCHCreateStatus(prog);
 }
 
 CUCORE_EXPORT nvrtcResult nvrtcGetPCHHeapSizeRequired(nvrtcProgram prog, size_t* size) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  if (const auto s = hit_of(prog); s != nullptr && size != nullptr) {
+  if (const auto s = programs::hit_of(prog); s != nullptr && size != nullptr) {
     if (s->hit->pch_required_code == NVRTC_SUCCESS) *size = s->hit->pch_required;
     return s->hit->pch_required_code;
   }
   return r->api->nvrtcGetPCHHeapSizeRequired(prog, size);
 }
 
-CUCORE_EXPORT nvrtcResult nvrtcSetFlowCallback(nvrtcProgram prog, int (*callback)(void*, void*),
-                                               void* payload) {
-  const auto* r = real();
-  return r && r->SetFlowCallback ? r->SetFlowCallback(prog, callback, payload) : kNoLibrary;
-}
-
-// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
-// implement go straight to it, and a name it lacks makes the shim answer an error.
-CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
-  const auto* r = real();
-  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
-}
+CUCORE_DROPIN_REAL_SYMBOL()

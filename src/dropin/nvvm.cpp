@@ -11,22 +11,21 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "dropin/forwarding.hpp"
+#include "dropin/program_table.hpp"
 #include "dropin/support.hpp"
 #include "key/compiler_environment.hpp"
 #include "key/observation_gate.hpp"
 #include "loader/libraries.hpp"
 #include "observe/compiler_observer.hpp"
 
-#define CUCORE_EXPORT extern "C" __attribute__((visibility("default")))
 #ifndef CUCORE_DROPIN_MAJOR
 #define CUCORE_DROPIN_MAJOR 13  // the CUDA major of the real library (src/dropin/CMakeLists.txt)
 #endif
@@ -44,44 +43,18 @@ struct real_nvvm {
 };
 
 const real_nvvm* load_real() noexcept {
-  try {
-    dropin::install_log_handler();
-    static const auto spec = dropin::dropin_spec(toolkit::library::nvvm, CUCORE_DROPIN_MAJOR);
-    std::vector<std::string> searched;
-    const auto path = dropin::find_real_library(
-        spec, "CUCORE_RUN_NVVM", reinterpret_cast<const void*>(&load_real), searched,
-        dropin::wheel_dirs(toolkit::library::nvvm, CUCORE_DROPIN_MAJOR));
-    if (!path) {
-      std::string list;
-      for (const auto& s : searched) list += "\n  " + s;
-      dropin::report_once("nvvm",
-                          "cucore run: no real libnvvm.so.4 to forward to (set "
-                          "CUCORE_RUN_NVVM=/path/to/libnvvm.so.4, or CUDA_HOME); looked at:" +
-                              list);
-      return nullptr;
-    }
-    const auto& table = detail::nvvm_table();
-    if (!table.api) {
-      dropin::report_once(
-          "nvvm", "cucore run: cannot use the real libNVVM " + *path + ": " + table.status.error);
-      return nullptr;
-    }
-    auto* r = new real_nvvm;
-    r->api = table.api.get();
-    const auto& lib = *table.api->library;
-    r->DisableConcurrentAPI =
-        reinterpret_cast<decltype(r->DisableConcurrentAPI)>(lib.symbol("nvvmDisableConcurrentAPI"));
-    r->Handle = reinterpret_cast<decltype(r->Handle)>(lib.symbol("__nvvmHandle"));
-    r->HandleTarget = reinterpret_cast<decltype(r->HandleTarget)>(lib.symbol("__nvvmHandleTarget"));
-    if (const auto id = detail::identify_file(lib.path())) {
-      r->file_size = static_cast<std::int64_t>(id->size);
-    }
-    dropin::note(log_level::debug, "forwarding to " + lib.path());
-    return r;
-  } catch (...) {
-    dropin::report_once("nvvm", "cucore run: cannot load the real libNVVM");
-    return nullptr;
-  }
+  return dropin::load_real_library<real_nvvm>(
+      toolkit::library::nvvm, CUCORE_DROPIN_MAJOR,
+      {"nvvm", "libNVVM", "libnvvm.so.4", "CUCORE_RUN_NVVM", "libnvvm.so.4",
+       "cucore run: cannot load the real libNVVM"},
+      &detail::nvvm_table, reinterpret_cast<const void*>(&load_real),
+      [](real_nvvm& r, const detail::shared_library& lib) {
+        r.DisableConcurrentAPI = reinterpret_cast<decltype(r.DisableConcurrentAPI)>(
+            lib.symbol("nvvmDisableConcurrentAPI"));
+        r.Handle = reinterpret_cast<decltype(r.Handle)>(lib.symbol("__nvvmHandle"));
+        r.HandleTarget =
+            reinterpret_cast<decltype(r.HandleTarget)>(lib.symbol("__nvvmHandleTarget"));
+      });
 }
 
 const real_nvvm* real() noexcept {
@@ -91,56 +64,29 @@ const real_nvvm* real() noexcept {
 
 constexpr nvvmResult kNoLibrary = NVVM_ERROR_INVALID_PROGRAM;
 
-struct output {
-  nvvmResult size_code = NVVM_SUCCESS;
-  std::size_t size = 0;
-  nvvmResult get_code = NVVM_SUCCESS;
-  std::string bytes;
-};
+using output = dropin::recorded_output<nvvmResult>;
+static_assert(NVVM_SUCCESS == 0);  // what dropin::recorded_output takes for success
 
 // The compiled result and the log.
 struct recorded_compile {
   output outputs[2];
 };
 
-constexpr std::string_view kEntryMagic = "cucore-dropin-nvvm-entry-1";
+using dropin::record_output;
 
-template <class Size, class Get>
-output record_output(nvvmProgram prog, Size get_size, Get get) {
-  output o;
-  o.size_code = get_size(prog, &o.size);
-  if (o.size_code != NVVM_SUCCESS) {
-    o.size = 0;
-    o.get_code = o.size_code;
-    return o;
-  }
-  std::string buffer(o.size + 1, '\0');
-  o.get_code = get(prog, buffer.data());
-  if (o.get_code == NVVM_SUCCESS) o.bytes = buffer.substr(0, o.size);
-  return o;
-}
+constexpr std::string_view kEntryMagic = "cucore-dropin-nvvm-entry-1";
 
 std::vector<std::byte> serialize(const recorded_compile& c) {
   dropin::record_writer w(kEntryMagic);
-  for (const auto& o : c.outputs) {
-    w.number(o.size_code);
-    w.number(static_cast<std::int64_t>(o.size));
-    w.number(o.get_code);
-    w.bytes(o.bytes);
-  }
+  for (const auto& o : c.outputs) dropin::write_output(w, o);
   return w.take();
 }
 
 recorded_compile deserialize(std::span<const std::byte> data) {
   dropin::record_reader r(data, kEntryMagic);
   recorded_compile c;
-  for (auto& o : c.outputs) {
-    o.size_code = static_cast<nvvmResult>(r.number());
-    o.size = static_cast<std::size_t>(r.number());
-    o.get_code = static_cast<nvvmResult>(r.number());
-    o.bytes = std::string(r.bytes());
-    if (o.get_code == NVVM_SUCCESS && o.bytes.size() != o.size) throw dropin::format_error{};
-  }
+  const auto code = [](std::int64_t value) { return static_cast<nvvmResult>(value); };
+  for (auto& o : c.outputs) o = dropin::read_output<output>(r, code);
   if (!r.done()) throw dropin::format_error{};
   return c;
 }
@@ -151,55 +97,11 @@ struct program_state {
   std::optional<recorded_compile> hit;
 };
 
-struct program_table {
-  std::mutex mutex;
-  std::unordered_map<nvvmProgram, std::shared_ptr<program_state>> programs;
-};
-
-program_table& table() {
-  static auto* t = new program_table;
-  return *t;
-}
-
-std::shared_ptr<program_state> state_of(nvvmProgram prog) noexcept {
-  if (prog == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.programs.find(prog);
-    return it == t.programs.end() ? nullptr : it->second;
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-void remember(nvvmProgram prog, std::shared_ptr<program_state> state) noexcept {
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    t.programs[prog] = std::move(state);
-  } catch (...) {
-  }
-}
-
-std::shared_ptr<program_state> forget(nvvmProgram prog) noexcept {
-  if (prog == nullptr) return nullptr;
-  try {
-    auto& t = table();
-    std::lock_guard lock(t.mutex);
-    auto it = t.programs.find(prog);
-    if (it == t.programs.end()) return nullptr;
-    auto state = std::move(it->second);
-    t.programs.erase(it);
-    return state;
-  } catch (...) {
-    return nullptr;
-  }
-}
+using programs = dropin::program_table<nvvmProgram, program_state>;
 
 void record_module(nvvmProgram prog, bool lazy, const char* buffer, std::size_t size,
                    const char* name) {
-  auto s = state_of(prog);
+  auto s = programs::state_of(prog);
   if (!s || !s->uncacheable.empty()) return;
   try {
     s->modules.number(lazy ? 1 : 0);
@@ -305,43 +207,23 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
   }
 }
 
-template <int Index, class Size>
-nvvmResult answer_size(nvvmProgram prog, size_t* size, Size real_size) {
-  if (auto s = state_of(prog); s && s->hit && size != nullptr) {
-    const output& o = s->hit->outputs[Index];
-    if (o.size_code == NVVM_SUCCESS) *size = o.size;
-    return o.size_code;
-  }
-  return real_size(prog, size);
-}
-
-template <int Index, class Get>
-nvvmResult answer_bytes(nvvmProgram prog, char* out, Get real_get) {
-  if (auto s = state_of(prog); s && s->hit && out != nullptr) {
-    const output& o = s->hit->outputs[Index];
-    if (o.get_code == NVVM_SUCCESS) std::memcpy(out, o.bytes.data(), o.bytes.size());
-    return o.get_code;
-  }
-  return real_get(prog, out);
-}
-
 }  // namespace
 
-CUCORE_EXPORT const char* nvvmGetErrorString(nvvmResult result) {
-  if (const auto* r = real()) return r->api->nvvmGetErrorString(result);
-  return "NVVM_ERROR_INVALID_PROGRAM";
-}
-
-CUCORE_EXPORT nvvmResult nvvmVersion(int* major, int* minor) {
-  const auto* r = real();
-  return r ? r->api->nvvmVersion(major, minor) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvvmResult nvvmIRVersion(int* major_ir, int* minor_ir, int* major_dbg,
-                                       int* minor_dbg) {
-  const auto* r = real();
-  return r ? r->api->nvvmIRVersion(major_ir, minor_ir, major_dbg, minor_dbg) : kNoLibrary;
-}
+CUCORE_DROPIN_FORWARD(const char*, nvvmGetErrorString, (nvvmResult result), (result),
+                      r->api->nvvmGetErrorString, "NVVM_ERROR_INVALID_PROGRAM")
+CUCORE_DROPIN_FORWARD(nvvmResult, nvvmVersion, (int* major, int* minor), (major, minor),
+                      r->api->nvvmVersion, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvvmResult, nvvmIRVersion,
+                      (int* major_ir, int* minor_ir, int* major_dbg, int* minor_dbg),
+                      (major_ir, minor_ir, major_dbg, minor_dbg), r->api->nvvmIRVersion, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvvmResult, nvvmVerifyProgram,
+                      (nvvmProgram prog, int num_options, const char** options),
+                      (prog, num_options, options), r->api->nvvmVerifyProgram, kNoLibrary)
+CUCORE_DROPIN_FORWARD(nvvmResult, nvvmDisableConcurrentAPI, (), (), r->DisableConcurrentAPI,
+                      kNoLibrary)
+CUCORE_DROPIN_FORWARD(void*, __nvvmHandle, (int id), (id), r->Handle, nullptr)
+CUCORE_DROPIN_FORWARD(void*, __nvvmHandleTarget, (int id, bool flag), (id, flag), r->HandleTarget,
+                      nullptr)
 
 CUCORE_EXPORT nvvmResult nvvmCreateProgram(nvvmProgram* prog) {
   const auto* r = real();
@@ -349,7 +231,7 @@ CUCORE_EXPORT nvvmResult nvvmCreateProgram(nvvmProgram* prog) {
   const nvvmResult result = r->api->nvvmCreateProgram(prog);
   if (result == NVVM_SUCCESS && prog != nullptr && *prog != nullptr) {
     try {
-      remember(*prog, std::make_shared<program_state>());
+      programs::remember(*prog, std::make_shared<program_state>());
     } catch (...) {
     }
   }
@@ -359,11 +241,7 @@ CUCORE_EXPORT nvvmResult nvvmCreateProgram(nvvmProgram* prog) {
 CUCORE_EXPORT nvvmResult nvvmDestroyProgram(nvvmProgram* prog) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  const nvvmProgram handle = prog != nullptr ? *prog : nullptr;
-  auto state = forget(handle);
-  const nvvmResult result = r->api->nvvmDestroyProgram(prog);
-  if (result != NVVM_SUCCESS && state) remember(handle, std::move(state));
-  return result;
+  return programs::destroy(prog, r->api->nvvmDestroyProgram, NVVM_SUCCESS);
 }
 
 CUCORE_EXPORT nvvmResult nvvmAddModuleToProgram(nvvmProgram prog, const char* buffer, size_t size,
@@ -388,7 +266,7 @@ CUCORE_EXPORT nvvmResult nvvmCompileProgram(nvvmProgram prog, int num_options,
                                             const char** options) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  auto state = state_of(prog);
+  auto state = programs::state_of(prog);
   if (!state) return r->api->nvvmCompileProgram(prog, num_options, options);
   state->hit.reset();
   try {
@@ -398,50 +276,11 @@ CUCORE_EXPORT nvvmResult nvvmCompileProgram(nvvmProgram prog, int num_options,
   }
 }
 
-CUCORE_EXPORT nvvmResult nvvmVerifyProgram(nvvmProgram prog, int num_options,
-                                           const char** options) {
-  const auto* r = real();
-  return r ? r->api->nvvmVerifyProgram(prog, num_options, options) : kNoLibrary;
-}
+CUCORE_DROPIN_GETTER_PAIR(nvvmResult, nvvmProgram, nvvmGetCompiledResultSize, nvvmGetCompiledResult,
+                          char*, outputs[0], r->api->nvvmGetCompiledResultSize,
+                          r->api->nvvmGetCompiledResult, dropin::every_output_recorded)
+CUCORE_DROPIN_GETTER_PAIR(nvvmResult, nvvmProgram, nvvmGetProgramLogSize, nvvmGetProgramLog, char*,
+                          outputs[1], r->api->nvvmGetProgramLogSize, r->api->nvvmGetProgramLog,
+                          dropin::every_output_recorded)
 
-CUCORE_EXPORT nvvmResult nvvmGetCompiledResultSize(nvvmProgram prog, size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<0>(prog, size, r->api->nvvmGetCompiledResultSize) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvvmResult nvvmGetCompiledResult(nvvmProgram prog, char* buffer) {
-  const auto* r = real();
-  return r ? answer_bytes<0>(prog, buffer, r->api->nvvmGetCompiledResult) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvvmResult nvvmGetProgramLogSize(nvvmProgram prog, size_t* size) {
-  const auto* r = real();
-  return r ? answer_size<1>(prog, size, r->api->nvvmGetProgramLogSize) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvvmResult nvvmGetProgramLog(nvvmProgram prog, char* buffer) {
-  const auto* r = real();
-  return r ? answer_bytes<1>(prog, buffer, r->api->nvvmGetProgramLog) : kNoLibrary;
-}
-
-CUCORE_EXPORT nvvmResult nvvmDisableConcurrentAPI() {
-  const auto* r = real();
-  return r && r->DisableConcurrentAPI ? r->DisableConcurrentAPI() : kNoLibrary;
-}
-
-CUCORE_EXPORT void* __nvvmHandle(int id) {
-  const auto* r = real();
-  return r && r->Handle ? r->Handle(id) : nullptr;
-}
-
-CUCORE_EXPORT void* __nvvmHandleTarget(int id, bool flag) {
-  const auto* r = real();
-  return r && r->HandleTarget ? r->HandleTarget(id, flag) : nullptr;
-}
-
-// The real library's `name` for the shim (src/dropin/shim.h): functions this engine does not
-// implement go straight to it, and a name it lacks makes the shim answer an error.
-CUCORE_EXPORT void* cucore_dropin_real_symbol(const char* name) {
-  const auto* r = real();
-  return r != nullptr && name != nullptr ? r->api->library->symbol(name) : nullptr;
-}
+CUCORE_DROPIN_REAL_SYMBOL()

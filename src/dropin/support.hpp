@@ -1,13 +1,11 @@
 // What every drop-in library of `cucore run` shares (docs/transparent-cache.md): logging that stays
 // silent unless CUCORE_LOG asks, the process's program cache, finding the real library it forwards
-// to, and the length-prefixed record format of its cache entries.
+// to, and the record format of its cache entries (dropin/recorded_output.hpp).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
+#include "dropin/recorded_output.hpp"
 #include "loader/shared_library.hpp"
 
 namespace cucore::dropin {
@@ -60,37 +59,53 @@ detail::library_spec dropin_spec(toolkit::library lib, int major);
 // Where cuda.pathfinder finds `lib` of `major` in a site-packages directory (NVIDIA's wheels).
 std::vector<std::string_view> wheel_dirs(toolkit::library lib, int major);
 
-// A flat record: fields appended in a fixed order, each a little-endian u64 length and its bytes;
-// numbers as 8 bytes. reader throws format_error on anything short or malformed (a damaged cache
-// entry is a miss).
-class record_writer {
- public:
-  explicit record_writer(std::string_view magic) { bytes(magic); }
-  void number(std::int64_t value);
-  void bytes(std::string_view data);
-  void bytes(std::span<const std::byte> data) {
-    bytes(std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
+// How a drop-in names its real library to the user when it cannot forward to it.
+struct real_library_names {
+  const char* label;              // report_once's `what`: "nvrtc"
+  const char* display;            // "NVRTC"
+  const char* file;               // "libnvrtc.so.13"
+  const char* override_variable;  // "CUCORE_RUN_NVRTC"
+  const char* path_example;       // what to set it to: "the library"
+  const char* load_failure;       // what to say when loading throws (out of memory)
+};
+
+// The real library `lib` of CUDA `major` (find_real_library of dropin_spec and wheel_dirs; `self`
+// any address inside the drop-in): its path, or nullopt when there is none (told the user once).
+std::optional<std::string> find_real_library_or_report(toolkit::library lib, int major,
+                                                       const real_library_names& names,
+                                                       const void* self);
+
+// That library opened by cucore's loader's `table` (detail::nvrtc_table, ...), as a new Real
+// (leaked: programs call the library until exit) with its `api` and `file_size` (which build of
+// it the keys name) set, and `fill(real, library)` looking up what cucore's table lacks. nullptr,
+// told the user once, when there is none or it is unusable.
+template <class Real, class Table, class Fill>
+const Real* load_real_library(toolkit::library lib, int major, const real_library_names& names,
+                              const Table& (*table)(), const void* self, Fill fill) noexcept {
+  try {
+    install_log_handler();
+    const auto path = find_real_library_or_report(lib, major, names, self);
+    if (!path) return nullptr;
+    const auto& opened = table();
+    if (!opened.api) {
+      report_once(names.label, std::string("cucore run: cannot use the real ") + names.display +
+                                   " " + *path + ": " + opened.status.error);
+      return nullptr;
+    }
+    const auto& library = *opened.api->library;
+    auto* real = new Real;
+    real->api = opened.api.get();
+    fill(*real, library);
+    if (const auto id = detail::identify_file(library.path())) {
+      real->file_size = static_cast<std::int64_t>(id->size);
+    }
+    note(log_level::debug, "forwarding to " + library.path());
+    return real;
+  } catch (...) {
+    report_once(names.label, names.load_failure);
+    return nullptr;
   }
-  std::vector<std::byte> take() { return std::move(out_); }
-
- private:
-  std::vector<std::byte> out_;
-};
-
-struct format_error {};
-
-class record_reader {
- public:
-  record_reader(std::span<const std::byte> data, std::string_view magic);
-  std::int64_t number();
-  std::string_view bytes();
-  bool done() const noexcept { return at_ == data_.size(); }
-
- private:
-  std::uint64_t u64();
-  std::span<const std::byte> data_;
-  std::size_t at_ = 0;
-};
+}
 
 // "cucore-dropin" label and the process's current directory, for keys that depend on it.
 std::string current_directory();

@@ -1,5 +1,6 @@
 #include "server/nvrtc_record.hpp"
 
+#include "dropin/recorded_output.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {
@@ -17,16 +18,7 @@ nvrtc_output record_output(nvrtcProgram prog, size_fn get_size, get_fn get) {
     o.size_code = o.get_code = kNoGetter;
     return o;
   }
-  o.size_code = get_size(prog, &o.size);
-  if (o.size_code != NVRTC_SUCCESS) {
-    o.size = 0;
-    o.get_code = o.size_code;
-    return o;
-  }
-  std::string buffer(o.size + 1, '\0');
-  o.get_code = get(prog, buffer.data());
-  if (o.get_code == NVRTC_SUCCESS) o.bytes = buffer.substr(0, o.size);
-  return o;
+  return dropin::record_output<nvrtc_output>(prog, get_size, get);
 }
 
 }  // namespace
