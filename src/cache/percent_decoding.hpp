@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace cucore::detail {
 
@@ -29,6 +30,26 @@ inline std::optional<std::string> percent_decode(std::string_view text) {
     i += 2;
   }
   return out;
+}
+
+// `text` decoded, where `bad_url(what)` (which throws) is how the tier reports what is wrong with
+// its URL: here, that `part` has a bad '%'.
+template <class BadUrl>
+std::string percent_decode(std::string_view text, std::string_view part, BadUrl&& bad_url) {
+  auto decoded = percent_decode(text);
+  if (!decoded) bad_url("the " + std::string(part) + " has a '%' not followed by two hex digits");
+  return std::move(*decoded);
+}
+
+// The user and the password of a URL's user information ("USER:PASSWORD", each percent-encoded).
+// Without the ':', bad_url(no_colon) (the tier's advice on writing it).
+template <class BadUrl>
+std::pair<std::string, std::string> decode_userinfo(std::string_view userinfo,
+                                                    std::string_view no_colon, BadUrl&& bad_url) {
+  const auto colon = userinfo.find(':');
+  if (colon == std::string_view::npos) bad_url(std::string(no_colon));
+  return {percent_decode(userinfo.substr(0, colon), "user name", bad_url),
+          percent_decode(userinfo.substr(colon + 1), "password", bad_url)};
 }
 
 }  // namespace cucore::detail

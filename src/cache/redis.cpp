@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,20 +19,15 @@
 #include "cache/percent_decoding.hpp"
 #include "cache/posix_file.hpp"
 #include "cache/redis_internal.hpp"
+#include "cache/remote_health.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 
 namespace cucore {
 
-using detail::redis::as_bytes;
-using detail::redis::as_view;
-using detail::redis::kAbandonmentLifeMs;
-using detail::redis::kCountAbandonment;
-using detail::redis::parse_integer;
-using detail::redis::reply_of;
-using detail::redis::sigpipe_guard;
-using detail::redis::to_timeval;
+// The helpers both Redis files share (cache/redis_internal.hpp).
+using namespace detail::redis;
 
 namespace {
 
@@ -66,10 +62,7 @@ std::string redact(std::string_view url) {
 }
 
 std::string percent_decode(std::string_view url, std::string_view text, std::string_view part) {
-  auto decoded = detail::percent_decode(text);
-  if (!decoded)
-    bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
-  return std::move(*decoded);
+  return detail::percent_decode(text, part, [&](const std::string& what) { bad_url(url, what); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,16 +111,12 @@ redis_url parse_redis_url(std::string_view url) {
   }
   // The userinfo ends at the last '@', so a password may hold '@', ':' and '/' unencoded.
   if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    const std::string_view userinfo = rest.substr(0, at);
+    std::tie(out.user, out.password) = detail::decode_userinfo(
+        rest.substr(0, at),
+        "the part before '@' has no ':': write redis://:PASSWORD@host for a password alone, or "
+        "redis://USER:PASSWORD@host",
+        [&](const std::string& what) { bad_url(url, what); });
     rest = rest.substr(at + 1);
-    const auto colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
-      bad_url(url,
-              "the part before '@' has no ':': write redis://:PASSWORD@host for a password"
-              " alone, or redis://USER:PASSWORD@host");
-    }
-    out.user = percent_decode(url, userinfo.substr(0, colon), "user name");
-    out.password = percent_decode(url, userinfo.substr(colon + 1), "password");
   }
   std::string_view hostport = rest;
   std::string_view path;
@@ -236,13 +225,15 @@ void redis_program_cache::reply_deleter::operator()(void* reply) const noexcept 
 redis_program_cache::redis_program_cache(redis_cache_options options)
     : options_(std::move(options)),
       url_(parse_redis_url(options_.url)),
-      redacted_url_(redact(options_.url)) {
+      redacted_url_(redact(options_.url)),
+      health_(std::make_unique<detail::remote_health>("redis cache " + redacted_url_,
+                                                      options_.retry_initial, options_.retry_max)) {
   if (url_.prefix) options_.key_prefix = *url_.prefix;
   if (url_.ttl) options_.ttl = url_.ttl;
   if (url_.read_only) options_.read_only = *url_.read_only;
   if (url_.connect_timeout) options_.connect_timeout = *url_.connect_timeout;
   if (url_.command_timeout) options_.command_timeout = *url_.command_timeout;
-  const std::string who = "redis cache " + redacted_url_ + ": ";
+  const std::string who = health_->who() + ": ";
   if (options_.key_prefix.empty()) {
     throw invalid_argument(who + "key_prefix is empty: give a namespace such as \"cucore:v1:\"");
   }
@@ -259,46 +250,20 @@ redis_program_cache::redis_program_cache(redis_cache_options options)
 
 redis_program_cache::~redis_program_cache() = default;
 
-void redis_program_cache::check_open() const {
-  if (closed_.load(std::memory_order_acquire)) {
-    throw error("redis cache " + redacted_url_ + " is closed");
-  }
-}
-
 std::string redis_program_cache::redis_key(cache_key_ref key) const {
   const auto hex = detail::sha256_hex(key.bytes());
   return options_.key_prefix + std::string(hex.data(), hex.size());
 }
 
-void redis_program_cache::note_error(std::string_view what) noexcept {
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
-  log(log_level::debug, "redis cache " + redacted_url_ + ": " + std::string(what));
-}
-
 void redis_program_cache::connection_failed(const std::string& why) {
   conn_.reset();
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
-  backoff_ =
-      backoff_.count() == 0 ? options_.retry_initial : std::min(backoff_ * 2, options_.retry_max);
-  retry_at_ = std::chrono::steady_clock::now() + backoff_;
-  const std::string message = "redis cache " + redacted_url_ + " unavailable (" + why +
-                              "): gets are misses and puts are dropped; retrying in " +
-                              std::to_string(backoff_.count()) + " ms";
-  if (!outage_logged_) {
-    outage_logged_ = true;
-    log(log_level::warning, message + " (further failures are logged at debug level)");
-  } else {
-    log(log_level::debug, message);
-  }
+  health_->failed(why);
 }
 
 bool redis_program_cache::ensure_connected(bool respect_backoff) {
   if (conn_ && conn_->pid != ::getpid()) conn_.reset();  // inherited through fork()
   if (conn_) return true;
-  if (respect_backoff && backoff_.count() != 0 && std::chrono::steady_clock::now() < retry_at_) {
-    stats_.errors.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
+  if (respect_backoff && health_->backing_off()) return false;
   auto next = std::make_unique<connection>();
   next->pid = ::getpid();
   next->context.reset(
@@ -339,10 +304,7 @@ bool redis_program_cache::ensure_connected(bool respect_backoff) {
     const std::string db = std::to_string(url_.db);
     if (!setup({"SELECT", db}, "SELECT")) return false;
   }
-  if (outage_logged_) {
-    outage_logged_ = false;
-    log(log_level::info, "redis cache " + redacted_url_ + " reachable again");
-  }
+  health_->reachable();
   return true;
 }
 
@@ -376,7 +338,7 @@ redis_program_cache::reply_ptr redis_program_cache::command(
     connection_failed(std::string(args.begin()->data(), args.begin()->size()) + ": " + why);
     return nullptr;
   }
-  backoff_ = std::chrono::milliseconds(0);
+  health_->answered();
   return reply;
 }
 
@@ -395,7 +357,8 @@ void redis_program_cache::delete_guarded(const std::string& rkey, const std::str
   reply_ptr r = value ? command({"EVAL", kDeleteIfValue, "1", rkey, *value})
                       : command({"EVAL", kDeleteIfNotString, "1", rkey});
   if (r && reply_of(r.get())->type == REDIS_REPLY_ERROR) {
-    note_error("could not delete a damaged value: " + std::string(as_view(reply_of(r.get()))));
+    health_->note_error("could not delete a damaged value: " +
+                        std::string(as_view(reply_of(r.get()))));
   }
 }
 
@@ -403,10 +366,10 @@ void redis_program_cache::delete_guarded(const std::string& rkey, const std::str
 // The cache
 
 std::optional<object_code> redis_program_cache::get(cache_key_ref key) {
-  check_open();
+  health_->check_open();
   const std::string rkey = redis_key(key);
   auto miss = [this] {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().misses.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   };
   reply_ptr r;
@@ -421,28 +384,28 @@ std::optional<object_code> redis_program_cache::get(cache_key_ref key) {
   if (reply->type == REDIS_REPLY_ERROR) {
     if (as_view(reply).starts_with("WRONGTYPE")) {
       // Not a string: not ours. Nothing is returned, and the key goes (if it still is not one).
-      stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
-      log(log_level::debug, "redis cache " + redacted_url_ + ": " + rkey + " is not a string");
+      health_->counters().corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+      log(log_level::debug, health_->who() + ": " + rkey + " is not a string");
       r.reset();
       delete_guarded(rkey, nullptr);
     } else {
-      note_error("GET " + rkey + ": " + std::string(as_view(reply)));
+      health_->note_error("GET " + rkey + ": " + std::string(as_view(reply)));
     }
     return miss();
   }
   if (reply->type != REDIS_REPLY_STRING) {
-    note_error("GET " + rkey + ": unexpected reply type " + std::to_string(reply->type));
+    health_->note_error("GET " + rkey + ": unexpected reply type " + std::to_string(reply->type));
     return miss();
   }
   const auto bytes = as_bytes(reply);
   detail::decoded_entry decoded =
       detail::decode_entry(std::vector<std::byte>(bytes.begin(), bytes.end()), key.bytes());
   if (decoded.status == detail::entry_status::ok) {
-    stats_.hits.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().hits.fetch_add(1, std::memory_order_relaxed);
     return std::move(decoded.code);
   }
-  stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
-  log(log_level::debug, "redis cache " + redacted_url_ + ": dropping " + rkey + " (" +
+  health_->counters().corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+  log(log_level::debug, health_->who() + ": dropping " + rkey + " (" +
                             std::string(detail::to_string(decoded.status)) + ")");
   const std::string value(as_view(reply));
   r.reset();
@@ -451,7 +414,7 @@ std::optional<object_code> redis_program_cache::get(cache_key_ref key) {
 }
 
 void redis_program_cache::put(cache_key_ref key, const object_code& code) {
-  check_open();
+  health_->check_open();
   if (options_.read_only) return;
   const std::vector<std::byte> entry = detail::encode_entry(key.bytes(), code);
   const std::string_view value(reinterpret_cast<const char*>(entry.data()), entry.size());
@@ -469,30 +432,23 @@ void redis_program_cache::put(cache_key_ref key, const object_code& code) {
   if (!r) return;
   const redisReply* reply = reply_of(r.get());
   if (reply->type == REDIS_REPLY_STATUS) {
-    stats_.puts.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().puts.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   // OOM (maxmemory with noeviction), READONLY (a replica), NOPERM (ACL): the server is up but
   // will not take it. Said once at warning level: it will not fix itself.
   const std::string why =
       reply->type == REDIS_REPLY_ERROR ? std::string(as_view(reply)) : "unexpected reply to SET";
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
   // A waiter that takes the claim over finds no entry: it should compile beside the others, not
   // after them (claim_abandonments). Best effort: a server refusing puts may refuse this too.
   r.reset();
   (void)command(
       {"EVAL", kCountAbandonment, "1", claim_key(key) + ":abandoned", kAbandonmentLifeMs});
-  const std::string message = "redis cache " + redacted_url_ + " refused a put: " + why;
-  if (!refusal_logged_.exchange(true)) {
-    log(log_level::warning,
-        message + " (the entry is not cached; repeats are logged at debug level)");
-  } else {
-    log(log_level::debug, message);
-  }
+  health_->put_refused(why, "the entry is not cached; repeats are logged at debug level");
 }
 
 bool redis_program_cache::erase(cache_key_ref key) {
-  check_open();
+  health_->check_open();
   if (options_.read_only) return false;
   const std::string rkey = redis_key(key);
   std::lock_guard lock(mutex_);
@@ -509,12 +465,12 @@ std::vector<std::string> redis_program_cache::scan_keys() {
   std::string cursor = "0";
   do {
     reply_ptr r = command({"SCAN", cursor, "MATCH", pattern, "COUNT", count});
-    if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during SCAN");
+    if (!r) throw error(health_->who() + ": the connection failed during SCAN");
     const redisReply* reply = reply_of(r.get());
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
         reply->element[0]->type != REDIS_REPLY_STRING ||
         reply->element[1]->type != REDIS_REPLY_ARRAY) {
-      throw error("redis cache " + redacted_url_ + ": unexpected reply to SCAN" +
+      throw error(health_->who() + ": unexpected reply to SCAN" +
                   (reply->type == REDIS_REPLY_ERROR ? ": " + std::string(as_view(reply)) : ""));
     }
     cursor = std::string(as_view(reply->element[0]));
@@ -532,18 +488,18 @@ std::vector<std::string> redis_program_cache::scan_keys() {
 }
 
 std::size_t redis_program_cache::size() {
-  check_open();
+  health_->check_open();
   std::lock_guard lock(mutex_);
   return scan_keys().size();
 }
 
 std::uint64_t redis_program_cache::size_bytes() {
-  check_open();
+  health_->check_open();
   std::lock_guard lock(mutex_);
   std::uint64_t total = 0;
   for (const std::string& k : scan_keys()) {
     reply_ptr r = command({"STRLEN", k});
-    if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during STRLEN");
+    if (!r) throw error(health_->who() + ": the connection failed during STRLEN");
     if (reply_of(r.get())->type == REDIS_REPLY_INTEGER) {
       total += static_cast<std::uint64_t>(reply_of(r.get())->integer);
     }
@@ -552,32 +508,24 @@ std::uint64_t redis_program_cache::size_bytes() {
 }
 
 void redis_program_cache::clear() {
-  check_open();
+  health_->check_open();
   if (options_.read_only) {
-    throw invalid_argument("redis cache " + redacted_url_ + " is read-only: clear() refused");
+    throw invalid_argument(health_->who() + " is read-only: clear() refused");
   }
   std::lock_guard lock(mutex_);
   for (const std::string& k : scan_keys()) {
     reply_ptr r = command({"UNLINK", k});
-    if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during clear");
+    if (!r) throw error(health_->who() + ": the connection failed during clear");
   }
 }
 
 void redis_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
                                                cache_tier tier) {
-  statistics_ = std::move(store);
-  stats_.attach(statistics_.get(), tier);
+  health_->record_statistics_in(std::move(store), tier);
 }
 
 cache_stats redis_program_cache::stats() const {
-  cache_stats s;
-  s.hits = stats_.hits.load(std::memory_order_relaxed);
-  s.misses = stats_.misses.load(std::memory_order_relaxed);
-  s.puts = stats_.puts.load(std::memory_order_relaxed);
-  s.evictions = stats_.evictions.load(std::memory_order_relaxed);
-  s.corrupt_dropped = stats_.corrupt_dropped.load(std::memory_order_relaxed);
-  s.errors = stats_.errors.load(std::memory_order_relaxed);
-  return s;
+  return health_->stats();
 }
 
 namespace {
@@ -590,13 +538,13 @@ struct damaged_value {
 }  // namespace
 
 std::vector<cache_entry_info> redis_program_cache::list() {
-  check_open();
+  health_->check_open();
   std::vector<cache_entry_info> out;
   std::lock_guard lock(mutex_);
   const auto now = std::chrono::system_clock::now();
   for (const std::string& k : scan_keys()) {
     reply_ptr r = command({"GET", k});
-    if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during list");
+    if (!r) throw error(health_->who() + ": the connection failed during list");
     if (reply_of(r.get())->type != REDIS_REPLY_STRING) continue;
     const auto bytes = as_bytes(reply_of(r.get()));
     auto header = detail::read_entry_header(bytes);
@@ -618,7 +566,7 @@ std::vector<cache_entry_info> redis_program_cache::list() {
 }
 
 cache_verify_report redis_program_cache::verify(bool remove_bad) {
-  check_open();
+  health_->check_open();
   cache_verify_report report;
   std::vector<damaged_value> bad;
   {
@@ -626,7 +574,7 @@ cache_verify_report redis_program_cache::verify(bool remove_bad) {
     for (const std::string& k : scan_keys()) {
       ++report.entries;
       reply_ptr r = command({"GET", k});
-      if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during verify");
+      if (!r) throw error(health_->who() + ": the connection failed during verify");
       const redisReply* reply = reply_of(r.get());
       if (reply->type == REDIS_REPLY_NIL) {  // gone since the scan
         --report.entries;
@@ -658,9 +606,9 @@ cache_verify_report redis_program_cache::verify(bool remove_bad) {
 }
 
 std::size_t redis_program_cache::trim(std::uint64_t max_size_bytes) {
-  check_open();
+  health_->check_open();
   if (options_.read_only) {
-    throw invalid_argument("redis cache " + redacted_url_ + " is read-only: trim() refused");
+    throw invalid_argument(health_->who() + " is read-only: trim() refused");
   }
   struct sized {
     std::string key;
@@ -673,8 +621,7 @@ std::size_t redis_program_cache::trim(std::uint64_t max_size_bytes) {
   for (const std::string& k : scan_keys()) {
     reply_ptr len = command({"STRLEN", k});
     reply_ptr idle = len ? command({"OBJECT", "IDLETIME", k}) : nullptr;
-    if (!len || !idle)
-      throw error("redis cache " + redacted_url_ + ": the connection failed during trim");
+    if (!len || !idle) throw error(health_->who() + ": the connection failed during trim");
     const auto bytes = reply_of(len.get())->type == REDIS_REPLY_INTEGER
                            ? static_cast<std::uint64_t>(reply_of(len.get())->integer)
                            : 0;
@@ -689,10 +636,10 @@ std::size_t redis_program_cache::trim(std::uint64_t max_size_bytes) {
   for (const sized& e : entries) {
     if (total <= max_size_bytes) break;
     reply_ptr r = command({"DEL", e.key});
-    if (!r) throw error("redis cache " + redacted_url_ + ": the connection failed during trim");
+    if (!r) throw error(health_->who() + ": the connection failed during trim");
     if (reply_of(r.get())->type == REDIS_REPLY_INTEGER && reply_of(r.get())->integer > 0) {
       ++removed;
-      stats_.evictions.fetch_add(1, std::memory_order_relaxed);
+      health_->counters().evictions.fetch_add(1, std::memory_order_relaxed);
     }
     total -= e.bytes;
   }
@@ -707,7 +654,7 @@ std::string redis_program_cache::description() const {
 
 void redis_program_cache::close() noexcept {
   std::lock_guard lock(mutex_);
-  closed_.store(true, std::memory_order_release);
+  health_->close();
   conn_.reset();
 }
 

@@ -21,17 +21,14 @@
 #include "cache/claim_watch.hpp"
 #include "cache/posix_file.hpp"
 #include "cache/redis_internal.hpp"
+#include "cache/remote_health.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/redis.hpp"
 
 namespace cucore {
 
-using detail::redis::as_view;
-using detail::redis::kAbandonmentLifeMs;
-using detail::redis::parse_integer;
-using detail::redis::reply_of;
-using detail::redis::sigpipe_guard;
-using detail::redis::to_timeval;
+// The helpers both Redis files share (cache/redis_internal.hpp).
+using namespace detail::redis;
 
 namespace {
 
@@ -101,14 +98,14 @@ class redis_claim final : public cache_claim {
 
 void redis_program_cache::renew_claim(const std::string& claim, const std::string& token,
                                       std::chrono::milliseconds lease) noexcept {
-  if (closed_.load(std::memory_order_acquire)) return;
+  if (health_->closed()) return;
   try {
     const std::string px = std::to_string(std::max<std::int64_t>(lease.count(), 1));
     std::lock_guard lock(mutex_);
     if (!ensure_connected(true)) return;
     reply_ptr r = command({"EVAL", kRenewClaim, "1", claim, token, px});
     if (r && reply_of(r.get())->type == REDIS_REPLY_ERROR) {
-      note_error("renewing " + claim + ": " + std::string(as_view(reply_of(r.get()))));
+      health_->note_error("renewing " + claim + ": " + std::string(as_view(reply_of(r.get()))));
     }
   } catch (...) {
     // Out of memory: the claim runs out at the end of its lease.
@@ -121,7 +118,7 @@ std::string redis_program_cache::claim_key(cache_key_ref key) const {
 }
 
 claim_result redis_program_cache::try_claim(cache_key_ref key, std::chrono::milliseconds lease) {
-  if (closed_.load(std::memory_order_acquire) || options_.read_only) return {};
+  if (health_->closed() || options_.read_only) return {};
   try {
     std::string claim = claim_key(key);
     // The token tells this claim from a later one on the same key (after an expiry).
@@ -135,29 +132,29 @@ claim_result redis_program_cache::try_claim(cache_key_ref key, std::chrono::mill
     const redisReply* reply = reply_of(r.get());
     if (reply->type == REDIS_REPLY_NIL) return {claim_status::held_elsewhere, nullptr};
     if (reply->type != REDIS_REPLY_STATUS) {
-      note_error("SET NX " + claim + ": " +
-                 (reply->type == REDIS_REPLY_ERROR ? std::string(as_view(reply))
-                                                   : std::string("unexpected reply")));
+      health_->note_error("SET NX " + claim + ": " +
+                          (reply->type == REDIS_REPLY_ERROR ? std::string(as_view(reply))
+                                                            : std::string("unexpected reply")));
       return {};  // e.g. an ACL user that may not write: compile without a claim
     }
     return {claim_status::owned,
             std::make_unique<redis_claim>(*this, std::move(claim), token, lease)};
   } catch (const std::exception& e) {
-    note_error(std::string("claim: ") + e.what());
+    health_->note_error(std::string("claim: ") + e.what());
     return {};
   }
 }
 
 void redis_program_cache::release_claim(const std::string& claim, const std::string& token,
                                         bool abandoned) noexcept {
-  if (closed_.load(std::memory_order_acquire)) return;  // the lease ends it
+  if (health_->closed()) return;  // the lease ends it
   try {
     std::lock_guard lock(mutex_);
     if (!ensure_connected(true)) return;
     reply_ptr r = command({"EVAL", kReleaseClaim, "2", claim, claim + ":abandoned", token,
                            abandoned ? "1" : "0", kAbandonmentLifeMs});
     if (r && reply_of(r.get())->type == REDIS_REPLY_ERROR) {
-      note_error("releasing " + claim + ": " + std::string(as_view(reply_of(r.get()))));
+      health_->note_error("releasing " + claim + ": " + std::string(as_view(reply_of(r.get()))));
     }
   } catch (...) {
     // Out of memory: the claim expires after its lease.
@@ -165,7 +162,7 @@ void redis_program_cache::release_claim(const std::string& claim, const std::str
 }
 
 std::uint64_t redis_program_cache::claim_abandonments(cache_key_ref key) {
-  if (closed_.load(std::memory_order_acquire)) return 0;
+  if (health_->closed()) return 0;
   try {
     const std::string counter = claim_key(key) + ":abandoned";
     std::lock_guard lock(mutex_);
@@ -225,7 +222,7 @@ class redis_claim_watch final : public detail::pollable_claim_watch {
 }  // namespace
 
 std::unique_ptr<claim_watch> redis_program_cache::watch_claim(cache_key_ref key) {
-  if (closed_.load(std::memory_order_acquire)) return nullptr;
+  if (health_->closed()) return nullptr;
   try {
     const std::string channel = claim_key(key);
     redisContext* c =

@@ -47,6 +47,9 @@
 struct curl_slist;  // libcurl's header list
 
 namespace cucore {
+namespace detail {
+class remote_health;  // src/cache/remote_health.hpp
+}  // namespace detail
 
 // Where an object lives under the URL's path (ccache's layouts).
 enum class http_layout {
@@ -160,7 +163,6 @@ class http_program_cache final : public program_cache {
     std::string error;
   };
 
-  void check_open() const;
   // An idle connection, or a new one; nullptr while the backoff runs (counted as an error).
   std::unique_ptr<connection> acquire();
   void release(std::unique_ptr<connection> conn) noexcept;
@@ -169,7 +171,6 @@ class http_program_cache final : public program_cache {
   void server_failed(const std::string& why);
   // A request that reached the server and was answered: ends an outage.
   void server_answered();
-  void note_error(std::string_view what) noexcept;
 
   http_cache_options options_;
   http_url url_;
@@ -179,18 +180,12 @@ class http_program_cache final : public program_cache {
   // its content type.
   std::unique_ptr<curl_slist, slist_deleter> headers_;
   std::unique_ptr<curl_slist, slist_deleter> put_headers_;
-  std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> writes_skipped_{0};
-  std::atomic<bool> refusal_logged_{false};  // a put the server refused was logged
+  // Counters, backoff and outage logging (src/cache/remote_health.hpp, shared with Redis).
+  std::unique_ptr<detail::remote_health> health_;
 
-  mutable detail::cache_counters stats_;
-  std::shared_ptr<cache_statistics> statistics_;  // set by record_statistics_in (a tiered cache)
-
-  std::mutex mutex_;  // guards everything below
+  std::mutex mutex_;  // guards idle_
   std::vector<std::unique_ptr<connection>> idle_;
-  std::chrono::steady_clock::time_point retry_at_{};
-  std::chrono::milliseconds backoff_{0};
-  bool outage_logged_ = false;
 };
 
 }  // namespace cucore

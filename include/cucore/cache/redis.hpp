@@ -43,6 +43,9 @@
 #include "cucore/cache/statistics.hpp"
 
 namespace cucore {
+namespace detail {
+class remote_health;  // src/cache/remote_health.hpp
+}  // namespace detail
 
 // What a redis:// URL says: redis://[[user]:password@]host[:port][/db][?option=value&...].
 // Options in the query: prefix=TEXT, ttl=SECONDS, read_only=0|1, connect_timeout_ms=N,
@@ -147,7 +150,6 @@ class redis_program_cache final : public program_cache {
   };
   using reply_ptr = std::unique_ptr<void, reply_deleter>;
 
-  void check_open() const;
   // Connects if needed; false if the server cannot be reached (or, with respect_backoff, the
   // backoff is running). Called with mutex_ held.
   bool ensure_connected(bool respect_backoff);
@@ -162,7 +164,6 @@ class redis_program_cache final : public program_cache {
   std::vector<std::string> scan_keys();
   // Deletes `rkey` if its value is still `value` (or, with no value, if it is not a string).
   void delete_guarded(const std::string& rkey, const std::string* value);
-  void note_error(std::string_view what) noexcept;
   // Deletes a claim key if it still holds `token` (the release of a redis claim), publishing the
   // release; `abandoned` counts an abandonment first.
   void release_claim(const std::string& claim_key, const std::string& token,
@@ -177,17 +178,11 @@ class redis_program_cache final : public program_cache {
   redis_cache_options options_;
   redis_url url_;
   std::string redacted_url_;
-  std::atomic<bool> closed_{false};
+  // Counters, backoff and outage logging (src/cache/remote_health.hpp, shared with HTTP).
+  std::unique_ptr<detail::remote_health> health_;
 
-  mutable detail::cache_counters stats_;
-  std::shared_ptr<cache_statistics> statistics_;  // set by record_statistics_in (a tiered cache)
-
-  std::mutex mutex_;  // guards everything below
+  std::mutex mutex_;  // guards conn_
   std::unique_ptr<connection> conn_;
-  std::chrono::steady_clock::time_point retry_at_{};
-  std::chrono::milliseconds backoff_{0};
-  bool outage_logged_ = false;
-  std::atomic<bool> refusal_logged_{false};  // a put refused by the server was logged
 };
 
 }  // namespace cucore

@@ -197,14 +197,7 @@ void file_stream_program_cache::record_statistics_in(std::shared_ptr<cache_stati
 }
 
 cache_stats file_stream_program_cache::stats() const {
-  cache_stats s;
-  s.hits = stats_.hits.load(std::memory_order_relaxed);
-  s.misses = stats_.misses.load(std::memory_order_relaxed);
-  s.puts = stats_.puts.load(std::memory_order_relaxed);
-  s.evictions = stats_.evictions.load(std::memory_order_relaxed);
-  s.corrupt_dropped = stats_.corrupt_dropped.load(std::memory_order_relaxed);
-  s.errors = stats_.errors.load(std::memory_order_relaxed);
-  return s;
+  return stats_.snapshot();
 }
 
 std::string file_stream_program_cache::entry_path(cache_key_ref key, std::string* shard_dir) const {

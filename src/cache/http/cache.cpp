@@ -15,6 +15,7 @@
 #include "cache/entry_format.hpp"
 #include "cache/http/curl_api.hpp"
 #include "cache/redis_internal.hpp"  // sigpipe_guard
+#include "cache/remote_health.hpp"
 #include "common/environment.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/http.hpp"
@@ -149,7 +150,9 @@ http_program_cache::http_program_cache(http_cache_options options)
     : options_(std::move(options)),
       url_(parse_http_url(options_.url)),
       redacted_url_(redact_http_url(options_.url)),
-      base_(url_.base()) {
+      base_(url_.base()),
+      health_(std::make_unique<detail::remote_health>("http cache " + redacted_url_,
+                                                      options_.retry_initial, options_.retry_max)) {
   if (url_.layout) options_.layout = *url_.layout;
   if (url_.read_only) options_.read_only = *url_.read_only;
   if (url_.connect_timeout) options_.connect_timeout = *url_.connect_timeout;
@@ -162,7 +165,7 @@ http_program_cache::http_program_cache(http_cache_options options)
       options_.bearer_token = std::string(*token);
     }
   }
-  const std::string who = "http cache " + redacted_url_ + ": ";
+  const std::string who = health_->who() + ": ";
   if (basic && options_.bearer_token) {
     throw invalid_argument(who + "both a user:password in the URL and a bearer token: give one");
   }
@@ -204,12 +207,6 @@ http_program_cache::http_program_cache(http_cache_options options)
 
 http_program_cache::~http_program_cache() = default;
 
-void http_program_cache::check_open() const {
-  if (closed_.load(std::memory_order_acquire)) {
-    throw error("http cache " + redacted_url_ + " is closed");
-  }
-}
-
 std::string http_program_cache::object_url(cache_key_ref key) const {
   const auto hex = detail::sha256_hex(key.bytes());
   const std::string_view h(hex.data(), hex.size());
@@ -231,10 +228,7 @@ std::unique_ptr<http_program_cache::connection> http_program_cache::acquire() {
   {
     std::lock_guard lock(mutex_);
     if (!idle_.empty() && idle_.front()->pid != ::getpid()) idle_.clear();  // inherited (fork)
-    if (backoff_.count() != 0 && std::chrono::steady_clock::now() < retry_at_) {
-      stats_.errors.fetch_add(1, std::memory_order_relaxed);
-      return nullptr;
-    }
+    if (health_->backing_off()) return nullptr;
     if (!idle_.empty()) {
       std::unique_ptr<connection> conn = std::move(idle_.back());
       idle_.pop_back();
@@ -245,7 +239,7 @@ std::unique_ptr<http_program_cache::connection> http_program_cache::acquire() {
   conn->handle.reset(detail::curl().easy_init());
   CURL* h = conn->handle.get();
   if (h == nullptr) {
-    note_error("curl_easy_init failed");
+    health_->note_error("curl_easy_init failed");
     return nullptr;
   }
   detail::curl().easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
@@ -274,7 +268,7 @@ std::unique_ptr<http_program_cache::connection> http_program_cache::acquire() {
 void http_program_cache::release(std::unique_ptr<connection> conn) noexcept {
   if (!conn) return;
   std::lock_guard lock(mutex_);
-  if (closed_.load(std::memory_order_acquire) || idle_.size() >= kIdleConnections) return;
+  if (health_->closed() || idle_.size() >= kIdleConnections) return;
   idle_.push_back(std::move(conn));
 }
 
@@ -299,45 +293,26 @@ http_program_cache::outcome http_program_cache::perform(connection& conn, reques
   return o;
 }
 
-void http_program_cache::note_error(std::string_view what) noexcept {
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
-  log(log_level::debug, "http cache " + redacted_url_ + ": " + std::string(what));
-}
-
 void http_program_cache::server_failed(const std::string& why) {
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lock(mutex_);
-  idle_.clear();  // their connections may be as broken as this one
-  backoff_ =
-      backoff_.count() == 0 ? options_.retry_initial : std::min(backoff_ * 2, options_.retry_max);
-  retry_at_ = std::chrono::steady_clock::now() + backoff_;
-  const std::string message = "http cache " + redacted_url_ + " unavailable (" + why +
-                              "): gets are misses and puts are dropped; retrying in " +
-                              std::to_string(backoff_.count()) + " ms";
-  if (!outage_logged_) {
-    outage_logged_ = true;
-    log(log_level::warning, message + " (further failures are logged at debug level)");
-  } else {
-    log(log_level::debug, message);
+  {
+    std::lock_guard lock(mutex_);
+    idle_.clear();  // their connections may be as broken as this one
   }
+  health_->failed(why);
 }
 
 void http_program_cache::server_answered() {
-  std::lock_guard lock(mutex_);
-  backoff_ = std::chrono::milliseconds(0);
-  if (outage_logged_) {
-    outage_logged_ = false;
-    log(log_level::info, "http cache " + redacted_url_ + " reachable again");
-  }
+  health_->answered();
+  health_->reachable();
 }
 
 // ---------------------------------------------------------------------------------------------
 // The cache
 
 std::optional<object_code> http_program_cache::get(cache_key_ref key) {
-  check_open();
+  health_->check_open();
   auto miss = [this] {
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().misses.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   };
   std::unique_ptr<connection> conn = acquire();
@@ -354,8 +329,8 @@ std::optional<object_code> http_program_cache::get(cache_key_ref key) {
   if (!o.transport_ok) {
     if (req.too_large) {
       release(std::move(conn));
-      note_error("GET " + url + ": the object is larger than max_entry_bytes (" +
-                 std::to_string(options_.max_entry_bytes) + ")");
+      health_->note_error("GET " + url + ": the object is larger than max_entry_bytes (" +
+                          std::to_string(options_.max_entry_bytes) + ")");
       return miss();
     }
     conn.reset();
@@ -371,7 +346,7 @@ std::optional<object_code> http_program_cache::get(cache_key_ref key) {
     if (is_server_failure(o.status)) {
       server_failed("GET answered HTTP " + std::to_string(o.status));
     } else {
-      note_error("GET " + url + " answered HTTP " + std::to_string(o.status));
+      health_->note_error("GET " + url + " answered HTTP " + std::to_string(o.status));
     }
     return miss();
   }
@@ -380,18 +355,18 @@ std::optional<object_code> http_program_cache::get(cache_key_ref key) {
       req.body ? detail::decode_entry(std::move(*req.body), req.length, key.bytes())
                : detail::decode_entry(std::vector<std::byte>(), key.bytes());
   if (decoded.status == detail::entry_status::ok) {
-    stats_.hits.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().hits.fetch_add(1, std::memory_order_relaxed);
     return std::move(decoded.code);
   }
   // Damaged, foreign, or another key's: never returned. The put after the compile replaces it.
-  stats_.corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
-  log(log_level::debug, "http cache " + redacted_url_ + ": " + url + " is not this key's entry (" +
+  health_->counters().corrupt_dropped.fetch_add(1, std::memory_order_relaxed);
+  log(log_level::debug, health_->who() + ": " + url + " is not this key's entry (" +
                             std::string(detail::to_string(decoded.status)) + "): a miss");
   return miss();
 }
 
 void http_program_cache::put(cache_key_ref key, const object_code& code) {
-  check_open();
+  health_->check_open();
   if (options_.read_only) {
     writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -424,7 +399,7 @@ void http_program_cache::put(cache_key_ref key, const object_code& code) {
   release(std::move(conn));
   if (o.status >= 200 && o.status < 300) {
     server_answered();
-    stats_.puts.fetch_add(1, std::memory_order_relaxed);
+    health_->counters().puts.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (is_server_failure(o.status)) {
@@ -432,20 +407,13 @@ void http_program_cache::put(cache_key_ref key, const object_code& code) {
     return;
   }
   // 405 (no WebDAV), 409 (no parent collection), 413 (too large): up, but it will not take it.
-  stats_.errors.fetch_add(1, std::memory_order_relaxed);
-  const std::string message = "http cache " + redacted_url_ + " refused a put: HTTP " +
-                              std::to_string(o.status) + " for " + url;
-  if (!refusal_logged_.exchange(true)) {
-    log(log_level::warning, message +
-                                " (the entry is not cached remotely; does the server take PUT "
-                                "there? repeats are logged at debug level)");
-  } else {
-    log(log_level::debug, message);
-  }
+  health_->put_refused("HTTP " + std::to_string(o.status) + " for " + url,
+                       "the entry is not cached remotely; does the server take PUT there? repeats "
+                       "are logged at debug level");
 }
 
 bool http_program_cache::erase(cache_key_ref key) {
-  check_open();
+  health_->check_open();
   if (options_.read_only) {
     writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -476,43 +444,42 @@ bool http_program_cache::erase(cache_key_ref key) {
 }
 
 std::size_t http_program_cache::size() {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "counting entries");
 }
 
 std::uint64_t http_program_cache::size_bytes() {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "measuring the cache");
 }
 
 void http_program_cache::clear() {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "clear");
 }
 
 std::vector<cache_entry_info> http_program_cache::list() {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "list");
 }
 
 cache_verify_report http_program_cache::verify(bool /*remove_bad*/) {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "verify");
 }
 
 std::size_t http_program_cache::trim(std::uint64_t /*max_size_bytes*/) {
-  check_open();
+  health_->check_open();
   cannot_list(redacted_url_, "trim");
 }
 
 cache_stats http_program_cache::stats() const {
-  return stats_.snapshot();
+  return health_->stats();
 }
 
 void http_program_cache::record_statistics_in(std::shared_ptr<cache_statistics> store,
                                               cache_tier tier) {
-  statistics_ = std::move(store);
-  stats_.attach(statistics_.get(), tier);
+  health_->record_statistics_in(std::move(store), tier);
 }
 
 std::string http_program_cache::description() const {
@@ -523,7 +490,7 @@ std::string http_program_cache::description() const {
 
 void http_program_cache::close() noexcept {
   std::lock_guard lock(mutex_);
-  closed_.store(true, std::memory_order_release);
+  health_->close();
   idle_.clear();
 }
 

@@ -12,16 +12,26 @@ namespace cucore::detail {
 namespace {
 
 #ifndef CUCORE_CURL_LINKED
-// The library's handle is kept for the process (never dlclose'd: handles may outlive any owner).
-void* symbol(void* library, const char* name) {
-  void* f = ::dlsym(library, name);
-  if (f == nullptr) {
-    throw error(std::string("http cache: the loaded libcurl has no ") + name +
-                ": install libcurl 7.84 or newer (Debian and Ubuntu: libcurl4)");
+// A function of the loaded library, converting to the pointer type of the curl_api member it
+// initialises.
+class loaded_function {
+ public:
+  loaded_function(void* library, const char* name) : f_(::dlsym(library, name)) {
+    if (f_ == nullptr) {
+      throw error(std::string("http cache: the loaded libcurl has no ") + name +
+                  ": install libcurl 7.84 or newer (Debian and Ubuntu: libcurl4)");
+    }
   }
-  return f;
-}
+  template <class F>
+  operator F*() const noexcept {  // NOLINT: converts to whichever function pointer it initialises
+    return reinterpret_cast<F*>(f_);
+  }
 
+ private:
+  void* f_;
+};
+
+// The library's handle is kept for the process (never dlclose'd: handles may outlive any owner).
 curl_api load() {
   void* library = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
@@ -30,25 +40,11 @@ curl_api load() {
                 (why != nullptr ? why : "libcurl.so.4") +
                 "): install libcurl (Debian and Ubuntu: libcurl4) to use an http(s):// cache");
   }
-  curl_api api{};
-  api.global_init =
-      reinterpret_cast<decltype(api.global_init)>(symbol(library, "curl_global_init"));
-  api.easy_init = reinterpret_cast<decltype(api.easy_init)>(symbol(library, "curl_easy_init"));
-  api.easy_cleanup =
-      reinterpret_cast<decltype(api.easy_cleanup)>(symbol(library, "curl_easy_cleanup"));
-  api.easy_setopt =
-      reinterpret_cast<decltype(api.easy_setopt)>(symbol(library, "curl_easy_setopt"));
-  api.easy_perform =
-      reinterpret_cast<decltype(api.easy_perform)>(symbol(library, "curl_easy_perform"));
-  api.easy_getinfo =
-      reinterpret_cast<decltype(api.easy_getinfo)>(symbol(library, "curl_easy_getinfo"));
-  api.easy_strerror =
-      reinterpret_cast<decltype(api.easy_strerror)>(symbol(library, "curl_easy_strerror"));
-  api.slist_append =
-      reinterpret_cast<decltype(api.slist_append)>(symbol(library, "curl_slist_append"));
-  api.slist_free_all =
-      reinterpret_cast<decltype(api.slist_free_all)>(symbol(library, "curl_slist_free_all"));
-  return api;
+  const auto f = [library](const char* name) { return loaded_function(library, name); };
+  // In curl_api's member order.
+  return curl_api{f("curl_global_init"),   f("curl_easy_init"),    f("curl_easy_cleanup"),
+                  f("curl_easy_setopt"),   f("curl_easy_perform"), f("curl_easy_getinfo"),
+                  f("curl_easy_strerror"), f("curl_slist_append"), f("curl_slist_free_all")};
 }
 #endif
 

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "cache/percent_decoding.hpp"
 #include "cucore/cache/http.hpp"
@@ -33,10 +34,7 @@ std::size_t authority_end(std::string_view url, std::size_t start) {
 }
 
 std::string percent_decode(std::string_view url, std::string_view text, std::string_view part) {
-  auto decoded = detail::percent_decode(text);
-  if (!decoded)
-    bad_url(url, "the " + std::string(part) + " has a '%' not followed by two hex digits");
-  return std::move(*decoded);
+  return detail::percent_decode(text, part, [&](const std::string& what) { bad_url(url, what); });
 }
 
 std::optional<long long> parse_integer(std::string_view text, long long min, long long max) {
@@ -184,16 +182,11 @@ http_url parse_http_url(std::string_view url) {
   const std::size_t bar = std::min(url.find('|', end), url.size());
   std::string_view path = url.substr(end, bar - end);
   if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
-    const std::string_view userinfo = authority.substr(0, at);
+    std::tie(out.user, out.password) = detail::decode_userinfo(
+        authority.substr(0, at),
+        "the part before '@' has no ':': write USER:PASSWORD@HOST (or use a bearer token)",
+        [&](const std::string& what) { bad_url(url, what); });
     authority = authority.substr(at + 1);
-    const auto colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
-      bad_url(url,
-              "the part before '@' has no ':': write USER:PASSWORD@HOST (or use a bearer "
-              "token)");
-    }
-    out.user = percent_decode(url, userinfo.substr(0, colon), "user name");
-    out.password = percent_decode(url, userinfo.substr(colon + 1), "password");
   }
   std::string_view port_text;
   if (authority.starts_with('[')) {  // [IPv6]:port
