@@ -3,6 +3,7 @@
 // kSchema.
 #include "cucore/cache/key.hpp"
 
+#include "common/hex.hpp"
 #include "common/sha256.hpp"
 #include "key/compiler_environment.hpp"
 #include "key/include_scanner.hpp"
@@ -31,6 +32,8 @@
 namespace cucore {
 namespace {
 
+using detail::to_hex;
+
 constexpr std::string_view kSchema = "cucore-key-2";
 constexpr std::string_view kHexDigits = "0123456789abcdef";
 
@@ -38,17 +41,6 @@ using digest = std::array<std::byte, program_cache_key::size>;
 
 digest sha256(std::string_view data) {
   return detail::sha256(std::as_bytes(std::span<const char>(data.data(), data.size())));
-}
-
-std::string to_hex(std::span<const std::byte> bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (std::byte b : bytes) {
-    const auto v = static_cast<unsigned>(b);
-    out += kHexDigits[v >> 4];
-    out += kHexDigits[v & 0xF];
-  }
-  return out;
 }
 
 // Whether explain() shows a payload as is: short printable ASCII.

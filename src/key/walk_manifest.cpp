@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/hex.hpp"
 #include "key/key_files.hpp"
 
 namespace cucore::detail {
@@ -310,17 +311,6 @@ const std::string& build_identity() {
   return id;
 }
 
-std::string hex_of(const sha256_digest& d) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(64);
-  for (const std::byte b : d) {
-    out.push_back(kDigits[std::to_integer<unsigned>(b) >> 4]);
-    out.push_back(kDigits[std::to_integer<unsigned>(b) & 0xF]);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::optional<manifest_location> manifest_for(const std::filesystem::path& memo,
@@ -338,7 +328,7 @@ std::optional<manifest_location> manifest_for(const std::filesystem::path& memo,
   put(inputs);
   manifest_location out;
   out.hash = h.finish();
-  out.name = hex_of(out.hash);
+  out.name = to_hex(out.hash);
   out.shard = std::filesystem::path(memo.string() + ".manifests") / out.name.substr(0, 2);
   return out;
 }

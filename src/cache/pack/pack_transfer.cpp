@@ -6,24 +6,13 @@
 #include <set>
 
 #include "cache/pack/pack_format.hpp"
+#include "common/hex.hpp"
 #include "cucore/cache/pack.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "key/program_notes.hpp"
 
 namespace cucore {
 namespace {
-
-std::string hex_of(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
 
 // The compiler lines of a note's key fields (encoded "LABEL\tPAYLOAD\n"): the identity the key
 // hashed for the code type's compiler, and the key schema.
@@ -101,12 +90,13 @@ pack_export_result export_pack(program_cache& from, const std::filesystem::path&
     std::optional<object_code> code = from.get(c.key);
     if (!code) {
       if (!selection.keys.empty()) {
-        throw invalid_argument("no entry " + hex_of(c.key) + " in the " + from.description() +
+        throw invalid_argument("no entry " + detail::to_hex(c.key) + " in the " +
+                               from.description() +
                                " cache: nothing exported (`cucore cache ls` lists the keys)");
       }
       ++result.skipped;
     } else {
-      const auto it = identities.find(hex_of(c.key));
+      const auto it = identities.find(detail::to_hex(c.key));
       std::string_view identity;  // not `?:`, whose std::string temporary would dangle
       if (it != identities.end()) identity = it->second;
       p.bytes_done += out.add(c.key, *code, identity, c.last_used);
