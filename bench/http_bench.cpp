@@ -10,33 +10,27 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
-#include <vector>
 
 #include "cucore/cache/http.hpp"
 #include "nginx_test_support.hpp"
+#include "remote_tier_bench.hpp"
 
 namespace {
 
+using cucore::bench::random_code;
+using cucore::bench::remote_hit;
+using cucore::bench::remote_put;
 using cucore::testing::nginx_server;
 
 nginx_server& server() {
-  static nginx_server s;
-  return s;
+  return cucore::bench::shared_server<nginx_server>();
 }
 
 cucore::http_cache_options options() {
   cucore::http_cache_options o;
   o.url = server().url("cache");
   return o;
-}
-
-cucore::object_code random_code(std::size_t n) {
-  std::mt19937_64 rng(n);
-  std::vector<std::byte> b(n);
-  for (auto& x : b) x = static_cast<std::byte>(rng());
-  return cucore::object_code(cucore::code_type::cubin, std::move(b), "bench");
 }
 
 // A plain libcurl handle, kept alive: what a hand-written client would do.
@@ -102,14 +96,7 @@ class raw_curl {
 };
 
 void BM_HttpHit(benchmark::State& state) {
-  cucore::http_program_cache cache(options());
-  cache.put("hit", random_code(static_cast<std::size_t>(state.range(0))));
-  for (auto _ : state) {
-    auto hit = cache.get("hit");
-    if (!hit) state.SkipWithError("miss");
-    benchmark::DoNotOptimize(hit);
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0));
+  remote_hit<cucore::http_program_cache>(state, options());
 }
 BENCHMARK(BM_HttpHit)->Arg(4 << 10)->Arg(256 << 10);
 
@@ -128,11 +115,7 @@ void BM_RawCurlGetFloor(benchmark::State& state) {
 BENCHMARK(BM_RawCurlGetFloor)->Arg(4 << 10)->Arg(256 << 10);
 
 void BM_HttpPut(benchmark::State& state) {
-  cucore::http_program_cache cache(options());
-  const auto code = random_code(static_cast<std::size_t>(state.range(0)));
-  for (auto _ : state) cache.put("put", code);
-  if (cache.stats().errors != 0) state.SkipWithError("errors");
-  state.SetBytesProcessed(state.iterations() * state.range(0));
+  remote_put<cucore::http_program_cache>(state, options());
 }
 BENCHMARK(BM_HttpPut)->Arg(4 << 10)->Arg(256 << 10);
 
@@ -152,13 +135,5 @@ BENCHMARK(BM_RawCurlPutFloor)->Arg(4 << 10)->Arg(256 << 10);
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!server().installed() || !server().running()) {
-    std::printf("http_bench: nginx is not installed or did not start; nothing measured\n");
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return cucore::bench::run_benchmarks(argc, argv, "http_bench", server());
 }

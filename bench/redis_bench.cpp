@@ -8,23 +8,24 @@
 
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
-#include <vector>
 
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/tiered.hpp"
 #include "redis_test_support.hpp"
+#include "remote_tier_bench.hpp"
 
 namespace {
 
+using cucore::bench::random_code;
+using cucore::bench::remote_hit;
+using cucore::bench::remote_put;
 using cucore::testing::raw_redis;
 using cucore::testing::redis_server;
 
 redis_server& server() {
-  static redis_server s;
-  return s;
+  return cucore::bench::shared_server<redis_server>();
 }
 
 cucore::redis_cache_options options() {
@@ -33,22 +34,8 @@ cucore::redis_cache_options options() {
   return o;
 }
 
-cucore::object_code random_code(std::size_t n) {
-  std::mt19937_64 rng(n);
-  std::vector<std::byte> b(n);
-  for (auto& x : b) x = static_cast<std::byte>(rng());
-  return cucore::object_code(cucore::code_type::cubin, std::move(b), "bench");
-}
-
 void BM_RedisHit(benchmark::State& state) {
-  cucore::redis_program_cache cache(options());
-  cache.put("hit", random_code(static_cast<std::size_t>(state.range(0))));
-  for (auto _ : state) {
-    auto hit = cache.get("hit");
-    if (!hit) state.SkipWithError("miss");
-    benchmark::DoNotOptimize(hit);
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0));
+  remote_hit<cucore::redis_program_cache>(state, options());
 }
 BENCHMARK(BM_RedisHit)->Arg(4 << 10)->Arg(256 << 10);
 
@@ -68,11 +55,7 @@ void BM_RawGetFloor(benchmark::State& state) {
 BENCHMARK(BM_RawGetFloor)->Arg(4 << 10)->Arg(256 << 10);
 
 void BM_RedisPut(benchmark::State& state) {
-  cucore::redis_program_cache cache(options());
-  const auto code = random_code(static_cast<std::size_t>(state.range(0)));
-  for (auto _ : state) cache.put("put", code);
-  if (cache.stats().errors != 0) state.SkipWithError("errors");
-  state.SetBytesProcessed(state.iterations() * state.range(0));
+  remote_put<cucore::redis_program_cache>(state, options());
 }
 BENCHMARK(BM_RedisPut)->Arg(4 << 10)->Arg(256 << 10);
 
@@ -110,13 +93,5 @@ BENCHMARK(BM_LocalDirectoryHit);
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!server().installed() || !server().running()) {
-    std::printf("redis_bench: redis-server is not installed or did not start; nothing measured\n");
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return cucore::bench::run_benchmarks(argc, argv, "redis_bench", server());
 }

@@ -9,9 +9,6 @@
 // Processes rather than Google Benchmark: each sample is a fleet of processes, seconds long.
 //
 //   stampede_bench [--processes N] [--runs R] [--slow-n DEPTH] [--cli PATH]
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,59 +21,30 @@
 #include <string>
 #include <vector>
 
+#include "process_support.hpp"
 #include "redis_test_support.hpp"
+#include "slow_kernel.hpp"
 #include "test_support.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using cucore::testing::kSlowSource;
 using cucore::testing::redis_server;
 using cucore::testing::temp_dir;
-
-constexpr const char* kSlowSource = R"(
-#ifndef SLOW_N
-#define SLOW_N 120
-#endif
-#ifndef SLOW_CHAINS
-#define SLOW_CHAINS 2
-#endif
-template <int I, int C>
-__device__ __noinline__ float step(float x) {
-  if constexpr (I == 0) {
-    return x;
-  } else {
-    return step<I - 1, C>(x) * 1.0001f + static_cast<float>(I + C) * __sinf(x);
-  }
-}
-template <int C>
-__device__ float chains(float x) {
-  if constexpr (C == 0) {
-    return 0.0f;
-  } else {
-    return step<SLOW_N, C>(x) + chains<C - 1>(x);
-  }
-}
-extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = chains<SLOW_CHAINS>(p[threadIdx.x]); }
-)";
 
 std::string cli_path = CUCORE_CLI_PATH;
 
 pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> text = {cli_path};
-  text.insert(text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, cli_path.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+  std::vector<std::string> argv = {cli_path};
+  argv.insert(argv.end(), args.begin(), args.end());
+  cucore::testing::spawn_options o;
+  o.out = o.err = log.string();  // one file for both
+  const pid_t pid = cucore::testing::spawn_program(argv, o);
+  if (pid < 0) {
     std::fprintf(stderr, "cannot start %s\n", cli_path.c_str());
     std::exit(1);
   }
-  posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
 
@@ -103,10 +71,7 @@ sample fleet(const fs::path& work, const std::string& source, const std::string&
     pids.push_back(spawn(args, work / ("p" + std::to_string(i) + ".log")));
   }
   for (pid_t pid : pids) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (cucore::testing::wait_exit_code(pid) != 0) {
       std::fprintf(stderr, "a compile failed; see %s\n", work.c_str());
       std::exit(1);
     }

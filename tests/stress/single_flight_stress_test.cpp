@@ -6,9 +6,7 @@
 // the lease dies, the others wait for it), a compile error under contention (the claim is
 // released, every process reports the error, nothing hangs), and a waiter that gives up after
 // --single-flight-wait.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "process_support.hpp"
 #include "redis_test_support.hpp"
+#include "slow_kernel.hpp"
 #include "test_support.hpp"
 
 #ifdef CUCORE_CLI_PATH
@@ -30,71 +30,26 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::contains;
+using testing::kSlowSource;
 using testing::redis_server;
 using testing::temp_dir;
 namespace fs = std::filesystem;
 
 constexpr int kProcesses = 16;
 
-// NVRTC spends ~0.7 s on this on an idle 2-core machine: SLOW_CHAINS chains of SLOW_N noinline
-// device functions to code-generate (one chain deeper than ~190 would pass the template depth
-// limit, 200). -DSLOW_CHAINS=3 takes ~1.3 s: time to kill the holder mid-compile.
-constexpr const char* kSlowSource = R"(
-#ifndef SLOW_N
-#define SLOW_N 120
-#endif
-#ifndef SLOW_CHAINS
-#define SLOW_CHAINS 2
-#endif
-template <int I, int C>
-__device__ __noinline__ float step(float x) {
-  if constexpr (I == 0) {
-    return x;
-  } else {
-    return step<I - 1, C>(x) * 1.0001f + static_cast<float>(I + C) * __sinf(x);
-  }
-}
-template <int C>
-__device__ float chains(float x) {
-  if constexpr (C == 0) {
-    return 0.0f;
-  } else {
-    return step<SLOW_N, C>(x) + chains<C - 1>(x);
-  }
-}
-extern "C" __global__ void slow_kernel(float* p) { p[threadIdx.x] = chains<SLOW_CHAINS>(p[threadIdx.x]); }
-)";
-
 // One `cucore compile` process, its output in files of its own.
 class cli_process {
  public:
   cli_process(const fs::path& dir, const std::string& name, std::vector<std::string> args)
       : out_(dir / (name + ".stdout")), err_(dir / (name + ".stderr")) {
-    std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_text;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view entry(*e);
-      if (entry.starts_with("CUCORE_REMOTE_CACHE=") || entry.starts_with("CUCORE_CACHE_DIR=")) {
-        continue;
-      }
-      env_text.emplace_back(entry);
-    }
-    env_text.push_back("CUCORE_CACHE_DIR=" + (dir / "default-cache").string());
-    std::vector<char*> envp;
-    for (auto& e : env_text) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (::posix_spawn(&pid_, CUCORE_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) != 0) {
-      pid_ = -1;
-    }
-    posix_spawn_file_actions_destroy(&actions);
+    const std::vector<std::string> env = testing::environment_with(
+        {"CUCORE_REMOTE_CACHE="}, {"CUCORE_CACHE_DIR=" + (dir / "default-cache").string()});
+    testing::spawn_options o;
+    o.out = out_.string();
+    o.err = err_.string();
+    o.env = &env;
+    args.insert(args.begin(), CUCORE_CLI_PATH);
+    pid_ = testing::spawn_program(args, o);
   }
   cli_process(const cli_process&) = delete;
   cli_process& operator=(const cli_process&) = delete;
@@ -107,11 +62,8 @@ class cli_process {
   // The exit status (128 + signal when killed).
   int wait() {
     if (pid_ <= 0) return status_;
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    status_ = testing::wait_exit_code(pid_);
     pid_ = -1;
-    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return status_;
   }
   void kill() const {

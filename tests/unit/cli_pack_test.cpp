@@ -4,106 +4,62 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using cucore::testing::contains;
+using cucore::testing::describe;
+using cucore::testing::kSaxpy;
+using cucore::testing::kTemplate;
 using cucore::testing::read_text;
+using cucore::testing::run_result;
 using cucore::testing::temp_dir;
-
-struct run_result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string describe(const run_result& r) {
-  return "exit status " + std::to_string(r.status) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" +
-         r.err;
-}
-
-constexpr const char* kSaxpy =
-    "extern \"C\" __global__ void saxpy(float a, const float* x, float* y, int n) {\n"
-    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "  if (i < n) y[i] = a * x[i] + y[i];\n"
-    "}\n";
-constexpr const char* kTemplate = "template <class T> __global__ void k(T* x) { *x = T(1); }\n";
 
 class Pack : public ::testing::Test {
  protected:
   // Runs `cucore args...` in the work directory; with `terminal`, stderr is a pseudo-terminal
   // (what it printed there comes back in err).
   run_result cucore(const std::vector<std::string>& args, bool terminal = false) {
-    std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_text) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    const std::string tag = std::to_string(runs_++);
-    const fs::path out_path = work_.path() / ("out." + tag);
-    const fs::path err_path = work_.path() / ("err." + tag);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addchdir_np(&actions, work_.path().c_str());
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    int master = -1;
-    if (terminal) {
-      master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-      EXPECT_GE(master, 0);
-      ::grantpt(master);
-      ::unlockpt(master);
-      posix_spawn_file_actions_addopen(&actions, 2, ::ptsname(master), O_RDWR | O_NOCTTY, 0);
-    } else {
-      posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    }
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    run_result r;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << CUCORE_CLI_PATH << ": " << std::strerror(spawned);
-      return r;
-    }
-    int wstatus = 0;
-    if (terminal) {
-      // Drained while it runs: a full terminal buffer would block the child.
-      for (;;) {
-        pollfd p{master, POLLIN, 0};
-        if (::poll(&p, 1, 50) > 0) {
-          char buffer[4096];
-          const ssize_t n = ::read(master, buffer, sizeof buffer);
-          if (n > 0) r.err.append(buffer, static_cast<std::size_t>(n));
-          if (n > 0) continue;
-        }
-        if (::waitpid(pid, &wstatus, WNOHANG) == pid) break;
-      }
+    if (!terminal) return runs_.run(args, work_.path(), nullptr);
+    const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    EXPECT_GE(master, 0);
+    ::grantpt(master);
+    ::unlockpt(master);
+    const cucore::testing::started_run child =
+        runs_.start(args, work_.path(), nullptr, ::ptsname(master));
+    if (child.pid < 0) {
       ::close(master);
-    } else {
-      while (::waitpid(pid, &wstatus, 0) == -1 && errno == EINTR) {
-      }
-      r.err = read_text(err_path);
+      return cucore::testing::finish(child);
     }
+    run_result r;
+    int wstatus = 0;
+    // Drained while it runs: a full terminal buffer would block the child.
+    for (;;) {
+      pollfd p{master, POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0) {
+        char buffer[4096];
+        const ssize_t n = ::read(master, buffer, sizeof buffer);
+        if (n > 0) r.err.append(buffer, static_cast<std::size_t>(n));
+        if (n > 0) continue;
+      }
+      if (::waitpid(child.pid, &wstatus, WNOHANG) == child.pid) break;
+    }
+    ::close(master);
     r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_text(out_path);
+    r.out = read_text(child.out);
     return r;
   }
 
@@ -121,7 +77,8 @@ class Pack : public ::testing::Test {
   // `cucore compile FILE` through `spec`: its --json.
   json compile(const std::string& file, const std::string& spec) {
     std::vector<std::string> args = {"compile", file, "--arch", cucore::testing::kArch,
-                                     "--cache", spec, "-o", file + ".cubin", "--json"};
+                                     "--cache", spec, "-o",     file + ".cubin",
+                                     "--json"};
     if (file == "k.cu") args.insert(args.end(), {"--name-expression", "k<float>"});
     return json_of(args);
   }
@@ -132,7 +89,7 @@ class Pack : public ::testing::Test {
   }
 
   temp_dir work_;
-  int runs_ = 0;
+  cucore::testing::captured_runs runs_{CUCORE_CLI_PATH, work_.path()};
 };
 
 TEST_F(Pack, ExportedEntriesImportIntoAnotherCacheAndHit) {
@@ -168,9 +125,9 @@ TEST_F(Pack, ExportedEntriesImportIntoAnotherCacheAndHit) {
 
   // Selections: one key, a program name, a time.
   const std::string key = compile("saxpy.cu", "a")["key"];
-  EXPECT_EQ(json_of({"cache", "export", key, "-o", "one.cupack", "--cache", "a", "--json"})
-                ["entries"],
-            1);
+  EXPECT_EQ(
+      json_of({"cache", "export", key, "-o", "one.cupack", "--cache", "a", "--json"})["entries"],
+      1);
   EXPECT_EQ(json_of({"cache", "export", "--match", "k.*", "-o", "k.cupack", "--cache", "a",
                      "--json"})["entries"],
             1);
@@ -197,8 +154,7 @@ TEST_F(Pack, ADamagedPackAddsNothingAndSaysWhere) {
   std::ofstream(work_.path() / "p.cupack", std::ios::binary | std::ios::trunc) << bytes;
   run_result r = cucore({"cache", "import", "p.cupack", "--cache", "b"});
   EXPECT_EQ(r.status, 1) << describe(r);
-  EXPECT_TRUE(contains(r.err, "record 1 at byte " + std::to_string(second) + ": damaged"))
-      << r.err;
+  EXPECT_TRUE(contains(r.err, "record 1 at byte " + std::to_string(second) + ": damaged")) << r.err;
   EXPECT_EQ(json_of({"cache", "stats", "--json", "--cache", "b"})["entries"], 0);
   r = cucore({"cache", "import", "--check", "p.cupack"});
   EXPECT_EQ(r.status, 1) << describe(r);

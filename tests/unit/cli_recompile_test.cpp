@@ -4,14 +4,11 @@
 // as child processes in a fresh directory, with its own cache and report directory.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -22,34 +19,21 @@
 #include <utility>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using cucore::testing::contains;
+using cucore::testing::describe;
+using cucore::testing::kSaxpy;
+using cucore::testing::kTemplate;
 using cucore::testing::read_text;
+using cucore::testing::run_result;
 using cucore::testing::write_text;
 
-struct run_result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string describe(const run_result& r) {
-  return "exit status " + std::to_string(r.status) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" +
-         r.err;
-}
-
-constexpr const char* kSaxpy =
-    "extern \"C\" __global__ void saxpy(float a, const float* x, float* y, int n) {\n"
-    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "  if (i < n) y[i] = a * x[i] + y[i];\n"
-    "}\n";
-constexpr const char* kTemplate = "template <class T> __global__ void k(T* x) { *x = T(1); }\n";
 constexpr const char* kWithHeader =
     "#include \"value.cuh\"\n"
     "extern \"C\" __global__ void k(int* p) { *p = VALUE; }\n";
@@ -65,54 +49,10 @@ class Recompile : public ::testing::Test {
         {"CUCORE_VERIFY_REPORTS", reports().string()}};
     env.insert(env.end(), given.begin(), given.end());
     std::vector<std::string> env_text;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view entry(*e);
-      if (entry.starts_with("CUCORE_CACHE_RECIPES=") || entry.starts_with("CUCORE_VERIFY=") ||
-          entry.starts_with("CUCORE_CACHE_STATS=")) {
-        continue;
-      }
-      if (std::none_of(env.begin(), env.end(),
-                       [&](const auto& kv) { return entry.starts_with(kv.first + "="); })) {
-        env_text.emplace_back(entry);
-      }
-    }
     for (const auto& [name, value] : env) env_text.push_back(name + "=" + value);
-    std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    auto pointers = [](std::vector<std::string>& strings) {
-      std::vector<char*> p;
-      for (auto& s : strings) p.push_back(s.data());
-      p.push_back(nullptr);
-      return p;
-    };
-    auto argv = pointers(argv_text);
-    auto envp = pointers(env_text);
-    const std::string tag = std::to_string(runs_++);
-    const fs::path out_path = captures_.path() / ("out." + tag);
-    const fs::path err_path = captures_.path() / ("err." + tag);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addchdir_np(&actions, work_.c_str());
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    run_result r;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << CUCORE_CLI_PATH << ": " << std::strerror(spawned);
-      return r;
-    }
-    int wstatus = 0;
-    while (::waitpid(pid, &wstatus, 0) == -1 && errno == EINTR) {
-    }
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_text(out_path);
-    r.err = read_text(err_path);
-    return r;
+    const std::vector<std::string> child_env = cucore::testing::environment_with(
+        {"CUCORE_CACHE_RECIPES=", "CUCORE_VERIFY=", "CUCORE_CACHE_STATS="}, env_text);
+    return runs_.run(args, work_, &child_env);
   }
 
   // `cucore compile FILE` into the test's cache, recipes kept unless `recipes` is empty.
@@ -162,7 +102,7 @@ class Recompile : public ::testing::Test {
   cucore::testing::temp_dir captures_;
   fs::path work_ = scratch_.path();
   fs::path cache_ = scratch_.path() / "cache";
-  int runs_ = 0;
+  cucore::testing::captured_runs runs_{CUCORE_CLI_PATH, captures_.path()};
 };
 
 }  // namespace

@@ -3,10 +3,7 @@
 // Real compiles with the toolkit's NVRTC, nvJitLink and libNVVM; no GPU needed. Every child gets
 // CUCORE_CACHE_DIR pointed at a fresh directory of its test, so the default cache is never the
 // user's ~/.cache.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,16 +22,19 @@
 #include <utility>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::contains;
+using testing::describe;
+using testing::kSaxpy;
+using testing::kTemplate;
 using testing::read_text;
+using testing::run_result;
 using testing::temp_dir;
 using testing::write_text;
 
@@ -258,21 +258,10 @@ json parse_json(std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // Running the tool.
 
-struct run_result {
-  int status = -1;  // the exit status, or 128 + the signal that killed it
-  std::string out;
-  std::string err;
-};
-
 // Variables to set in the child's environment only (the test process keeps its own).
 using environment = std::vector<std::pair<std::string, std::string>>;
 
 constexpr const char* kArch = testing::kArch;
-
-std::string describe(const run_result& r) {
-  return "exit status " + std::to_string(r.status) + "\n--- stdout:\n" + r.out + "\n--- stderr:\n" +
-         r.err;
-}
 
 class Cli : public ::testing::Test {
  protected:
@@ -294,54 +283,10 @@ class Cli : public ::testing::Test {
         env.emplace_back(name, value);
       }
     }
-    const std::string tag = std::to_string(runs_++);
-    const std::string out_path = (captures_ / ("stdout." + tag)).string();
-    const std::string err_path = (captures_ / ("stderr." + tag)).string();
-
-    std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<std::string> env_text;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view entry(*e);
-      const bool overridden = std::any_of(env.begin(), env.end(), [&](const auto& kv) {
-        return entry.starts_with(kv.first + "=");
-      });
-      if (!overridden) env_text.emplace_back(entry);
-    }
     for (const auto& [name, value] : env) env_text.push_back(name + "=" + value);
-
-    auto pointers = [](std::vector<std::string>& strings) {
-      std::vector<char*> p;
-      for (auto& s : strings) p.push_back(s.data());
-      p.push_back(nullptr);
-      return p;
-    };
-    auto argv = pointers(argv_text);
-    auto envp = pointers(env_text);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addchdir_np(&actions, work_.path().c_str());
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    run_result r;
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << CUCORE_CLI_PATH << ": " << std::strerror(spawned);
-      return r;
-    }
-    int wstatus = 0;
-    while (::waitpid(pid, &wstatus, 0) == -1 && errno == EINTR) {
-    }
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_text(out_path);
-    r.err = read_text(err_path);
-    return r;
+    const std::vector<std::string> child_env = testing::environment_with({}, env_text);
+    return runs_.run(args, work_.path(), &child_env);
   }
 
   // Whether `cucore info --json` sees a GPU (a test of the no-GPU path only makes sense without).
@@ -390,7 +335,7 @@ class Cli : public ::testing::Test {
   temp_dir work_;
   temp_dir captures_;  // apart from work_, so the tool's outputs are all that is there
   temp_dir cache_;     // CUCORE_CACHE_DIR: the default cache of every run
-  int runs_ = 0;
+  testing::captured_runs runs_{CUCORE_CLI_PATH, captures_.path()};
 };
 
 // One fixture, named by what each group tests ("cli.Compile.CxxToPtx" in ctest).
@@ -406,15 +351,6 @@ bool is_elf(const std::string& bytes) {
       "\x7f"
       "ELF");
 }
-
-constexpr const char* kSaxpy =
-    R"(extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)";
-
-constexpr const char* kTemplate = "template <class T> __global__ void k(T* x) { *x = T(1); }\n";
 
 constexpr const char* kScaleIr =
     R"(target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"
@@ -2558,7 +2494,8 @@ TEST_F(Cache, StatsCountHitsMissesCompilesAndSkipsAcrossRunsAndZero) {
 TEST_F(Cache, BadCommandLines) {
   auto r = cucore({"cache"});
   EXPECT_EQ(r.status, 2) << describe(r);
-  EXPECT_TRUE(contains(r.err, "stats, ls, show, extract, export, import, verify, trim, clear")) << r.err;
+  EXPECT_TRUE(contains(r.err, "stats, ls, show, extract, export, import, verify, trim, clear"))
+      << r.err;
   r = cucore({"cache", "frobnicate"});
   EXPECT_EQ(r.status, 2) << describe(r);
   EXPECT_TRUE(contains(r.err, "unknown cache subcommand \"frobnicate\"")) << r.err;
@@ -3038,9 +2975,9 @@ TEST_F(Usage, CacheHelpListsSubcommandsAndOptions) {
     const auto r = cucore(args);
     ASSERT_EQ(r.status, 0) << describe(r);
     EXPECT_TRUE(contains(r.out, "Usage: cucore cache SUBCOMMAND")) << r.out;
-    for (const char* sub : {"stats", "ls", "show KEYHEX", "extract KEYHEX -o FILE",
-                            "export [--all | KEYHEX...", "import PACK", "verify",
-                            "trim --max-size N", "clear"}) {
+    for (const char* sub :
+         {"stats", "ls", "show KEYHEX", "extract KEYHEX -o FILE", "export [--all | KEYHEX...",
+          "import PACK", "verify", "trim --max-size N", "clear"}) {
       EXPECT_TRUE(contains(r.out, std::string("\n  ") + sub)) << sub;
     }
     for (const char* option :
@@ -3062,8 +2999,7 @@ TEST_F(Usage, CacheSubcommandHelp) {
       EXPECT_TRUE(contains(r.out, "  --cache SPEC")) << r.out;
       EXPECT_TRUE(contains(r.out, "  -h, --help")) << r.out;
       EXPECT_EQ(contains(r.out, "--max-size N "), sub == "trim") << r.out;
-      EXPECT_EQ(contains(r.out, "-o, --output FILE"), sub == "extract" || sub == "export")
-          << r.out;
+      EXPECT_EQ(contains(r.out, "-o, --output FILE"), sub == "extract" || sub == "export") << r.out;
     }
   }
   const auto r = cucore({"cache", "verify", "--help"});

@@ -3,10 +3,7 @@
 // paths, objects planted and damaged on the server's disk, the server stopped, hung, answering
 // garbage and 500, credentials, read-only consumers, large entries, and real NVRTC compiles
 // through "dir:X+http://..." with a fresh local tier hitting what another one stored.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +16,7 @@
 
 #include "cache/entry_format.hpp"
 #include "cache_test_support.hpp"
+#include "cli_support.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/http.hpp"
@@ -27,43 +25,21 @@
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "nginx_test_support.hpp"
+#include "remote_tier_support.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::compile_options;
 using testing::contains;
+using testing::kSource;
 using testing::log_capture;
 using testing::nginx_server;
+using testing::sample;
+using testing::scoped_env;
 using testing::temp_dir;
-
-// Sets an environment variable for a scope, restoring what was there.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-  ~scoped_env() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-object_code sample(std::size_t n, std::byte fill, std::string name = "sample") {
-  return object_code(code_type::cubin, std::vector<std::byte>(n, fill), std::move(name),
-                     symbol_map{{"k<int>", "_Z1kIiEvv"}});
-}
 
 http_cache_options options_for(const std::string& url) {
   http_cache_options o;
@@ -439,42 +415,19 @@ TEST(HttpCache, CredentialsAuthenticateAndAreNeverShown) {
 // ---------------------------------------------------------------------------------------------
 // Real compiles through "dir:X+http://..."
 
-constexpr const char* kSource = R"(
-template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }
-)";
-
-program_options compile_options() {
-  program_options o;
-  o.arch = testing::kArch;
-  return o;
-}
-
 TEST(HttpTiered, AFreshLocalTierHitsWhatAnotherStored) {
   nginx_server server;
   CUCORE_REQUIRE_NGINX(server);
   temp_dir a, b;
-  const std::vector<std::string> names = {"scale<float>"};
-  const object_code uncached =
-      program(kSource, source_type::cxx, compile_options()).compile(code_type::cubin, names);
-  {
-    auto cache = open_program_cache("dir:" + a.path().string() + "+" + server.url());
-    program first(kSource, source_type::cxx, compile_options());
-    EXPECT_EQ(first.compile(code_type::cubin, names, cache.get()), uncached);
-    EXPECT_EQ(first.last_cache_outcome(), cache_outcome::miss);
-  }  // flushes the write-behind put
+  auto machine = [&](const temp_dir& local) {
+    return open_program_cache("dir:" + local.path().string() + "+" + server.url());
+  };
+  (void)testing::compile_on_two_machines([&] { return machine(a); }, [&] { return machine(b); });
   std::size_t objects = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(server.root() / "cache")) {
     objects += e.is_regular_file();
   }
   EXPECT_EQ(objects, 1u);
-  auto cache = open_program_cache("dir:" + b.path().string() + "+" + server.url());
-  program second(kSource, source_type::cxx, compile_options());
-  const object_code hit = second.compile(code_type::cubin, names, cache.get());
-  EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
-  EXPECT_EQ(hit, uncached);
-  EXPECT_EQ(hit.symbol("scale<float>"), uncached.symbol("scale<float>"));
-  auto& tiered = dynamic_cast<tiered_program_cache&>(*cache);
-  EXPECT_EQ(tiered.tier_stats().remote_hits, 1u);
   EXPECT_EQ(file_stream_program_cache(b.path()).size(), 1u);  // backfilled
 }
 
@@ -525,24 +478,10 @@ TEST(HttpTiered, CliCompileAndStats) {
   const auto source = (work / "scale.cu").string();
   testing::write_text(source, kSource);
   auto run = [&](const std::vector<std::string>& args) {
-    const std::string out = (work / "out.txt").string();
-    std::vector<std::string> text = {CUCORE_CLI_PATH};
-    text.insert(text.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    pid_t pid = -1;
-    int status = -1;
-    if (::posix_spawn(&pid, CUCORE_CLI_PATH, &actions, nullptr, argv.data(), environ) == 0) {
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    posix_spawn_file_actions_destroy(&actions);
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, testing::read_text(out));
+    testing::spawn_options o;
+    o.out = o.err = (work / "out.txt").string();  // one file for both
+    const testing::run_result r = testing::run_captured(CUCORE_CLI_PATH, args, o);
+    return std::make_pair(r.status, r.out);
   };
   auto compile = [&](const std::string& local) {
     return run({"compile", source, "--arch", testing::kArch, "--target", "cubin", "-o",

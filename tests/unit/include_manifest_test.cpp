@@ -8,15 +8,11 @@
 // one that reuses the manifest reads none ("hashed": 0, "stat_fast_path": true). Whether the
 // result is right: the key equals the one `--cache none` gives (no persistent memo, so no
 // manifest: a plain walk).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -26,15 +22,17 @@
 #include <thread>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "test_support.hpp"
-
-extern char** environ;
 
 namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::describe;
+using testing::finish;
 using testing::read_text;
+using testing::run_result;
 using testing::temp_dir;
 using testing::write_text;
 
@@ -42,16 +40,6 @@ using testing::write_text;
 // kManifestShardBytes).
 constexpr std::size_t kShardFiles = 8;
 constexpr std::uintmax_t kShardBytes = 512 * 1024;
-
-struct run_result {
-  int status = -1;
-  std::string out;
-  std::string err;
-  std::string describe() const {
-    return "exit status " + std::to_string(status) + "\n--- stdout:\n" + out + "\n--- stderr:\n" +
-           err;
-  }
-};
 
 // Headers a walk reads must be older than this (include_tracking.cpp's kSettleNs, 2 s, plus a
 // margin) for it to leave a manifest.
@@ -79,64 +67,12 @@ class IncludeManifest : public ::testing::Test {
 
   // A child running `cucore args...` in `cwd`, stdout and stderr to files; CUCORE_CACHE_DIR is a
   // directory of the test (the default cache is never the user's).
-  struct child {
-    pid_t pid = -1;
-    std::string out_path;
-    std::string err_path;
-  };
+  using child = testing::started_run;
 
   child start(const fs::path& cwd, const std::vector<std::string>& args) {
-#ifdef CUCORE_CLI_PATH
-    const std::string cli = CUCORE_CLI_PATH;
-#else
-    const std::string cli = "cucore";
-#endif
-    const std::string tag = std::to_string(runs_++);
-    child c;
-    c.out_path = (captures_ / ("stdout." + tag)).string();
-    c.err_path = (captures_ / ("stderr." + tag)).string();
-    std::vector<std::string> argv_text = {cli};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<std::string> env_text;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!std::string_view(*e).starts_with("CUCORE_CACHE_DIR=")) env_text.emplace_back(*e);
-    }
-    env_text.push_back("CUCORE_CACHE_DIR=" + (captures_ / "default-cache").string());
-    auto pointers = [](std::vector<std::string>& strings) {
-      std::vector<char*> p;
-      for (auto& s : strings) p.push_back(s.data());
-      p.push_back(nullptr);
-      return p;
-    };
-    auto argv = pointers(argv_text);
-    auto envp = pointers(env_text);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, c.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, c.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    const int spawned = posix_spawn(&c.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot run " << cli << ": " << std::strerror(spawned);
-      c.pid = -1;
-    }
-    return c;
-  }
-
-  static run_result finish(const child& c) {
-    run_result r;
-    if (c.pid < 0) return r;
-    int wstatus = 0;
-    while (::waitpid(c.pid, &wstatus, 0) == -1 && errno == EINTR) {
-    }
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_text(c.out_path);
-    r.err = read_text(c.err_path);
-    return r;
+    const std::vector<std::string> env = testing::environment_with(
+        {}, {"CUCORE_CACHE_DIR=" + (captures_ / "default-cache").string()});
+    return runs_.start(args, cwd, &env);
   }
 
   run_result run(const fs::path& cwd, const std::vector<std::string>& args) {
@@ -144,7 +80,11 @@ class IncludeManifest : public ::testing::Test {
   }
 
   temp_dir captures_;
-  int runs_ = 0;
+#ifdef CUCORE_CLI_PATH
+  testing::captured_runs runs_{CUCORE_CLI_PATH, captures_.path()};
+#else
+  testing::captured_runs runs_{"cucore", captures_.path()};
+#endif
 };
 
 // One project: a kernel in `work` that includes through -I A -I B (A empty at first), with a
@@ -212,7 +152,7 @@ class IncludeManifestKeys : public IncludeManifest {
   key_result key(const project& p, const std::string& cache_spec,
                  const std::string& file = "k.cu") {
     const run_result r = run(p.work.path(), p.key_args(cache_spec, file));
-    EXPECT_EQ(r.status, 0) << r.describe();
+    EXPECT_EQ(r.status, 0) << describe(r);
     return {json_field(r.out, "key"), json_field(r.out, "hashed"), json_field(r.out, "tracked"),
             json_field(r.out, "stat_fast_path")};
   }
@@ -254,7 +194,7 @@ TEST_F(IncludeManifestKeys, FreshProcessReusesTheWalk) {
   std::vector<std::string> args = p.key_args(p.cache().string());
   args.push_back("-DX=1");
   const run_result other = run(p.work.path(), args);
-  ASSERT_EQ(other.status, 0) << other.describe();
+  ASSERT_EQ(other.status, 0) << describe(other);
   EXPECT_NE(json_field(other.out, "hashed"), "0");
   EXPECT_EQ(p.manifest_files().size(), 2u);
 }
@@ -410,7 +350,7 @@ TEST_F(IncludeManifestKeys, ConcurrentWritersLeaveOneValidManifest) {
       children.push_back(start(p.work.path(), p.key_args(p.cache().string())));
     for (const auto& c : children) {
       const run_result r = finish(c);
-      ASSERT_EQ(r.status, 0) << r.describe();
+      ASSERT_EQ(r.status, 0) << describe(r);
       EXPECT_EQ(json_field(r.out, "key"), reference);
     }
     const auto files = p.manifest_files();
@@ -505,7 +445,7 @@ TEST_F(IncludeManifest, FreshProcessCompileHitReusesTheWalk) {
   const auto compile = [&](const std::string& out, const std::string& cache_spec) {
     const run_result r = run(work.path(), {"compile", "k.cu", "-I", "inc", "--arch", "sm_90",
                                            "--cache", cache_spec, "-o", out, "--json"});
-    EXPECT_EQ(r.status, 0) << r.describe();
+    EXPECT_EQ(r.status, 0) << describe(r);
     return r.out;
   };
   const std::string miss = compile("1.cubin", cache.string());

@@ -1,8 +1,11 @@
-// Real child processes for the tests: forked children that report back through a pipe, and
-// children that run until they are killed. Standard library and POSIX only.
+// Real child processes for the tests: forked children that report back through a pipe,
+// children that run until they are killed, and programs spawned with an environment and files of
+// their own. Standard library and POSIX only.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,9 +17,12 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
+
+extern char** environ;
 
 namespace cucore::testing {
 
@@ -150,6 +156,79 @@ inline bool kill_after(pid_t pid, std::chrono::microseconds delay) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+// This process's environment without the variables that start with one of `unset` ("NAME=" for
+// one variable, "CUCORE_CUDA_" for a family) or that `set` gives, then `set` ("NAME=VALUE" each).
+inline std::vector<std::string> environment_with(const std::vector<std::string>& unset,
+                                                 const std::vector<std::string>& set = {}) {
+  auto starts_with_any = [](std::string_view entry, const std::vector<std::string>& prefixes,
+                            bool names_only) {
+    for (const std::string& prefix : prefixes) {
+      if (entry.starts_with(names_only ? prefix.substr(0, prefix.find('=') + 1) : prefix))
+        return true;
+    }
+    return false;
+  };
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (!starts_with_any(entry, unset, false) && !starts_with_any(entry, set, true))
+      out.emplace_back(entry);
+  }
+  out.insert(out.end(), set.begin(), set.end());
+  return out;
+}
+
+// Where spawn_program's child runs and what it gets. Output files are created or truncated.
+struct spawn_options {
+  std::string cwd;          // "": this process's
+  bool null_stdin = false;  // stdin from /dev/null
+  std::string out;          // stdout's file; "": this process's
+  std::string err;          // stderr's file; "": this process's; out's: one file for both
+  const std::vector<std::string>* env = nullptr;  // "NAME=VALUE"s; nullptr: this process's
+};
+
+// Spawns the program argv[0] with `argv`. Its pid, or -1 (posix_spawn's error in *error).
+inline pid_t spawn_program(const std::vector<std::string>& argv, const spawn_options& o = {},
+                           int* error = nullptr) {
+  std::vector<std::string> args = argv;
+  std::vector<std::string> env = o.env != nullptr ? *o.env : std::vector<std::string>();
+  auto pointers = [](std::vector<std::string>& strings) {
+    std::vector<char*> p;
+    for (auto& s : strings) p.push_back(s.data());
+    p.push_back(nullptr);
+    return p;
+  };
+  auto arg_pointers = pointers(args);
+  auto env_pointers = pointers(env);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, o.cwd.c_str());
+  if (o.null_stdin) posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  constexpr int kOutput = O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY;
+  if (!o.out.empty()) posix_spawn_file_actions_addopen(&actions, 1, o.out.c_str(), kOutput, 0644);
+  if (!o.err.empty() && o.err == o.out) {
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  } else if (!o.err.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, o.err.c_str(), kOutput, 0644);
+  }
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, args[0].c_str(), &actions, nullptr, arg_pointers.data(),
+                               o.env != nullptr ? env_pointers.data() : environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != nullptr) *error = rc;
+  return rc == 0 ? pid : -1;
+}
+
+// Waits for the child `pid`: its exit status, or 128 + the signal that killed it; -1 when it
+// cannot be waited for.
+inline int wait_exit_code(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace cucore::testing

@@ -3,10 +3,7 @@
 // format verified on every read, damaged and wrong-type values planted with raw commands, the
 // server killed, paused and restarted, maxmemory, read-only consumers and ACL users, threads,
 // real processes sharing one server through the CLI, and real compiles through the tiered cache.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +13,7 @@
 #include <vector>
 
 #include "cache_test_support.hpp"
+#include "cli_support.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/in_memory.hpp"
 #include "cucore/cache/open.hpp"
@@ -26,33 +24,22 @@
 #include "cucore/program.hpp"
 #include "process_support.hpp"
 #include "redis_test_support.hpp"
+#include "remote_tier_support.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::compile_options;
 using testing::contains;
+using testing::kSource;
 using testing::log_capture;
 using testing::raw_redis;
 using testing::redis_server;
+using testing::redis_test_options;
+using testing::sample;
 using testing::temp_dir;
-
-object_code sample(std::size_t n, std::byte fill, std::string name = "sample") {
-  return object_code(code_type::cubin, std::vector<std::byte>(n, fill), std::move(name),
-                     symbol_map{{"k<int>", "_Z1kIiEvv"}});
-}
-
-redis_cache_options options_for(const redis_server& server, std::string_view suffix = "") {
-  redis_cache_options o;
-  o.url = server.url(suffix);
-  o.retry_initial = 100ms;
-  o.retry_max = 200ms;
-  // Generous: under a sanitizer on a loaded machine a command may take long, and a timeout would
-  // count as an error in tests that expect none. Tests of timeouts set their own.
-  o.command_timeout = 2000ms;
-  return o;
-}
 
 // ---------------------------------------------------------------------------------------------
 // URLs
@@ -147,7 +134,7 @@ TEST(RedisCache, BadOptionsAreInvalidArguments) {
 TEST(RedisCache, RoundTripKeepsTheWholeObjectCode) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   EXPECT_FALSE(cache.get("absent"));
   const object_code code = sample(5000, std::byte{0x5a});
   cache.put("k", code);
@@ -188,9 +175,9 @@ TEST(RedisCache, RoundTripKeepsTheWholeObjectCode) {
 TEST(RedisCache, PrefixesAndDatabasesAreSeparateNamespaces) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache a(options_for(server, "/0?prefix=a:"));
-  redis_program_cache b(options_for(server, "/0?prefix=b:"));
-  redis_program_cache db2(options_for(server, "/2?prefix=a:"));
+  redis_program_cache a(redis_test_options(server, "/0?prefix=a:"));
+  redis_program_cache b(redis_test_options(server, "/0?prefix=b:"));
+  redis_program_cache db2(redis_test_options(server, "/2?prefix=a:"));
   a.put("k", sample(10, std::byte{1}));
   b.put("k", sample(10, std::byte{2}));
   EXPECT_EQ(a.get("k")->code()[0], std::byte{1});
@@ -210,13 +197,13 @@ TEST(RedisCache, PrefixesAndDatabasesAreSeparateNamespaces) {
 TEST(RedisCache, TtlExpiresEntries) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server, "?ttl=100"));
+  redis_program_cache cache(redis_test_options(server, "?ttl=100"));
   cache.put("k", sample(10, std::byte{1}));
   raw_redis raw = server.client();
   const long long ttl = raw.integer({"TTL", cache.redis_key("k")});
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 100);
-  redis_program_cache forever(options_for(server, "?prefix=f:"));
+  redis_program_cache forever(redis_test_options(server, "?prefix=f:"));
   forever.put("k", sample(10, std::byte{1}));
   EXPECT_EQ(raw.integer({"TTL", forever.redis_key("k")}), -1);
 }
@@ -225,7 +212,7 @@ TEST(RedisCache, TtlExpiresEntries) {
 TEST(RedisCache, CorruptValuesAreMissesAndDeleted) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   raw_redis raw = server.client();
   cache.put("good", sample(1000, std::byte{7}));
   const std::string good = raw.text({"GET", cache.redis_key("good")});
@@ -263,7 +250,7 @@ TEST(RedisCache, CorruptValuesAreMissesAndDeleted) {
 TEST(RedisCache, WrongTypeValuesAreMissesAndDeleted) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   raw_redis raw = server.client();
   raw.command({"RPUSH", cache.redis_key("list"), "CUCOREPC"});
   raw.command({"HSET", cache.redis_key("hash"), "f", "v"});
@@ -280,8 +267,8 @@ TEST(RedisCache, WrongTypeValuesAreMissesAndDeleted) {
 TEST(RedisCache, ReadOnlyWritesNothing) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache writer(options_for(server));
-  redis_program_cache reader(options_for(server, "?read_only=1"));
+  redis_program_cache writer(redis_test_options(server));
+  redis_program_cache reader(redis_test_options(server, "?read_only=1"));
   EXPECT_TRUE(reader.options().read_only);
   EXPECT_TRUE(contains(reader.description(), "read-only"));
   raw_redis raw = server.client();
@@ -313,7 +300,7 @@ TEST(RedisCache, AuthAndAclUsers) {
   ASSERT_EQ(admin.text({"AUTH", "s3cret"}), "OK");
   ASSERT_EQ(admin.text({"ACL", "SETUSER", "reader", "on", ">rpw", "~*", "+@read", "+ping"}), "OK");
 
-  auto with_password = options_for(server);
+  auto with_password = redis_test_options(server);
   with_password.url = "redis://:s3cret@127.0.0.1:" + std::to_string(server.port());
   redis_program_cache owner(with_password);
   owner.put("k", sample(10, std::byte{4}));
@@ -321,7 +308,7 @@ TEST(RedisCache, AuthAndAclUsers) {
   EXPECT_FALSE(contains(owner.description(), "s3cret"));
 
   log_capture logs;
-  auto ro = options_for(server);
+  auto ro = redis_test_options(server);
   ro.url = "redis://reader:rpw@127.0.0.1:" + std::to_string(server.port());
   redis_program_cache reader(ro);
   EXPECT_TRUE(reader.get("k"));
@@ -331,7 +318,7 @@ TEST(RedisCache, AuthAndAclUsers) {
   EXPECT_EQ(reader.stats().errors, 2u);
   EXPECT_EQ(logs.warnings("refused a put"), 1u) << logs.all();
 
-  auto wrong = options_for(server);
+  auto wrong = redis_test_options(server);
   wrong.url = "redis://:nope-not-it@127.0.0.1:" + std::to_string(server.port());
   redis_program_cache intruder(wrong);
   EXPECT_FALSE(intruder.get("k"));
@@ -369,7 +356,7 @@ TEST(RedisCache, ServerKilledThenRestarted) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   log_capture logs;
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   cache.put("before", sample(100, std::byte{1}));
   ASSERT_TRUE(cache.get("before"));
 
@@ -402,7 +389,7 @@ TEST(RedisCache, ServerKilledThenRestarted) {
 TEST(RedisCache, KilledRepeatedlyUnderLoad) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  auto o = options_for(server);
+  auto o = redis_test_options(server);
   o.retry_initial = 20ms;
   o.retry_max = 40ms;
   redis_program_cache cache(o);
@@ -452,7 +439,7 @@ TEST(RedisCache, KilledRepeatedlyUnderLoad) {
 TEST(RedisCache, HungServerTimesOutAndNoLateReplyIsMisread) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  auto o = options_for(server);
+  auto o = redis_test_options(server);
   o.command_timeout = 300ms;
   redis_program_cache cache(o);
   cache.put("a", sample(100, std::byte{0xa}));
@@ -476,7 +463,7 @@ TEST(RedisCache, HungServerTimesOutAndNoLateReplyIsMisread) {
 TEST(RedisCache, MaxmemoryEvictionIsAMiss) {
   redis_server server({"--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"});
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   constexpr int kEntries = 60;
   for (int i = 0; i < kEntries; ++i) {
     cache.put("k" + std::to_string(i), sample(200 * 1024, static_cast<std::byte>(i)));
@@ -499,7 +486,7 @@ TEST(RedisCache, MaxmemoryNoevictionDropsPuts) {
   redis_server server({"--maxmemory", "2mb", "--maxmemory-policy", "noeviction"});
   CUCORE_REQUIRE_REDIS(server);
   log_capture logs;
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   for (int i = 0; i < 30; ++i) cache.put("k" + std::to_string(i), sample(200 * 1024, std::byte{1}));
   EXPECT_LT(cache.stats().puts, 30u);
   EXPECT_GT(cache.stats().errors, 0u);
@@ -510,7 +497,7 @@ TEST(RedisCache, MaxmemoryNoevictionDropsPuts) {
 TEST(RedisCache, TrimRemovesTheLongestIdleFirst) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   raw_redis raw = server.client();
   for (int i = 0; i < 4; ++i) cache.put("k" + std::to_string(i), sample(1000, std::byte{1}));
   // OBJECT IDLETIME has a resolution of seconds: age k0 and k1 through DEBUG-free means is not
@@ -526,7 +513,7 @@ TEST(RedisCache, TrimRemovesTheLongestIdleFirst) {
 TEST(RedisCache, UseAfterCloseThrows) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   cache.close();
   EXPECT_THROW(cache.get("k"), error);
   EXPECT_THROW(cache.put("k", sample(1, std::byte{1})), error);
@@ -538,7 +525,7 @@ TEST(RedisCache, UseAfterCloseThrows) {
 TEST(RedisCache, ConcurrentThreads) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache cache(options_for(server));
+  redis_program_cache cache(redis_test_options(server));
   std::atomic<int> wrong{0}, hits{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -568,7 +555,7 @@ TEST(RedisCache, ProcessesHammerOneKey) {
   CUCORE_REQUIRE_REDIS(server);
   constexpr int kProcesses = 8;
   const auto reports = testing::run_children(kProcesses, [&](int child) -> std::string {
-    redis_program_cache cache(options_for(server));
+    redis_program_cache cache(redis_test_options(server));
     int hits = 0;
     for (int i = 0; i < 200; ++i) {
       if (i % 2 == 0) {
@@ -599,9 +586,9 @@ TEST(TieredCache, RemoteHitBackfillsTheLocalTier) {
   CUCORE_REQUIRE_REDIS(server);
   temp_dir dir_a, dir_b;
   tiered_program_cache a(std::make_unique<file_stream_program_cache>(dir_a.path()),
-                         std::make_unique<redis_program_cache>(options_for(server)));
+                         std::make_unique<redis_program_cache>(redis_test_options(server)));
   tiered_program_cache b(std::make_unique<file_stream_program_cache>(dir_b.path()),
-                         std::make_unique<redis_program_cache>(options_for(server)));
+                         std::make_unique<redis_program_cache>(redis_test_options(server)));
   const object_code code = sample(3000, std::byte{9});
   a.put("k", code);
   a.flush();  // the remote put is written behind
@@ -639,7 +626,7 @@ TEST(TieredCache, RemoteExceptionsAreMisses) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   log_capture logs;
-  auto remote = std::make_unique<redis_program_cache>(options_for(server));
+  auto remote = std::make_unique<redis_program_cache>(redis_test_options(server));
   remote->close();  // every call now throws cucore::error
   tiered_program_cache cache(std::make_unique<in_memory_program_cache>(), std::move(remote));
   EXPECT_FALSE(cache.get("k"));
@@ -695,7 +682,7 @@ TEST(TieredCache, SynchronousRemotePuts) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   tiered_program_cache cache(std::make_unique<in_memory_program_cache>(),
-                             std::make_unique<redis_program_cache>(options_for(server)),
+                             std::make_unique<redis_program_cache>(redis_test_options(server)),
                              {.write_behind = false});
   cache.put("k", sample(10, std::byte{1}));
   EXPECT_EQ(server.client().integer({"DBSIZE"}), 1);
@@ -712,7 +699,7 @@ TEST(TieredCache, DestructionFlushesWriteBehindPuts) {
   CUCORE_REQUIRE_REDIS(server);
   {
     tiered_program_cache cache(std::make_unique<in_memory_program_cache>(),
-                               std::make_unique<redis_program_cache>(options_for(server)));
+                               std::make_unique<redis_program_cache>(redis_test_options(server)));
     for (int i = 0; i < 50; ++i) cache.put("k" + std::to_string(i), sample(1000, std::byte{1}));
   }
   EXPECT_EQ(server.client().integer({"DBSIZE"}), 50);
@@ -725,7 +712,7 @@ TEST(TieredCache, WriteBehindNeverWaitsForTheServer) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   log_capture logs;
-  auto remote_options = options_for(server);
+  auto remote_options = redis_test_options(server);
   remote_options.retry_initial = 5s;  // once it has timed out, the rest are dropped at once
   remote_options.retry_max = 5s;
   remote_options.command_timeout = 2000ms;
@@ -760,7 +747,7 @@ TEST(TieredCache, ConcurrentThreadsWithWriteBehind) {
   CUCORE_REQUIRE_REDIS(server);
   temp_dir dir;
   tiered_program_cache cache(std::make_unique<file_stream_program_cache>(dir.path()),
-                             std::make_unique<redis_program_cache>(options_for(server)));
+                             std::make_unique<redis_program_cache>(redis_test_options(server)));
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -789,46 +776,23 @@ TEST(TieredCache, ConcurrentThreadsWithWriteBehind) {
 // ---------------------------------------------------------------------------------------------
 // Real compiles through the tiered cache
 
-constexpr const char* kSource = R"(
-template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }
-)";
-
-program_options compile_options() {
-  program_options o;
-  o.arch = testing::kArch;
-  return o;
-}
-
 // The oracle: what the tiered cache stores and returns is what an uncached compile gives.
 TEST(TieredCache, CompileThroughTheTieredCacheEqualsAnUncachedCompile) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   temp_dir dir_a, dir_b;
-  const std::vector<std::string> names = {"scale<float>"};
-  const object_code uncached =
-      program(kSource, source_type::cxx, compile_options()).compile(code_type::cubin, names);
-
-  tiered_program_cache a(std::make_unique<file_stream_program_cache>(dir_a.path()),
-                         std::make_unique<redis_program_cache>(options_for(server)));
-  program first(kSource, source_type::cxx, compile_options());
-  const object_code compiled = first.compile(code_type::cubin, names, &a);
-  EXPECT_EQ(first.last_cache_outcome(), cache_outcome::miss);
-  EXPECT_EQ(compiled, uncached);
-  a.flush();
-
-  // Another machine: its own local directory, the same server.
-  tiered_program_cache b(std::make_unique<file_stream_program_cache>(dir_b.path()),
-                         std::make_unique<redis_program_cache>(options_for(server)));
-  program second(kSource, source_type::cxx, compile_options());
-  const object_code hit = second.compile(code_type::cubin, names, &b);
-  EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
-  EXPECT_EQ(hit, uncached);
-  EXPECT_EQ(hit.symbol("scale<float>"), uncached.symbol("scale<float>"));
-  EXPECT_EQ(b.tier_stats().remote_hits, 1u);
-  redis_program_cache remote(options_for(server));
-  auto stored = remote.get(*first.last_cache_key());
+  // Two machines: each its own local directory, the same server.
+  auto machine = [&](const temp_dir& dir) -> std::unique_ptr<program_cache> {
+    return std::make_unique<tiered_program_cache>(
+        std::make_unique<file_stream_program_cache>(dir.path()),
+        std::make_unique<redis_program_cache>(redis_test_options(server)));
+  };
+  const testing::two_machines compiled = testing::compile_on_two_machines(
+      [&] { return machine(dir_a); }, [&] { return machine(dir_b); });
+  redis_program_cache remote(redis_test_options(server));
+  auto stored = remote.get(*compiled.key);
   ASSERT_TRUE(stored);
-  EXPECT_EQ(*stored, uncached);
+  EXPECT_EQ(*stored, compiled.uncached);
 }
 
 // A compile with the remote tier down succeeds, and stores locally.
@@ -857,7 +821,7 @@ TEST(TieredCacheProcesses, StatisticsCountBothTiersExactly) {
   temp_dir dir;
   constexpr int kProcesses = 8;
   {
-    redis_program_cache remote(options_for(server));
+    redis_program_cache remote(redis_test_options(server));
     for (int i = 0; i < kProcesses; ++i) {
       remote.put("r" + std::to_string(i), sample(500, std::byte{6}));
     }
@@ -867,7 +831,7 @@ TEST(TieredCacheProcesses, StatisticsCountBothTiersExactly) {
     o.write_behind = false;
     return std::make_unique<tiered_program_cache>(
         std::make_unique<file_stream_program_cache>(dir.path()),
-        std::make_unique<redis_program_cache>(options_for(server)), o);
+        std::make_unique<redis_program_cache>(redis_test_options(server)), o);
   };
   const auto reports = testing::run_children(kProcesses, [&](int i) {
     auto cache = open();
@@ -899,55 +863,22 @@ TEST(TieredCacheProcesses, StatisticsCountBothTiersExactly) {
 // ---------------------------------------------------------------------------------------------
 // Real processes: the cucore tool, each run with its own local directory, one server
 
-struct cli_result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using cli_result = testing::run_result;
 
 // Runs the tool with `env` added to this process's environment (less any CUCORE_REMOTE_CACHE,
 // and with CUCORE_CACHE_DIR inside `dir`), its output captured in files in `dir`.
 cli_result run_cli(const std::filesystem::path& dir, const std::vector<std::string>& args,
                    const std::vector<std::string>& env = {}) {
-  const std::string out_file = (dir / "stdout.txt").string();
-  const std::string err_file = (dir / "stderr.txt").string();
-  std::vector<std::string> argv_text = {CUCORE_CLI_PATH};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_text;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    if (entry.starts_with("CUCORE_REMOTE_CACHE=") || entry.starts_with("CUCORE_CACHE_DIR=")) {
-      continue;
-    }
-    env_text.emplace_back(entry);
-  }
-  env_text.push_back("CUCORE_CACHE_DIR=" + (dir / "default-cache").string());
-  env_text.insert(env_text.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
+  std::vector<std::string> set = {"CUCORE_CACHE_DIR=" + (dir / "default-cache").string()};
+  set.insert(set.end(), env.begin(), env.end());
+  const std::vector<std::string> child_env =
+      testing::environment_with({"CUCORE_REMOTE_CACHE="}, set);
+  testing::spawn_options o;
+  o.out = (dir / "stdout.txt").string();
+  o.err = (dir / "stderr.txt").string();
+  o.env = &child_env;
   // The tool gets absolute paths: `dir` only holds what it printed.
-  pid_t pid = -1;
-  cli_result result;
-  if (::posix_spawn(&pid, CUCORE_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) == 0) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  result.out = testing::read_text(out_file);
-  result.err = testing::read_text(err_file);
-  return result;
+  return testing::run_captured(CUCORE_CLI_PATH, args, o);
 }
 
 // Two processes with separate local directories share one server: the first compiles and

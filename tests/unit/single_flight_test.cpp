@@ -31,6 +31,7 @@
 #include "cucore/cache/tiered.hpp"
 #include "process_support.hpp"
 #include "redis_test_support.hpp"
+#include "remote_tier_support.hpp"
 #include "test_support.hpp"
 
 namespace cucore {
@@ -38,6 +39,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::redis_server;
+using testing::redis_test_options;
 using testing::temp_dir;
 
 object_code sample(char fill) {
@@ -64,15 +66,6 @@ class child_guard {
  private:
   pid_t pid_;
 };
-
-redis_cache_options redis_options(const redis_server& server, std::string_view suffix = "") {
-  redis_cache_options o;
-  o.url = server.url(suffix);
-  o.retry_initial = 100ms;
-  o.retry_max = 200ms;
-  o.command_timeout = 2000ms;
-  return o;
-}
 
 // Two cache objects on one store (as two processes would have), by backend.
 struct cache_pair {
@@ -379,7 +372,7 @@ TEST(SingleFlightThreads, ReleaseWithoutEntryLetsTheWaiterTakeOver) {
 TEST(SingleFlightRedis, ClaimsAreExclusiveAndOutOfTheEntries) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache a(redis_options(server)), b(redis_options(server));
+  redis_program_cache a(redis_test_options(server)), b(redis_test_options(server));
   expect_claims_exclusive(a, b);
   // A held claim is a key under the prefix, but no entry: maintenance does not see it.
   claim_result held = a.try_claim("k2", 10s);
@@ -396,7 +389,7 @@ TEST(SingleFlightRedis, ClaimsAreExclusiveAndOutOfTheEntries) {
 TEST(SingleFlightRedis, ALiveHolderKeepsItsClaimPastTheLease) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache a(redis_options(server)), b(redis_options(server));
+  redis_program_cache a(redis_test_options(server)), b(redis_test_options(server));
   claim_result held = a.try_claim("k", 300ms);
   ASSERT_EQ(held.status, claim_status::owned);
   std::this_thread::sleep_for(1s);  // three leases
@@ -411,11 +404,11 @@ TEST(SingleFlightRedis, ALiveHolderKeepsItsClaimPastTheLease) {
 TEST(SingleFlightRedis, LeaseExpiresAndOnlyTheOwnerReleases) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache b(redis_options(server));
+  redis_program_cache b(redis_test_options(server));
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t holder = testing::fork_until_killed([&] {
-    redis_program_cache a(redis_options(server));
+    redis_program_cache a(redis_test_options(server));
     claim_result claim = a.try_claim("k", 300ms);
     const char c = claim.status == claim_status::owned ? 'y' : 'n';
     testing::write_all(ready[1], &c, 1);
@@ -436,7 +429,7 @@ TEST(SingleFlightRedis, LeaseExpiresAndOnlyTheOwnerReleases) {
   ASSERT_EQ(second.status, claim_status::owned) << "expired after its holder died";
 
   // A late release of an expired claim: the raw client deletes "a"'s claim as an expiry would.
-  redis_program_cache a(redis_options(server));
+  redis_program_cache a(redis_test_options(server));
   claim_result first = a.try_claim("k2", 10s);
   ASSERT_EQ(first.status, claim_status::owned);
   const std::string claim_key = "cucore:v1:claim:" + a.redis_key("k2").substr(10);
@@ -453,11 +446,11 @@ TEST(SingleFlightRedis, LeaseExpiresAndOnlyTheOwnerReleases) {
 TEST(SingleFlightRedis, DownServerOrReadOnlyCannotClaim) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_cache_options ro = redis_options(server);
+  redis_cache_options ro = redis_test_options(server);
   ro.read_only = true;
   redis_program_cache read_only(ro);
   EXPECT_EQ(read_only.try_claim("k", 1s).status, claim_status::unsupported);
-  redis_cache_options down = redis_options(server);
+  redis_cache_options down = redis_test_options(server);
   down.url = "redis://127.0.0.1:" + std::to_string(testing::free_loopback_port());
   down.connect_timeout = 200ms;
   redis_program_cache unreachable(down);
@@ -472,7 +465,7 @@ TEST(SingleFlightRedis, TieredClaimsLocalThenRemote) {
   temp_dir dir;
   auto make = [&](const char* local) {
     return tiered_program_cache(std::make_unique<file_stream_program_cache>(dir / local),
-                                std::make_unique<redis_program_cache>(redis_options(server)));
+                                std::make_unique<redis_program_cache>(redis_test_options(server)));
   };
   tiered_program_cache machine1 = make("a");
   tiered_program_cache machine1_peer = make("a");
@@ -494,9 +487,9 @@ TEST(SingleFlightRedis, TieredWaiterOnAnotherMachineReadsTheEntry) {
   CUCORE_REQUIRE_REDIS(server);
   temp_dir dir;
   tiered_program_cache machine1(std::make_unique<file_stream_program_cache>(dir / "a"),
-                                std::make_unique<redis_program_cache>(redis_options(server)));
+                                std::make_unique<redis_program_cache>(redis_test_options(server)));
   tiered_program_cache machine2(std::make_unique<file_stream_program_cache>(dir / "b"),
-                                std::make_unique<redis_program_cache>(redis_options(server)));
+                                std::make_unique<redis_program_cache>(redis_test_options(server)));
   std::atomic<int> compiles{0};
   auto run = [&](tiered_program_cache& cache, std::chrono::milliseconds delay) {
     std::this_thread::sleep_for(delay);
@@ -703,7 +696,7 @@ TEST(SingleFlightProcesses, RedisHolderKilledOneWaiterTakesOver) {
     SCOPED_TRACE(kill_taker ? "the taker killed too" : "the holder killed");
     const std::string prefix = kill_taker ? "/0?prefix=t2:" : "/0?prefix=t1:";
     auto open = [&]() -> std::unique_ptr<program_cache> {
-      auto cache = std::make_unique<redis_program_cache>(redis_options(server, prefix));
+      auto cache = std::make_unique<redis_program_cache>(redis_test_options(server, prefix));
       single_flight_options o;
       o.lease = 1s;
       cache->set_single_flight(o);
@@ -722,7 +715,7 @@ TEST(SingleFlightThreads, CompileErrorWaitersCompileSideBySideEverywhere) {
   caches.emplace_back("in-memory", std::make_unique<in_memory_program_cache>());
   caches.emplace_back("sqlite", std::make_unique<sqlite_program_cache>(dir / "c.db"));
   if (server.running()) {
-    caches.emplace_back("redis", std::make_unique<redis_program_cache>(redis_options(server)));
+    caches.emplace_back("redis", std::make_unique<redis_program_cache>(redis_test_options(server)));
   }
   for (auto& [name, cache] : caches) {
     SCOPED_TRACE(name);
@@ -819,7 +812,7 @@ TEST(SingleFlightWatch, DirectoryWakesWhenTheHolderDies) {
 TEST(SingleFlightWatch, RedisWakesOnTheReleaseAndCountsAbandonments) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
-  redis_program_cache holder(redis_options(server)), waiter(redis_options(server));
+  redis_program_cache holder(redis_test_options(server)), waiter(redis_test_options(server));
   claim_result held = holder.try_claim("k", 10s);
   ASSERT_EQ(held.status, claim_status::owned);
   std::unique_ptr<claim_watch> watch = waiter.watch_claim("k");
@@ -852,7 +845,7 @@ TEST(SingleFlightWatch, TieredWakesOnEitherTier) {
   temp_dir dir;
   auto make = [&](const char* local) {
     return tiered_program_cache(std::make_unique<file_stream_program_cache>(dir / local),
-                                std::make_unique<redis_program_cache>(redis_options(server)));
+                                std::make_unique<redis_program_cache>(redis_test_options(server)));
   };
   tiered_program_cache machine1 = make("a");
   tiered_program_cache machine2 = make("b");

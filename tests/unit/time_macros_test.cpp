@@ -23,6 +23,7 @@ namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
+using cucore::testing::scoped_env;
 using cucore::testing::temp_dir;
 
 class fixed_probes final : public compiler_probes {
@@ -47,29 +48,6 @@ bool time_bypass(const program_cache_key_inputs& in) {
 }
 
 // Unsets an environment variable for the test's scope (and restores it).
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~scoped_env() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 constexpr std::string_view kPlain = "extern \"C\" __global__ void k(int* a) { *a = 1; }\n";
 
 TEST(TimeTokens, PiecesArePresentIdentifiersOnly) {
