@@ -4,9 +4,12 @@
 
 #include <cstring>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include "cucore/error.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 namespace cucore::python {
 
@@ -201,6 +204,21 @@ void read_verify(nb::handle options, std::optional<double>& out) {
   out = rate;
 }
 
+// A field whose value has a form of its own (option_form::custom).
+void read_custom(nb::handle options, std::string_view name, program_options& out) {
+  if (name == "define_macro") {
+    read_macros(options, out.define_macro);
+  } else if (name == "headers") {
+    read_headers(options, out.headers);
+  } else if (name == "compile_server") {  // both its rows (--server, --no-server): one answer
+    read_compile_server(options, out.compile_server);
+  } else if (name == "extra_sources") {
+    read_extra_sources(options, out.extra_sources);
+  } else {
+    throw std::logic_error("no reading of ProgramOptions." + std::string(name));
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> bytes_of(nb::handle value) {
@@ -238,71 +256,40 @@ program_options options_from(nb::handle o) {
   if (o.is_none()) return p;
   if (nb::object name = field(o, "name"); !name.is_none()) p.name = text_of(name, "options.name");
   read_string(o, "arch", p.arch);
-  read_bool(o, "relocatable_device_code", p.relocatable_device_code);
-  read_bool(o, "extensible_whole_program", p.extensible_whole_program);
-  read_bool(o, "debug", p.debug);
-  read_bool(o, "lineinfo", p.lineinfo);
-  read_bool(o, "device_code_optimize", p.device_code_optimize);
-  read_strings(o, "ptxas_options", p.ptxas_options);
-  read_int(o, "max_register_count", p.max_register_count);
-  read_bool(o, "ftz", p.ftz);
-  read_bool(o, "prec_sqrt", p.prec_sqrt);
-  read_bool(o, "prec_div", p.prec_div);
-  read_bool(o, "fma", p.fma);
-  read_bool(o, "use_fast_math", p.use_fast_math);
-  read_bool(o, "extra_device_vectorization", p.extra_device_vectorization);
-  read_bool(o, "link_time_optimization", p.link_time_optimization);
-  read_bool(o, "gen_opt_lto", p.gen_opt_lto);
-  read_macros(o, p.define_macro);
-  read_strings(o, "undefine_macro", p.undefine_macro);
-  read_strings(o, "include_path", p.include_path);
-  read_strings(o, "pre_include", p.pre_include);
-  read_bool(o, "no_source_include", p.no_source_include);
-  read_bool(o, "toolkit_include_path", p.toolkit_include_path);
-  read_bool(o, "use_bundled_headers", p.use_bundled_headers);
-  read_headers(o, p.headers);
-  read_string(o, "std", p.std);
-  read_bool(o, "builtin_move_forward", p.builtin_move_forward);
-  read_bool(o, "builtin_initializer_list", p.builtin_initializer_list);
-  read_bool(o, "disable_warnings", p.disable_warnings);
-  read_bool(o, "restrict", p.restrict);
-  read_bool(o, "device_as_default_execution_space", p.device_as_default_execution_space);
-  read_bool(o, "device_int128", p.device_int128);
-  read_bool(o, "device_float128", p.device_float128);
-  read_string(o, "optimization_info", p.optimization_info);
-  read_bool(o, "no_display_error_number", p.no_display_error_number);
-  read_ints(o, "diag_error", p.diag_error);
-  read_ints(o, "diag_suppress", p.diag_suppress);
-  read_ints(o, "diag_warn", p.diag_warn);
-  read_bool(o, "brief_diagnostics", p.brief_diagnostics);
-  read_path(o, "time", p.time);
-  read_int(o, "split_compile", p.split_compile);
-  read_bool(o, "fdevice_syntax_only", p.fdevice_syntax_only);
-  read_bool(o, "minimal", p.minimal);
-  read_bool(o, "no_cache", p.no_cache);
-  read_path(o, "fdevice_time_trace", p.fdevice_time_trace);
-  read_string(o, "frandom_seed", p.frandom_seed);
-  read_string(o, "ofast_compile", p.ofast_compile);
-  read_bool(o, "pch", p.pch);
-  read_path(o, "create_pch", p.create_pch);
-  read_path(o, "use_pch", p.use_pch);
-  read_path(o, "pch_dir", p.pch_dir);
-  read_bool(o, "pch_verbose", p.pch_verbose);
-  read_bool(o, "pch_messages", p.pch_messages);
-  read_bool(o, "instantiate_templates_in_pch", p.instantiate_templates_in_pch);
-  read_bool(o, "auto_pch", p.auto_pch);
-  read_extra_sources(o, p.extra_sources);
-  read_bool(o, "use_libdevice", p.use_libdevice);
-  read_bool(o, "numba_debug", p.numba_debug);
-  read_strings(o, "warning_as_error", p.warning_as_error);
-  read_bool(o, "wreorder", p.wreorder);
-  read_bool(o, "enable_tile", p.enable_tile);
-  read_bool(o, "tile_only", p.tile_only);
-  read_bool(o, "simt_only", p.simt_only);
-  read_bool(o, "default_tile", p.default_tile);
-  read_bool(o, "diagnose_implicit_tile_var", p.diagnose_implicit_tile_var);
-  read_strings(o, "extra_nvrtc_options", p.extra_nvrtc_options);
-  read_compile_server(o, p.compile_server);
+  // The fields the command line sets too, read by the forms of the table both read through.
+  using enum detail::option_form;
+  for (const auto& f : detail::program_option_fields) {
+    const std::string attribute(f.name);
+    const char* name = attribute.c_str();
+    switch (f.form) {
+      case heading:
+        break;
+      case flag:
+      case off_flag:
+      case boolean:
+      case on_off:
+        read_bool(o, name, detail::field_member<std::optional<bool>>(p, f));
+        break;
+      case integer:
+        read_int(o, name, detail::field_member<std::optional<int>>(p, f));
+        break;
+      case integers:
+        read_ints(o, name, detail::field_member<std::vector<int>>(p, f));
+        break;
+      case text:
+        read_string(o, name, detail::field_member<std::optional<std::string>>(p, f));
+        break;
+      case path:
+        read_path(o, name, detail::field_member<std::optional<std::string>>(p, f));
+        break;
+      case texts:
+        read_strings(o, name, detail::field_member<std::vector<std::string>>(p, f));
+        break;
+      case custom:
+        read_custom(o, f.name, p);
+        break;
+    }
+  }
   read_verify(o, p.verify);
   read_bool(o, "verify_in_background", p.verify_in_background);
   return p;

@@ -11,116 +11,154 @@ using enum nvrtc_option_use;
 constexpr bool V = true;   // takes a value
 constexpr bool N = false;  // takes none
 
+// Each form keeps its value in a member of one type, and the help names the value of those that
+// take one.
+consteval bool consistent(const program_option_field& f) {
+  using enum option_form;
+  const std::size_t type = f.member.index();  // option_member's alternatives, in order
+  switch (f.form) {
+    case heading:
+      return f.name.empty() && f.cli.empty() && type == 0;
+    case custom:
+      return !f.name.empty() && !f.cli.empty() && type == 0;
+    case flag:
+    case off_flag:
+    case boolean:
+    case on_off:
+      return type == 1 && f.value_name.empty();
+    case integer:
+      return type == 2 && !f.value_name.empty();
+    case text:
+    case path:
+      return type == 3 && !f.value_name.empty();
+    case integers:
+      return type == 4 && !f.value_name.empty();
+    case texts:
+      return type == 5 && !f.value_name.empty();
+  }
+  return false;
+}
+static_assert(std::ranges::all_of(program_option_fields, consistent));
+
+// The table with each field's command-line option filled in from program_option_fields, where a
+// row does not give its own.
+template <std::size_t N>
+consteval std::array<nvrtc_option, N> with_command_line_options(std::array<nvrtc_option, N> table) {
+  for (auto& o : table) {
+    for (const auto& f : program_option_fields) {
+      if (o.cli.empty() && !o.field.empty() && f.name == o.field) o.cli = f.cli;
+    }
+  }
+  return table;
+}
+
 // NVRTC 12.x / 13.x "Supported Compile Options" (the NVRTC User Guide), plus the undocumented
 // aliases NVRTC 13.0's option parser takes for them (found by passing each name in libnvrtc's
 // option table to nvrtcCompileProgram). Versions where an option is newer are noted.
-constexpr auto kTable = std::to_array<nvrtc_option>({
+constexpr auto kTable = with_command_line_options(std::to_array<nvrtc_option>({
     // Targets.
     {"gpu-architecture arch", "arch", V, keyed, "arch", "--arch"},
     // Separate compilation and whole-program compilation.
-    {"relocatable-device-code rdc", "rdc", V, keyed, "relocatable_device_code", "--rdc"},
-    {"device-c dc", "dc", N, keyed, "relocatable_device_code", "--rdc"},
-    {"device-w dw", "dw", N, keyed, "relocatable_device_code", "--rdc"},
-    {"extensible-whole-program ewp", "ewp", N, keyed, "extensible_whole_program",
-     "--extensible-whole-program"},
+    {"relocatable-device-code rdc", "rdc", V, keyed, "relocatable_device_code"},
+    {"device-c dc", "dc", N, keyed, "relocatable_device_code"},
+    {"device-w dw", "dw", N, keyed, "relocatable_device_code"},
+    {"extensible-whole-program ewp", "ewp", N, keyed, "extensible_whole_program"},
     // Debugging.
-    {"device-debug G", "G", N, keyed, "debug", "-G"},
-    {"generate-line-info lineinfo", "lineinfo", N, keyed, "lineinfo", "--lineinfo"},
+    {"device-debug G", "G", N, keyed, "debug"},
+    {"generate-line-info lineinfo", "lineinfo", N, keyed, "lineinfo"},
     // Code generation.
-    {"dopt", "dopt", V, keyed, "device_code_optimize", "--dopt"},
-    {"Ofast-compile Ofc", "Ofast-compile", V, keyed, "ofast_compile", "--Ofast-compile"},
-    {"ptxas-options Xptxas", "Xptxas", V, keyed, "ptxas_options", "--ptxas-options"},
-    {"maxrregcount", "maxrregcount", V, keyed, "max_register_count", "--maxrregcount"},
-    {"ftz", "ftz", V, keyed, "ftz", "--ftz"},
-    {"prec-sqrt", "prec-sqrt", V, keyed, "prec_sqrt", "--prec-sqrt"},
-    {"prec-div", "prec-div", V, keyed, "prec_div", "--prec-div"},
-    {"fmad", "fmad", V, keyed, "fma", "--fmad"},
-    {"use-fast-math", "use-fast-math", N, keyed, "use_fast_math", "--use-fast-math"},
+    {"dopt", "dopt", V, keyed, "device_code_optimize"},
+    {"Ofast-compile Ofc", "Ofast-compile", V, keyed, "ofast_compile"},
+    {"ptxas-options Xptxas", "Xptxas", V, keyed, "ptxas_options"},
+    {"maxrregcount", "maxrregcount", V, keyed, "max_register_count"},
+    {"ftz", "ftz", V, keyed, "ftz"},
+    {"prec-sqrt", "prec-sqrt", V, keyed, "prec_sqrt"},
+    {"prec-div", "prec-div", V, keyed, "prec_div"},
+    {"fmad", "fmad", V, keyed, "fma"},
+    {"use-fast-math", "use-fast-math", N, keyed, "use_fast_math"},
     {"extra-device-vectorization", "extra-device-vectorization", N, keyed,
-     "extra_device_vectorization", "--extra-device-vectorization"},
-    {"modify-stack-limit", "modify-stack-limit", V, keyed, "", ""},
+     "extra_device_vectorization"},
+    {"modify-stack-limit", "modify-stack-limit", V, keyed},
     {"dlink-time-opt dlto", "dlto", N, keyed, "link_time_optimization",
      "--dlink-time-opt (or the ltoir target)"},
-    {"gen-opt-lto", "gen-opt-lto", N, keyed, "gen_opt_lto", "--gen-opt-lto"},
-    {"optix-ir emit-optix-ir", "optix-ir", N, other_output, "", ""},
-    {"jump-table-density jtd", "jtd", V, keyed, "", ""},
-    {"device-stack-protector", "device-stack-protector", V, keyed, "", ""},
-    {"no-cache", "no-cache", N, keyed, "no_cache", "--no-compiler-cache"},
-    {"frandom-seed", "frandom-seed", V, keyed, "frandom_seed", "--frandom-seed"},
-    {"split-compile", "split-compile", V, keyed, "split_compile", "--split-compile"},
+    {"gen-opt-lto", "gen-opt-lto", N, keyed, "gen_opt_lto"},
+    {"optix-ir emit-optix-ir", "optix-ir", N, other_output},
+    {"jump-table-density jtd", "jtd", V, keyed},
+    {"device-stack-protector", "device-stack-protector", V, keyed},
+    {"no-cache", "no-cache", N, keyed, "no_cache"},
+    {"frandom-seed", "frandom-seed", V, keyed, "frandom_seed"},
+    {"split-compile", "split-compile", V, keyed, "split_compile"},
     // Tile code (13.1+): -enable-tile adds it, -tile-only compiles nothing else; its code goes to
     // the Tile IR. -simt-only parses it but generates none (no Tile IR); -default-tile makes
     // unannotated functions and variables Tile ones (with -enable-tile or -tile-only).
-    {"enable-tile", "enable-tile", N, tile, "enable_tile", "--enable-tile"},
-    {"tile-only", "tile-only", N, tile, "tile_only", "--tile-only"},
-    {"simt-only", "simt-only", N, keyed, "simt_only", "--simt-only"},
-    {"default-tile", "default-tile", N, keyed, "default_tile", "--default-tile"},
+    {"enable-tile", "enable-tile", N, tile, "enable_tile"},
+    {"tile-only", "tile-only", N, tile, "tile_only"},
+    {"simt-only", "simt-only", N, keyed, "simt_only"},
+    {"default-tile", "default-tile", N, keyed, "default_tile"},
     {"diagnose-implicit-tile-var", "diagnose-implicit-tile-var", N, keyed,
-     "diagnose_implicit_tile_var", "--diagnose-implicit-tile-var"},
+     "diagnose_implicit_tile_var"},
     // Preprocessing.
-    {"define-macro D", "D", V, include_input, "define_macro", "-D"},
-    {"undefine-macro U", "U", V, include_input, "undefine_macro", "-U"},
-    {"include-path I", "I", V, include_input, "include_path", "-I"},
-    {"pre-include preinclude include", "include", V, include_input, "pre_include", "--pre-include"},
-    {"no-source-include", "no-source-include", N, include_input, "no_source_include",
-     "--no-source-include"},
+    {"define-macro D", "D", V, include_input, "define_macro"},
+    {"undefine-macro U", "U", V, include_input, "undefine_macro"},
+    {"include-path I", "I", V, include_input, "include_path"},
+    {"pre-include preinclude include", "include", V, include_input, "pre_include"},
+    {"no-source-include", "no-source-include", N, include_input, "no_source_include"},
     // NVRTC 13.3+: installs its bundled headers into DIR unless DIR/.nvrtc_headers_version
     // matches, then reads them as -I DIR -I DIR/cccl.
-    {"use-bundled-headers", "use-bundled-headers", V, toolkit_root, "", ""},
+    {"use-bundled-headers", "use-bundled-headers", V, toolkit_root},
     // Language dialect.
-    {"std", "std", V, keyed, "std", "--std"},
-    {"builtin-move-forward", "builtin-move-forward", V, keyed, "builtin_move_forward",
-     "--builtin-move-forward"},
-    {"builtin-initializer-list", "builtin-initializer-list", V, keyed, "builtin_initializer_list",
-     "--builtin-initializer-list"},
+    {"std", "std", V, keyed, "std"},
+    {"builtin-move-forward", "builtin-move-forward", V, keyed, "builtin_move_forward"},
+    {"builtin-initializer-list", "builtin-initializer-list", V, keyed, "builtin_initializer_list"},
     // Precompiled headers.
-    {"pch", "pch", N, unseen_input, "pch", "--pch"},
-    {"create-pch", "create-pch", V, side_effect, "create_pch", "--create-pch"},
-    {"use-pch", "use-pch", V, unseen_input, "use_pch", "--use-pch"},
-    {"pch-dir", "pch-dir", V, unseen_input, "pch_dir", "--pch-dir"},
-    {"pch-verbose", "pch-verbose", V, keyed, "pch_verbose", "--pch-verbose"},
-    {"no-pch-verbose", "no-pch-verbose", N, keyed, "pch_verbose", "--pch-verbose"},
-    {"pch-messages", "pch-messages", V, keyed, "pch_messages", "--pch-messages"},
-    {"no-pch-messages", "no-pch-messages", N, keyed, "pch_messages", "--pch-messages"},
+    {"pch", "pch", N, unseen_input, "pch"},
+    {"create-pch", "create-pch", V, side_effect, "create_pch"},
+    {"use-pch", "use-pch", V, unseen_input, "use_pch"},
+    {"pch-dir", "pch-dir", V, unseen_input, "pch_dir"},
+    {"pch-verbose", "pch-verbose", V, keyed, "pch_verbose"},
+    {"no-pch-verbose", "no-pch-verbose", N, keyed, "pch_verbose"},
+    {"pch-messages", "pch-messages", V, keyed, "pch_messages"},
+    {"no-pch-messages", "no-pch-messages", N, keyed, "pch_messages"},
     {"instantiate-templates-in-pch", "instantiate-templates-in-pch", V, keyed,
-     "instantiate_templates_in_pch", "--instantiate-templates-in-pch"},
+     "instantiate_templates_in_pch"},
     {"no-instantiate-templates-in-pch", "no-instantiate-templates-in-pch", N, keyed,
-     "instantiate_templates_in_pch", "--instantiate-templates-in-pch"},
+     "instantiate_templates_in_pch"},
     // Miscellaneous.
-    {"disable-warnings w", "w", N, keyed, "disable_warnings", "--disable-warnings"},
-    {"restrict", "restrict", N, keyed, "restrict", "--restrict"},
+    {"disable-warnings w", "w", N, keyed, "disable_warnings"},
+    {"restrict", "restrict", N, keyed, "restrict"},
     {"device-as-default-execution-space default-device", "default-device", N, keyed,
-     "device_as_default_execution_space", "--default-device"},
-    {"device-int128", "device-int128", N, keyed, "device_int128", "--device-int128"},
-    {"no-device-int128", "no-device-int128", N, keyed, "device_int128", "--device-int128"},
-    {"device-float128", "device-float128", N, keyed, "device_float128", "--device-float128"},
-    {"no-device-float128", "no-device-float128", N, keyed, "device_float128", "--device-float128"},
-    {"optimization-info opt-info", "opt-info", V, keyed, "optimization_info",
-     "--optimization-info"},
-    {"display-error-number err-no", "err-no", N, keyed, "", ""},
-    {"no-display-error-number no-err-no", "no-err-no", N, keyed, "no_display_error_number",
-     "--no-display-error-number"},
-    {"diag-error", "diag-error", V, keyed, "diag_error", "--diag-error"},
-    {"diag-suppress", "diag-suppress", V, keyed, "diag_suppress", "--diag-suppress"},
-    {"diag-warn", "diag-warn", V, keyed, "diag_warn", "--diag-warn"},
-    {"brief-diagnostics brief-diag", "brief-diag", V, keyed, "brief_diagnostics",
-     "--brief-diagnostics"},
-    {"time", "time", V, side_effect, "time", "--time"},
+     "device_as_default_execution_space"},
+    {"device-int128", "device-int128", N, keyed, "device_int128"},
+    {"no-device-int128", "no-device-int128", N, keyed, "device_int128"},
+    {"device-float128", "device-float128", N, keyed, "device_float128"},
+    {"no-device-float128", "no-device-float128", N, keyed, "device_float128"},
+    {"optimization-info opt-info", "opt-info", V, keyed, "optimization_info"},
+    {"display-error-number err-no", "err-no", N, keyed},
+    {"no-display-error-number no-err-no", "no-err-no", N, keyed, "no_display_error_number"},
+    {"diag-error", "diag-error", V, keyed, "diag_error"},
+    {"diag-suppress", "diag-suppress", V, keyed, "diag_suppress"},
+    {"diag-warn", "diag-warn", V, keyed, "diag_warn"},
+    {"brief-diagnostics brief-diag", "brief-diag", V, keyed, "brief_diagnostics"},
+    {"time", "time", V, side_effect, "time"},
     {"fdevice-time-trace device-time-trace", "fdevice-time-trace", V, side_effect,
-     "fdevice_time_trace", "--fdevice-time-trace"},
+     "fdevice_time_trace"},
     {"fdevice-syntax-only device-syntax-only", "fdevice-syntax-only", N, keyed,
-     "fdevice_syntax_only", "--fdevice-syntax-only"},
-    {"minimal", "minimal", N, keyed, "minimal", "--minimal"},
-    {"numba-debug", "numba-debug", N, keyed, "numba_debug", "--numba-debug"},
+     "fdevice_syntax_only"},
+    {"minimal", "minimal", N, keyed, "minimal"},
+    {"numba-debug", "numba-debug", N, keyed, "numba_debug"},
     // Diagnostics (13.1+).
-    {"warning-as-error Werror", "Werror", V, keyed, "warning_as_error", "--warning-as-error"},
-    {"Wreorder", "Wreorder", N, keyed, "wreorder", "--Wreorder"},
-    {"Wconversion", "Wconversion", N, keyed, "", ""},
-    {"fmax-errors", "fmax-errors", V, keyed, "", ""},
+    {"warning-as-error Werror", "Werror", V, keyed, "warning_as_error"},
+    {"Wreorder", "Wreorder", N, keyed, "wreorder"},
+    {"Wconversion", "Wconversion", N, keyed},
+    {"fmax-errors", "fmax-errors", V, keyed},
     // Options for tools inside NVRTC: its front end and its optimizer.
-    {"Xcudafe", "Xcudafe", V, tool_options, "", ""},
-    {"Xnvvm", "Xnvvm", V, tool_options, "", ""},
-});
+    {"Xcudafe", "Xcudafe", V, tool_options},
+    {"Xnvvm", "Xnvvm", V, tool_options},
+}));
+// Every field the table names is one program_option_fields has (or the row names its option).
+static_assert(std::ranges::all_of(kTable, [](const nvrtc_option& o) {
+  return o.field.empty() == o.cli.empty();
+}));
 
 bool spells(const nvrtc_option& o, std::string_view name) {
   std::string_view names = o.names;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,111 +97,87 @@ include_header to_header(const std::string& text) {
   return {text.substr(0, eq), read_file(text.substr(eq + 1))};
 }
 
+// The compile server (docs/compile-server.md, "Clients"): a one-shot command uses a running
+// server but starts none unless asked (--server, CUCORE_COMPILE_SERVER=on).
+std::optional<compile_server_mode> compile_server_from(const arguments& args) {
+  if (args.has("--server") && args.has("--no-server")) {
+    throw usage_error("--server and --no-server exclude each other");
+  }
+  if (args.has("--server")) return compile_server_mode::on;
+  if (args.has("--no-server")) return compile_server_mode::off;
+  if (const char* env = std::getenv("CUCORE_COMPILE_SERVER"); env == nullptr || !*env) {
+    return compile_server_mode::automatic;
+  }
+  return std::nullopt;
+}
+
+// A field whose option has a form of its own (option_form::custom).
+void read_custom(const arguments& args, std::string_view field, program_options& o) {
+  if (field == "define_macro") {
+    for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
+  } else if (field == "headers") {
+    for (const auto& h : args.all("--header")) o.headers.push_back(to_header(h));
+  } else if (field == "compile_server") {  // both its rows (--server, --no-server): one answer
+    o.compile_server = compile_server_from(args);
+  } else if (field == "extra_sources") {
+    for (const auto& path : args.all("--extra-module")) {
+      o.extra_sources.push_back({basename_of(path), read_file(path)});
+    }
+  } else {
+    throw std::logic_error("no reading of program_options::" + std::string(field));
+  }
+}
+
 program_options options_from(const arguments& args, const std::string& file) {
   program_options o;
   // FILE as given, not its basename: NVRTC looks up quoted #includes in the directory of the
   // program name, so headers beside FILE are found as nvcc finds them (from any directory).
   o.name = args.last("--name").value_or(file);
   o.arch = args.last("--arch");  // unset: the library takes the GPU's
-
-  // Flags set a field only when given, so an absent flag emits nothing at all.
-  auto flag = [&](std::string_view name, std::optional<bool>& field) {
-    if (args.has(name)) field = true;
-  };
-  auto boolean = [&](std::string_view name, std::optional<bool>& field) {
-    if (auto v = args.last(name)) field = parse_bool(name, *v);
-  };
-  auto number = [&](std::string_view name, std::optional<int>& field) {
-    if (auto n = args.last(name)) field = parse_int(name, *n);
-  };
-  auto numbers = [&](std::string_view name, std::vector<int>& field) {
-    for (const auto& n : args.all(name)) field.push_back(parse_int(name, n));
-  };
-
-  // Preprocessor.
-  o.include_path = args.all("-I");
-  for (const auto& d : args.all("-D")) o.define_macro.push_back(to_macro(d));
-  o.undefine_macro = args.all("-U");
-  o.pre_include = args.all("--pre-include");
-  for (const auto& h : args.all("--header")) o.headers.push_back(to_header(h));
-  flag("--no-source-include", o.no_source_include);
-  if (args.has("--no-toolkit-include")) o.toolkit_include_path = false;
-  flag("--use-bundled-headers", o.use_bundled_headers);
-  // Language.
-  o.std = args.last("--std");
-  flag("--default-device", o.device_as_default_execution_space);
-  boolean("--builtin-move-forward", o.builtin_move_forward);
-  boolean("--builtin-initializer-list", o.builtin_initializer_list);
-  flag("--device-int128", o.device_int128);
-  flag("--device-float128", o.device_float128);
-  flag("--restrict", o.restrict);
-  flag("--extensible-whole-program", o.extensible_whole_program);
-  flag("--minimal", o.minimal);
-  // Code generation.
-  flag("-G", o.debug);
-  flag("--lineinfo", o.lineinfo);
-  number("--maxrregcount", o.max_register_count);
-  flag("--use-fast-math", o.use_fast_math);
-  boolean("--ftz", o.ftz);
-  boolean("--prec-div", o.prec_div);
-  boolean("--prec-sqrt", o.prec_sqrt);
-  boolean("--fmad", o.fma);
-  flag("--rdc", o.relocatable_device_code);
-  flag("--dlink-time-opt", o.link_time_optimization);
-  flag("--gen-opt-lto", o.gen_opt_lto);
-  o.ptxas_options = args.all("--ptxas-options");
-  if (auto v = args.last("--dopt")) o.device_code_optimize = parse_bool("--dopt", *v, "on", "off");
-  o.ofast_compile = args.last("--Ofast-compile");
-  flag("--extra-device-vectorization", o.extra_device_vectorization);
-  number("--split-compile", o.split_compile);
-  o.frandom_seed = args.last("--frandom-seed");
-  flag("--no-compiler-cache", o.no_cache);
-  flag("--fdevice-syntax-only", o.fdevice_syntax_only);
-  flag("--numba-debug", o.numba_debug);
-  flag("--enable-tile", o.enable_tile);
-  flag("--tile-only", o.tile_only);
-  flag("--simt-only", o.simt_only);
-  flag("--default-tile", o.default_tile);
-  flag("--diagnose-implicit-tile-var", o.diagnose_implicit_tile_var);
-  // Diagnostics.
-  flag("--disable-warnings", o.disable_warnings);
-  numbers("--diag-error", o.diag_error);
-  numbers("--diag-suppress", o.diag_suppress);
-  numbers("--diag-warn", o.diag_warn);
-  o.warning_as_error = args.all("--warning-as-error");
-  flag("--Wreorder", o.wreorder);
-  flag("--no-display-error-number", o.no_display_error_number);
-  boolean("--brief-diagnostics", o.brief_diagnostics);
-  o.optimization_info = args.last("--optimization-info");
-  // Precompiled headers and timing files.
-  o.time = args.last("--time");
-  o.fdevice_time_trace = args.last("--fdevice-time-trace");
-  flag("--pch", o.pch);
-  o.create_pch = args.last("--create-pch");
-  o.use_pch = args.last("--use-pch");
-  o.pch_dir = args.last("--pch-dir");
-  boolean("--pch-verbose", o.pch_verbose);
-  boolean("--pch-messages", o.pch_messages);
-  boolean("--instantiate-templates-in-pch", o.instantiate_templates_in_pch);
-  if (args.has("--no-auto-pch")) o.auto_pch = false;
-  // The compile server (docs/compile-server.md, "Clients"): a one-shot command uses a running
-  // server but starts none unless asked (--server, CUCORE_COMPILE_SERVER=on).
-  if (args.has("--server") && args.has("--no-server")) {
-    throw usage_error("--server and --no-server exclude each other");
-  }
-  if (args.has("--server")) {
-    o.compile_server = compile_server_mode::on;
-  } else if (args.has("--no-server")) {
-    o.compile_server = compile_server_mode::off;
-  } else if (const char* env = std::getenv("CUCORE_COMPILE_SERVER"); env == nullptr || !*env) {
-    o.compile_server = compile_server_mode::automatic;
-  }
-  // Anything newer.
-  o.extra_nvrtc_options = args.all("-Xnvrtc");
-  // NVVM IR.
-  flag("--libdevice", o.use_libdevice);
-  for (const auto& path : args.all("--extra-module")) {
-    o.extra_sources.push_back({basename_of(path), read_file(path)});
+  // The compiler's options, as the table the help is written from describes them. A field is set
+  // only when its option is given, so an absent option emits nothing at all.
+  using enum detail::option_form;
+  for (const auto& f : detail::program_option_fields) {
+    const std::string_view name = f.cli;
+    auto boolean_field = [&]() -> std::optional<bool>& {
+      return detail::field_member<std::optional<bool>>(o, f);
+    };
+    switch (f.form) {
+      case heading:
+        break;
+      case flag:
+        if (args.has(name)) boolean_field() = true;
+        break;
+      case off_flag:
+        if (args.has(name)) boolean_field() = false;
+        break;
+      case boolean:
+        if (auto v = args.last(name)) boolean_field() = parse_bool(name, *v);
+        break;
+      case on_off:
+        if (auto v = args.last(name)) boolean_field() = parse_bool(name, *v, "on", "off");
+        break;
+      case integer:
+        if (auto n = args.last(name)) {
+          detail::field_member<std::optional<int>>(o, f) = parse_int(name, *n);
+        }
+        break;
+      case integers:
+        for (const auto& n : args.all(name)) {
+          detail::field_member<std::vector<int>>(o, f).push_back(parse_int(name, n));
+        }
+        break;
+      case text:
+      case path:
+        detail::field_member<std::optional<std::string>>(o, f) = args.last(name);
+        break;
+      case texts:
+        detail::field_member<std::vector<std::string>>(o, f) = args.all(name);
+        break;
+      case custom:
+        read_custom(args, f.name, o);
+        break;
+    }
   }
   return o;
 }
@@ -275,18 +252,9 @@ std::string trim_tail(std::string text) {
   return text;
 }
 
-// The fields whose key gates can refuse a key of this tool's compile, and their options.
-constexpr std::pair<std::string_view, std::string_view> gated_fields[] = {
-    {"create_pch", "--create-pch"},
-    {"time", "--time"},
-    {"fdevice_time_trace", "--fdevice-time-trace"},
-    {"pch", "--pch"},
-    {"use_pch", "--use-pch"},
-    {"pch_dir", "--pch-dir"},
-};
-
-// `text` with each word (a run of letters, digits and '_') outside parentheses that names a gated
-// field as its option: "create_pch (writes a precompiled header) and time (...)".
+// `text` with each word (a run of letters, digits and '_') outside parentheses that names a
+// program_options field as its option (program_option_fields): "create_pch (writes a precompiled
+// header) and time (...)", the fields whose key gates refused a key.
 std::string with_fields_as_options(const std::string& text) {
   auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   std::string out;
@@ -301,8 +269,11 @@ std::string with_fields_as_options(const std::string& text) {
     while (end < text.size() && name_char(text[end])) ++end;
     const std::string_view word = std::string_view(text).substr(i, end - i);
     std::string_view as = word;
-    for (const auto& [field, option] : gated_fields) {
-      if (word == field) as = option;
+    for (const auto& f : detail::program_option_fields) {
+      if (f.form != detail::option_form::heading && word == f.name) {
+        as = f.cli;
+        break;
+      }
     }
     out += as;
     i = end;

@@ -17,6 +17,7 @@
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 #include "json_output.hpp"
+#include "program/nvrtc_option_table.hpp"
 
 namespace cucore::cli {
 
@@ -44,89 +45,17 @@ inline constexpr auto compilation_options = std::to_array<option_spec>({
 
 // The compiler's options, under headings: the last part of a command's table. Every
 // program_options field has one (docs/compilation.md, "Every option": field, NVRTC flag, CLI,
-// Python); -Xnvrtc passes what no field covers.
-inline constexpr auto compiler_options = std::to_array<option_spec>({
-    {"", "", "", "Preprocessor (c++)"},
-    {"-I", "--include-path", "DIR", "search DIR for headers (repeatable)"},
-    {"-D", "--define-macro", "NAME[=VALUE]", "define a macro (repeatable)"},
-    {"-U", "--undefine-macro", "NAME", "undefine a macro (repeatable)"},
-    {"--pre-include", "", "FILE", "include FILE before the source (repeatable)"},
-    {"--header", "", "NAME=FILE", "in-memory header: #include NAME reads FILE (repeatable)"},
-    {"--no-source-include", "", "",
-     "do not look up quoted #includes beside FILE (--name's directory)"},
-    {"--no-toolkit-include", "", "", "do not search the toolkit's headers (CCCL, CUB, <cuda/...>)"},
-    {"--use-bundled-headers", "", "",
-     "search NVRTC's own bundled CUDA/CCCL headers (NVRTC 13.3+) instead of the toolkit's"},
-    {"", "", "", "Language (c++)"},
-    {"--std", "", "STD", "language dialect: c++17, c++20, ..."},
-    {"--default-device", "", "", "unannotated functions are __device__ (CUTLASS, CuTe)"},
-    {"--builtin-move-forward", "", "true|false", "built-in std::move, std::forward (default true)"},
-    {"--builtin-initializer-list", "", "true|false",
-     "built-in std::initializer_list (default true)"},
-    {"--device-int128", "", "", "allow __int128 in device code"},
-    {"--device-float128", "", "", "allow __float128, _Float128 in device code (sm_100+)"},
-    {"--restrict", "", "", "kernel pointer parameters are __restrict__"},
-    {"--extensible-whole-program", "", "", "extensible whole-program compilation"},
-    {"--minimal", "", "", "omit textures, cudadevrt, device launch (faster)"},
-    {"", "", "", "Code generation"},
-    {"-G", "--debug", "", "device debug information"},
-    {"--lineinfo", "", "", "line-number information (c++, ptx)"},
-    {"--maxrregcount", "", "N", "at most N registers per thread (c++, ptx)"},
-    {"--use-fast-math", "", "", "fast, less precise math (c++)"},
-    {"--ftz", "", "true|false", "flush denormal floats to zero"},
-    {"--prec-div", "", "true|false", "IEEE-rounded division"},
-    {"--prec-sqrt", "", "true|false", "IEEE-rounded square root"},
-    {"--fmad", "", "true|false", "contract multiply and add into FMA"},
-    {"--rdc", "", "", "relocatable device code (c++)"},
-    {"--dlink-time-opt", "", "", "link-time optimization (c++: implied by ltoir; ptx)"},
-    {"--gen-opt-lto", "", "", "optimize before emitting LTO-IR (c++)"},
-    {"--ptxas-options", "", "OPT", "pass OPT to ptxas (repeatable; c++, ptx)"},
-    {"--dopt", "", "on|off", "device code optimization (c++, nvvm)"},
-    {"--Ofast-compile", "", "0|min|mid|max", "trade code speed for compile speed (c++)"},
-    {"--extra-device-vectorization", "", "", "more aggressive vectorization (c++)"},
-    {"--split-compile", "", "N", "optimize with up to N threads, 0: all (c++, ptx)"},
-    {"--frandom-seed", "", "SEED", "seed of generated names: reproducible output (c++)"},
-    {"--no-compiler-cache", "", "", "the compiler's own cache off; cucore's: --cache none"},
-    {"--fdevice-syntax-only", "", "", "stop after the front end: no usable code (c++)"},
-    {"--numba-debug", "", "", "Numba's debug flag, passed on (c++, nvvm, ptx)"},
-    {"", "", "", "Tile code (c++, C++20, NVRTC 13.1+: its code is in the Tile IR)"},
-    {"--enable-tile", "", "", "compile Tile code (__tile_global__) besides SIMT code"},
-    {"--tile-only", "", "", "compile only Tile code (no PTX, cubin or LTO-IR: --target tile-ir)"},
-    {"--simt-only", "", "", "parse Tile code, generate only SIMT code (no Tile IR)"},
-    {"--default-tile", "", "", "unannotated functions and variables are __tile__"},
-    {"--diagnose-implicit-tile-var", "", "",
-     "with --default-tile: diagnose variables that cannot be __tile__"},
-    {"", "", "", "Diagnostics (c++)"},
-    {"--disable-warnings", "", "", "no warnings"},
-    {"--diag-error", "", "N", "make diagnostic number N an error (repeatable)"},
-    {"--diag-suppress", "", "N", "suppress diagnostic number N (repeatable)"},
-    {"--diag-warn", "", "N", "make diagnostic number N a warning (repeatable)"},
-    {"--warning-as-error", "", "KIND",
-     "make warnings of KIND errors: all-warnings, reorder, ... (repeatable; NVRTC 13.1+)"},
-    {"--Wreorder", "", "", "warn when member initializers are reordered (NVRTC 13.1+)"},
-    {"--no-display-error-number", "", "", "leave out diagnostic numbers"},
-    {"--brief-diagnostics", "", "true|false", "diagnostics without the source line"},
-    {"--optimization-info", "", "KIND", "optimization remarks in the log (KIND: inline)"},
-    {"", "", "", "Precompiled headers and timing files (c++; see above for caching)"},
-    {"--time", "", "FILE", "append compile-phase timings to FILE (-: the log)"},
-    {"--fdevice-time-trace", "", "FILE", "write a Chrome trace of the compile to FILE"},
-    {"--pch", "", "", "automatic precompiled headers"},
-    {"--create-pch", "", "FILE", "create the precompiled header FILE"},
-    {"--use-pch", "", "FILE", "use the precompiled header FILE"},
-    {"--pch-dir", "", "DIR", "where precompiled headers are looked up and created"},
-    {"--pch-verbose", "", "true|false", "log why a PCH was not used (default true)"},
-    {"--pch-messages", "", "true|false", "log when a PCH is created or used (default true)"},
-    {"--instantiate-templates-in-pch", "", "true|false",
-     "instantiate templates before creating a PCH (default true)"},
-    {"--no-auto-pch", "", "", "no automatic precompiled headers (same output; faster repeats)"},
-    {"--server", "", "", "compile a miss in the compile server, starting it if none runs"},
-    {"--no-server", "", "", "compile in this process (default: a running server, if any)"},
-    {"", "", "", "Any other NVRTC option"},
-    {"-Xnvrtc", "", "OPT", "pass OPT to NVRTC verbatim, after all else (repeatable)"},
-    {"", "", "", "NVVM IR"},
-    {"--libdevice", "", "", "link libdevice, the CUDA math library"},
-    {"--extra-module", "", "FILE", "another IR module to compile with FILE (repeatable)"},
-});
+// Python), from the table the Python package reads too (program_option_fields); -Xnvrtc passes
+// what no field covers.
+inline constexpr auto compiler_options = [] {
+  constexpr auto& fields = detail::program_option_fields;
+  std::array<option_spec, fields.size()> out{};
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto& f = fields[i];
+    out[i] = {f.cli, f.cli_alias, detail::option_value_name(f), f.help};  // a heading: its text
+  }
+  return out;
+}();
 
 // Both commands take it, under a heading of their own.
 inline constexpr option_spec extra_digest_option{
