@@ -1,40 +1,25 @@
 // cucore cache: look into and maintain a persistent program cache (stats, ls, show, extract,
-// export, import, verify, trim, clear, config).
-#include <time.h>
-
+// export, import, verify, trim, clear, config). Here: the subcommand table, the usage written from
+// it, and the dispatch; the subcommands are in cache_stats.cpp, cache_entries.cpp,
+// cache_pack.cpp, cache_check.cpp and cache_config.cpp.
 #include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <iostream>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
-#include <system_error>
+#include <string_view>
 #include <vector>
 
 #include "cache_check.hpp"
+#include "cache_config.hpp"
+#include "cache_entries.hpp"
 #include "cache_pack.hpp"
 #include "cache_recompile.hpp"
 #include "cache_spec.hpp"
+#include "cache_stats.hpp"
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "compile_options.hpp"
-#include "cucore/cache/config.hpp"
-#include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/program_cache.hpp"
-#include "cucore/cache/redis.hpp"
-#include "cucore/cache/sqlite.hpp"
-#include "cucore/cache/statistics.hpp"
-#include "cucore/cache/tiered.hpp"
-#include "cucore/error.hpp"
-#include "cucore/object_code.hpp"
-#include "json_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -47,12 +32,6 @@ constexpr option_spec cache_dir_option{
 constexpr option_spec json_option{"--json", "", "", "print the result as JSON"};
 constexpr option_spec output_option{
     "-o", "--output", "FILE", "export: the pack to write; extract: the file to write the code to"};
-constexpr option_spec max_size_option{
-    "--max-size", "", "N", "trim: the size to trim to, in bytes; K, M, G, T: KiB, MiB, GiB, TiB"};
-
-constexpr option_spec unset_option{"--unset", "", "", "config: remove KEY's setting"};
-constexpr option_spec zero_option{"--zero", "", "",
-                                  "stats: reset the cache's persistent statistics to zero"};
 
 constexpr option_spec options[] = {
     cache_dir_option, shared_cache_option, json_option,      output_option, max_size_option,
@@ -70,568 +49,8 @@ struct subcommand {
   int (*run)(program_cache& cache, const arguments& args);
 };
 
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
-
-std::string pad_left(std::string text, std::size_t width) {
-  if (text.size() < width) text.insert(0, width - text.size(), ' ');
-  return text;
-}
-
-// "12.3 MiB" for people; JSON gives the exact count.
-std::string human_size(std::uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes) / 1024;
-  std::size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(units)) {
-    value /= 1024;
-    ++unit;
-  }
-  char buffer[32];
-  auto [end, ec] =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
-  return std::string(buffer, ec == std::errc() ? end : buffer) + " " + units[unit];
-}
-
-// ISO 8601 in UTC to the second ("2025-01-31T12:34:56Z"), or "-" when the backend keeps none.
-std::optional<std::string> iso_utc(
-    const std::optional<std::chrono::system_clock::time_point>& when) {
-  if (!when) return std::nullopt;
-  const std::time_t t = std::chrono::system_clock::to_time_t(*when);
-  std::tm utc{};
-  if (::gmtime_r(&t, &utc) == nullptr) return std::nullopt;
-  char buffer[32];
-  const std::size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return std::string(buffer, n);
-}
-
-std::string key_hex(const std::vector<std::byte>& key) {
-  return encode_hex(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
-}
-
-// --max-size N: bytes, or with a binary suffix (K, M, G, T; "KiB" and "k" too), as cucore.conf's
-// max_size. 0 is allowed: trim to nothing.
-std::uint64_t parse_size(std::string_view option, std::string_view text) {
-  try {
-    return parse_cache_size(text);
-  } catch (const invalid_argument& e) {
-    throw usage_error(std::string(option) + ": " + e.what());
-  }
-}
-
-// The entry KEYHEX names, or exit status 1 with a message.
-std::optional<object_code> find_entry(program_cache& cache, const arguments& args,
-                                      std::string& key) {
-  key = decode_hex("KEYHEX", args.positionals()[1]);
-  auto entry = cache.get(key);
-  if (!entry) {
-    std::cerr << "error: no entry " << args.positionals()[1] << " in the " << cache.description()
-              << " cache\n";
-  }
-  return entry;
-}
-
-void print_counts(const std::vector<std::pair<std::string_view, std::uint64_t>>& counts) {
-  json out = json::object();
-  for (const auto& [name, n] : counts) out[std::string(name)] = n;
-  write_json(out);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Subcommands
-
-// The backend's name and where it is ("root", "file" or "url"), where the tool knows it.
-struct backend_info {
-  std::optional<std::string> backend;
-  std::string_view location_name;
-  std::optional<std::string> location;
-};
-
-backend_info backend_of(program_cache& cache) {
-  if (auto* dir = dynamic_cast<file_stream_program_cache*>(&cache)) {
-    return {"directory", "root", dir->root().string()};
-  }
-  if (auto* db = dynamic_cast<sqlite_program_cache*>(&cache)) {
-    return {"sqlite", "file", db->file().string()};
-  }
-  if (auto* redis = dynamic_cast<redis_program_cache*>(&cache)) {
-    return {"redis", "url", redis->url()};
-  }
-  if (dynamic_cast<tiered_program_cache*>(&cache)) return {"tiered", "", std::nullopt};
-  return {};
-}
-
-// One tier of a tiered cache: its counts, or why it could not be counted (a remote tier that is
-// down must not make `cache stats` fail, nor read as empty).
-struct tier_report {
-  std::string_view tier;
-  program_cache* cache;
-  std::optional<std::size_t> entries;
-  std::optional<std::uint64_t> bytes;
-  std::string error;
-};
-
-tier_report count_tier(std::string_view tier, program_cache& cache) {
-  tier_report r{tier, &cache, std::nullopt, std::nullopt, {}};
-  try {
-    r.entries = cache.size();
-    r.bytes = cache.size_bytes();
-  } catch (const std::exception& e) {
-    r.error = e.what();
-  }
-  return r;
-}
-
-// "850 ms", "12.3 s", "4.2 min", "3.1 h" for people; JSON gives seconds.
-std::string human_duration(std::chrono::nanoseconds d) {
-  const double s = static_cast<double>(d.count()) / 1e9;
-  auto fixed = [](double v, int decimals) {
-    char buffer[32];
-    auto [end, ec] =
-        std::to_chars(buffer, buffer + sizeof buffer, v, std::chars_format::fixed, decimals);
-    return std::string(buffer, ec == std::errc() ? end : buffer);
-  };
-  if (s < 1) return fixed(s * 1000, 0) + " ms";
-  if (s < 120) return fixed(s, 1) + " s";
-  if (s < 7200) return fixed(s / 60, 1) + " min";
-  return fixed(s / 3600, 1) + " h";
-}
-
-// hits / (hits + misses), nullopt before the first lookup.
-std::optional<double> hit_rate(std::uint64_t hits, std::uint64_t misses) {
-  if (hits + misses == 0) return std::nullopt;
-  return static_cast<double>(hits) / static_cast<double>(hits + misses);
-}
-
-// Either tier's hits over the lookups (each starts at the local tier): a local miss the remote
-// tier answers is a hit overall.
-std::optional<double> overall_hit_rate(const persistent_cache_stats& p, bool tiered) {
-  const std::uint64_t lookups = p.local.hits + p.local.misses;
-  if (lookups == 0) return std::nullopt;
-  const std::uint64_t hits = p.local.hits + (tiered ? p.remote.hits : 0);
-  return static_cast<double>(hits) / static_cast<double>(lookups);
-}
-
-std::string percent(std::optional<double> rate) {
-  if (!rate) return "no lookups yet";
-  char buffer[32];
-  auto [end, ec] =
-      std::to_chars(buffer, buffer + sizeof buffer, *rate * 100, std::chars_format::fixed, 1);
-  return std::string(buffer, ec == std::errc() ? end : buffer) + " % hits";
-}
-
-std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
-  return std::to_string(n) + " " + std::string(n == 1 ? one : many);
-}
-
-// A rate to 4 digits, or null before the first lookup.
-json rate_json(std::optional<double> rate) {
-  return rate ? rounded(*rate, 4) : json(nullptr);
-}
-
-json tier_counts_json(const cache_stats& s) {
-  return {{"hits", s.hits},
-          {"misses", s.misses},
-          {"hit_rate", rate_json(hit_rate(s.hits, s.misses))},
-          {"puts", s.puts},
-          {"errors", s.errors},
-          {"corrupt_dropped", s.corrupt_dropped},
-          {"evictions", s.evictions}};
-}
-
-std::string tier_line(const cache_stats& s) {
-  return plural(s.hits, "hit", "hits") + ", " + plural(s.misses, "miss", "misses") + " (" +
-         percent(hit_rate(s.hits, s.misses)) + "), " + plural(s.puts, "put", "puts") + ", " +
-         plural(s.errors, "error", "errors") + ", " + std::to_string(s.corrupt_dropped) +
-         " corrupt dropped, " + plural(s.evictions, "eviction", "evictions");
-}
-
-// The persistent statistics ("statistics": {...}, or null for a cache that keeps none).
-json statistics_json(const cache_statistics* store, const persistent_cache_stats& p, bool tiered) {
-  if (store == nullptr) return nullptr;
-  json out = {{"directory", store->directory().string()},
-              {"shards", p.shards},
-              {"shards_ignored", p.shards_ignored},
-              {"zeroed_at", or_null(iso_utc(p.zeroed_at))},
-              {"hit_rate", rate_json(overall_hit_rate(p, tiered))},
-              {"local", tier_counts_json(p.local)}};
-  if (tiered) out["remote"] = tier_counts_json(p.remote);
-  out["compiles"] = p.compiles;
-  out["compile_hits"] = p.compile_hits;
-  out["compile_seconds"] = rounded(static_cast<double>(p.compile_ns) / 1e9, 6);
-  const auto saved = p.compile_time_saved();
-  out["compile_seconds_saved"] =
-      saved ? rounded(static_cast<double>(saved->count()) / 1e9, 6) : json(nullptr);
-  json skips = {{"total", p.skips_total()}};
-  for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
-    skips[std::string(to_string(static_cast<cache_skip_reason>(i)))] = p.skips[i];
-  }
-  out["skips"] = std::move(skips);
-  out["verify"] = {{"verified", p.verified}, {"mismatches", p.verify_mismatches}};
-  json misses = json::object();
-  for (std::size_t i = 0; i < miss_kind_count; ++i) {
-    misses[std::string(to_string(static_cast<miss_kind>(i)))] = p.misses_by_kind[i];
-  }
-  out["misses_by_reason"] = std::move(misses);
-  return out;
-}
-
-void print_statistics(const cache_statistics* store, const persistent_cache_stats& p, bool tiered,
-                      std::size_t width) {
-  if (store == nullptr) {
-    std::cout << pad("stats", width) << "none kept by this cache (counts live in one process)\n";
-    return;
-  }
-  if (tiered) {
-    const std::uint64_t hits = p.local.hits + p.remote.hits;
-    std::cout << pad("lookups", width) << percent(overall_hit_rate(p, true)) << " (" << hits
-              << " of " << p.local.hits + p.local.misses << ", either tier)\n";
-    std::cout << pad(" local", width) << tier_line(p.local) << '\n';
-    std::cout << pad(" remote", width) << tier_line(p.remote) << '\n';
-  } else {
-    std::cout << pad("lookups", width) << tier_line(p.local) << '\n';
-  }
-  std::cout << pad("compiles", width) << p.compiles << " compiled in "
-            << human_duration(std::chrono::nanoseconds(p.compile_ns)) << ", " << p.compile_hits
-            << " from the cache";
-  if (const auto saved = p.compile_time_saved()) {
-    std::cout << " (about " << human_duration(*saved) << " saved)";
-  }
-  std::cout << '\n';
-  std::cout << pad("skipped", width) << p.skips_total();
-  std::string reasons;
-  for (std::size_t i = 0; i < cache_skip_reason_count; ++i) {
-    if (p.skips[i] == 0) continue;
-    reasons += (reasons.empty() ? "" : ", ") +
-               std::string(to_string(static_cast<cache_skip_reason>(i))) + " " +
-               std::to_string(p.skips[i]);
-  }
-  if (!reasons.empty()) std::cout << " (" << reasons << ")";
-  std::cout << '\n';
-  std::string why;
-  for (std::size_t i = 0; i < miss_kind_count; ++i) {
-    if (p.misses_by_kind[i] == 0) continue;
-    why += (why.empty() ? "" : ", ") + std::string(to_string(static_cast<miss_kind>(i))) + " " +
-           std::to_string(p.misses_by_kind[i]);
-  }
-  if (!why.empty()) std::cout << pad("missed", width) << why << '\n';
-  if (p.verified != 0) {
-    std::cout << pad("verified", width) << p.verified << " hits compiled again, "
-              << p.verify_mismatches << " differed (stale, removed; docs/verify.md)\n";
-  }
-  std::cout << pad("stats", width) << plural(p.shards, "shard file", "shard files") << " in "
-            << store->directory().string();
-  if (p.shards_ignored != 0) std::cout << " (" << p.shards_ignored << " damaged, ignored)";
-  if (const auto zeroed = iso_utc(p.zeroed_at)) std::cout << "; zeroed " << *zeroed;
-  std::cout << '\n';
-}
-
-int zero_stats(program_cache& cache, const arguments& args) {
-  const std::shared_ptr<cache_statistics> store = cache.statistics();
-  if (!store) {
-    throw cucore::error("the " + cache.description() +
-                        " cache keeps no persistent statistics: nothing to zero");
-  }
-  store->zero();
-  if (args.has("--json")) {
-    write_json({{"zeroed", true}, {"directory", store->directory().string()}});
-  } else {
-    std::cout << "statistics of the " << cache.description() << " cache zeroed\n";
-  }
-  return exit_success;
-}
-
-int stats(program_cache& cache, const arguments& args) {
-  if (args.has("--zero")) return zero_stats(cache, args);
-  const backend_info info = backend_of(cache);
-  std::vector<tier_report> tiers;
-  if (auto* tiered = dynamic_cast<tiered_program_cache*>(&cache)) {
-    tiers.push_back(count_tier("local", tiered->local()));
-    tiers.push_back(count_tier("remote", tiered->remote()));
-  }
-  // A tiered cache's own counts are its local tier's (tiered.hpp); those are already counted.
-  const std::size_t entries = tiers.empty() ? cache.size() : tiers[0].entries.value_or(0);
-  const std::uint64_t bytes = tiers.empty() ? cache.size_bytes() : tiers[0].bytes.value_or(0);
-  if (!tiers.empty() && !tiers[0].error.empty()) throw cucore::error(tiers[0].error);
-  const std::shared_ptr<cache_statistics> store = cache.statistics();
-  const persistent_cache_stats counts = store ? store->read() : persistent_cache_stats{};
-  const bool tiered = !tiers.empty();
-  if (args.has("--json")) {
-    json out = {{"description", cache.description()}, {"backend", or_null(info.backend)}};
-    if (info.location) out[std::string(info.location_name)] = *info.location;
-    out["entries"] = entries;
-    out["size_bytes"] = bytes;
-    if (!tiers.empty()) {
-      json tier_list = json::array();
-      for (const tier_report& t : tiers) {
-        const backend_info tier_info = backend_of(*t.cache);
-        json tier = {{"tier", t.tier},
-                     {"description", t.cache->description()},
-                     {"backend", or_null(tier_info.backend)}};
-        if (tier_info.location) tier[std::string(tier_info.location_name)] = *tier_info.location;
-        if (t.entries) {
-          tier["entries"] = *t.entries;
-          tier["size_bytes"] = *t.bytes;
-        } else {
-          tier["error"] = t.error;
-        }
-        tier_list.push_back(std::move(tier));
-      }
-      out["tiers"] = std::move(tier_list);
-    }
-    out["statistics"] = statistics_json(store.get(), counts, tiered);
-    write_json(out);
-    return exit_success;
-  }
-  constexpr std::size_t width = 9;  // "entries" and two spaces
-  std::cout << pad("cache", width) << cache.description() << '\n';
-  if (!tiers.empty()) {
-    for (const tier_report& t : tiers) {
-      std::cout << pad(std::string(t.tier), width) << t.cache->description() << '\n';
-      std::cout << pad("", width);
-      if (t.entries) {
-        std::cout << *t.entries << (*t.entries == 1 ? " entry, " : " entries, ")
-                  << human_size(*t.bytes) << " (" << *t.bytes << " bytes)\n";
-      } else {
-        std::cout << "unreachable: " << t.error << '\n';
-      }
-    }
-  } else {
-    if (info.location) {
-      std::cout << pad(std::string(info.location_name), width) << *info.location << '\n';
-    }
-    std::cout << pad("entries", width) << entries << '\n';
-    std::cout << pad("size", width) << human_size(bytes) << " (" << bytes << " bytes)\n";
-  }
-  print_statistics(store.get(), counts, tiered, width);
-  return exit_success;
-}
-
-int ls(program_cache& cache, const arguments& args) {
-  std::vector<cache_entry_info> entries = cache.list();
-  // Most recently used first; entries with no time last; then by key, so the order is stable.
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-    if (a.last_used != b.last_used) {
-      if (!a.last_used || !b.last_used) return a.last_used.has_value();
-      return *a.last_used > *b.last_used;
-    }
-    return a.key < b.key;
-  });
-  if (args.has("--json")) {
-    json out = json::array();
-    for (const auto& e : entries) {
-      out.push_back({{"key", key_hex(e.key)},
-                     {"code_type", to_string(e.type)},
-                     {"payload_bytes", e.payload_bytes},
-                     {"stored_bytes", e.stored_bytes},
-                     {"name", e.name},
-                     {"symbols", e.symbol_count},
-                     {"last_used", or_null(iso_utc(e.last_used))}});
-    }
-    write_json(out);
-    return exit_success;
-  }
-  std::size_t key_width = 0, type_width = 0, bytes_width = 0, name_width = 0;
-  for (const auto& e : entries) {
-    key_width = std::max(key_width, e.key.size() * 2);
-    type_width = std::max(type_width, to_string(e.type).size());
-    bytes_width = std::max(bytes_width, std::to_string(e.payload_bytes).size());
-    name_width = std::max(name_width, e.name.size());
-  }
-  for (const auto& e : entries) {
-    std::cout << pad(key_hex(e.key), key_width) << "  "
-              << pad(std::string(to_string(e.type)), type_width) << "  "
-              << pad_left(std::to_string(e.payload_bytes), bytes_width) << "  "
-              << pad(e.name, name_width) << "  " << iso_utc(e.last_used).value_or("-") << '\n';
-  }
-  return exit_success;
-}
-
-int show(program_cache& cache, const arguments& args) {
-  std::string key;
-  const auto entry = find_entry(cache, args, key);
-  if (!entry) return exit_failure;
-  const std::string hex = encode_hex(key);
-  if (args.has("--json")) {
-    json symbols = json::object();
-    for (const auto& [expression, mangled] : entry->symbol_mapping()) symbols[expression] = mangled;
-    write_json({{"key", hex},
-                {"code_type", to_string(entry->type())},
-                {"name", entry->name()},
-                {"payload_bytes", entry->size()},
-                {"symbols", std::move(symbols)}});
-    return exit_success;
-  }
-  constexpr std::size_t width = 11;  // "code type" and two spaces
-  std::cout << pad("key", width) << hex << '\n'
-            << pad("code type", width) << to_string(entry->type()) << '\n'
-            << pad("name", width) << entry->name() << '\n'
-            << pad("bytes", width) << entry->size() << '\n'
-            << pad("symbols", width) << entry->symbol_mapping().size() << '\n';
-  for (const auto& [expression, mangled] : entry->symbol_mapping()) {
-    std::cout << "  " << expression << " = " << mangled << '\n';
-  }
-  return exit_success;
-}
-
-int extract_entry(program_cache& cache, const arguments& args) {
-  const auto output = args.last("-o");
-  if (!output) throw usage_error("cache extract needs -o FILE");
-  std::string key;
-  const auto entry = find_entry(cache, args, key);
-  if (!entry) return exit_failure;
-  entry->write(*output);
-  if (args.has("--json")) {
-    write_json(
-        {{"output", *output}, {"bytes", entry->size()}, {"code_type", to_string(entry->type())}});
-    return exit_success;
-  }
-  std::cout << encode_hex(key) << " -> " << *output << " (" << entry->size() << " bytes, "
-            << to_string(entry->type()) << ")\n";
-  return exit_success;
-}
-
-int verify(program_cache& cache, const arguments& args) {
-  const cache_verify_report r = cache.verify(/*remove_bad=*/true);
-  json out = {{"entries", r.entries},         {"ok", r.ok},
-              {"corrupt", r.corrupt},         {"removed", r.removed},
-              {"moved_aside", r.moved_aside}, {"notes", r.notes}};
-  if (!args.has("--json")) {
-    for (const std::string& note : r.notes) std::cout << note << '\n';
-    std::cout << r.entries << " entries, " << r.ok << " ok, " << r.corrupt << " corrupt, "
-              << r.removed << " removed";
-    if (r.moved_aside != 0) std::cout << ", " << r.moved_aside << " moved aside";
-    std::cout << '\n';
-  }
-  // After the integrity check: what is compiled again is what survived it.
-  bool stale = false;
-  if (args.has(recompile_option.name)) out["recompile"] = recompile_verify(cache, args, stale);
-  if (args.has("--json")) write_json(out);
-  return r.corrupt == 0 && !stale ? exit_success : exit_failure;
-}
-
-int trim(program_cache& cache, const arguments& args) {
-  const auto text = args.last(max_size_option.name);
-  if (!text) throw usage_error("cache trim needs --max-size N");
-  const std::uint64_t max_size = parse_size(max_size_option.name, *text);
-  const std::size_t removed = cache.trim(max_size);
-  const std::size_t entries = cache.size();
-  const std::uint64_t bytes = cache.size_bytes();
-  if (args.has("--json")) {
-    print_counts({{"removed", removed}, {"entries", entries}, {"size_bytes", bytes}});
-  } else {
-    std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << "; " << entries
-              << " left, " << human_size(bytes) << '\n';
-  }
-  return exit_success;
-}
-
-int clear(program_cache& cache, const arguments& args) {
-  const std::size_t entries = cache.size();
-  const std::uint64_t bytes = cache.size_bytes();
-  cache.clear();
-  // What is left: entries other processes wrote meanwhile (clear() leaves writes in progress).
-  const std::size_t left = cache.size();
-  const std::uint64_t left_bytes = cache.size_bytes();
-  const std::size_t removed = entries > left ? entries - left : 0;
-  const std::uint64_t removed_bytes = bytes > left_bytes ? bytes - left_bytes : 0;
-  if (args.has("--json")) {
-    print_counts({{"removed", removed}, {"removed_bytes", removed_bytes}, {"entries", left}});
-  } else {
-    std::cout << "removed " << removed << (removed == 1 ? " entry" : " entries") << " ("
-              << human_size(removed_bytes) << ") from the " << cache.description() << " cache\n";
-  }
-  return exit_success;
-}
-
-// cucore cache config [KEY [VALUE]]: the directory cache's cucore.conf. Needs no open cache (a
-// cache the trust rules refuse can still be configured by its owner, and a size set before the
-// first compile applies to it).
-int config(const arguments& args) {
-  const std::string spec = cache_spec_from(args);
-  const cache_spec parsed = parsed_cache_spec(spec);
-  // The default cache's remote tier ($CUCORE_REMOTE_CACHE) is no obstacle: the file configures
-  // the directory in front of it.
-  const bool is_default = parsed.local == cache_spec::local_kind::default_directory;
-  if (parsed.remote && !parsed.remote_from_environment) {  // the spec holds a URL: not echoed
-    throw usage_error(
-        "--cache names a Redis tier: cache config works on a directory cache (DIR, dir:DIR or "
-        "the default); name the local directory alone");
-  }
-  if (!is_default && parsed.local != cache_spec::local_kind::directory) {
-    throw usage_error("--cache " + spec +
-                      ": cache config works on a directory cache (DIR, dir:DIR or the default)");
-  }
-  const std::filesystem::path dir = is_default ? default_cache_dir() : parsed.path;
-  std::optional<bool> shared = shared_cache_from_env();
-  if (args.has(shared_cache_option.name)) shared = true;
-  const cache_access access =
-      shared.value_or(false) ? cache_access::shared : cache_access::private_to_user;
-  const auto& pos = args.positionals();
-  const std::string file = (dir / cache_config_file_name).string();
-  if (args.has(unset_option.name)) {
-    if (pos.size() != 2) throw usage_error("cache config --unset needs exactly one KEY");
-    try {
-      write_cache_config(dir, pos[1], std::nullopt, access);
-    } catch (const invalid_argument& e) {
-      throw usage_error(std::string("cache config: ") + e.what());
-    }
-    std::cout << pos[1] << " unset in " << file << '\n';
-    return exit_success;
-  }
-  if (pos.size() == 3) {
-    try {
-      write_cache_config(dir, pos[1], pos[2], access);
-    } catch (const invalid_argument& e) {
-      throw usage_error(std::string("cache config ") + pos[1] + ": " + e.what());
-    }
-    std::cout << pos[1] << " = " << pos[2] << " in " << file << '\n';
-    return exit_success;
-  }
-  const cache_config c = read_cache_config(dir, access);
-  const std::vector<std::pair<std::string, std::string>> values = {
-      {"max_size", c.max_size ? (*c.max_size == 0 ? "0 (no cap)" : format_cache_size(*c.max_size))
-                   : is_default ? format_cache_size(default_cache_max_size) + " (default)"
-                                : "0 (default: no cap)"},
-      {"shared", c.shared ? (*c.shared ? "true" : "false") : "false (default)"},
-      {"umask", c.umask ? [&] {
-         char buf[8];
-         std::snprintf(buf, sizeof buf, "%03o", *c.umask);
-         return std::string(buf);
-       }()
-                        : "unset (default)"},
-      {"recipes", c.recipes ? (*c.recipes ? "true" : "false") : "false (default)"},
-  };
-  if (pos.size() == 2) {
-    for (const auto& [key, value] : values) {
-      if (key == pos[1]) {
-        std::cout << value << '\n';
-        return exit_success;
-      }
-    }
-    throw usage_error("cache config: unknown key \"" + pos[1] +
-                      "\" (known: max_size, shared, umask, recipes)");
-  }
-  std::cout << "# " << file << '\n';
-  for (const auto& [key, value] : values) std::cout << key << " = " << value << '\n';
-  // What overrides the file in this environment.
-  for (const char* name :
-       {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED", "CUCORE_CACHE_RECIPES"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
-      std::cout << "# overridden here: " << name << "=" << v << '\n';
-    }
-  }
-  return exit_success;
-}
-
 int config_unreachable(program_cache&, const arguments& args) {
-  return config(args);
+  return configure_cache(args);
 }
 
 int check_unreachable(program_cache&, const arguments& args) {
@@ -673,7 +92,7 @@ const std::vector<subcommand>& subcommands() {
        "",
        {cache_dir_option, shared_cache_option, json_option, zero_option},
        0,
-       stats},
+       print_stats},
       {"ls",
        "ls [--cache SPEC] [--json]",
        "one line per entry",
@@ -685,7 +104,7 @@ const std::vector<subcommand>& subcommands() {
        "",
        {cache_dir_option, shared_cache_option, json_option},
        0,
-       ls},
+       list_entries},
       {"show",
        "show KEYHEX [--cache SPEC] [--json]",
        "one entry: its header and symbols",
@@ -695,7 +114,7 @@ const std::vector<subcommand>& subcommands() {
        "Exit status: 0 shown; 1 no such entry, or the cache cannot be opened; 2 bad command line.",
        {cache_dir_option, shared_cache_option, json_option},
        1,
-       show},
+       show_entry},
       {"extract",
        "extract KEYHEX -o FILE [--cache SPEC] [--json]",
        "write an entry's code to a file",
@@ -773,7 +192,7 @@ const std::vector<subcommand>& subcommands() {
        "--recompile (and removed), or the cache cannot be opened or read; 2 bad command line.",
        {cache_dir_option, shared_cache_option, json_option, recompile_option},
        0,
-       verify},
+       verify_entries},
       {"trim",
        "trim --max-size N [--cache SPEC] [--json]",
        "evict entries down to a size",
@@ -783,7 +202,7 @@ const std::vector<subcommand>& subcommands() {
        "",
        {cache_dir_option, shared_cache_option, json_option, max_size_option},
        0,
-       trim},
+       trim_entries},
       {"clear",
        "clear [--cache SPEC] [--json]",
        "remove every entry",
@@ -793,7 +212,7 @@ const std::vector<subcommand>& subcommands() {
        "",
        {cache_dir_option, shared_cache_option, json_option},
        0,
-       clear},
+       clear_entries},
       {"check",
        "check [--cache SPEC] [--json]",
        "what is wrong with a cache, and what `cucore run` would do with it",
@@ -898,6 +317,18 @@ std::optional<std::string> help(const arguments& args) {
   return cache_usage();
 }
 
+// A usage error for an option of the command that the subcommand `who` does not take.
+void refuse_options_not_taken(const subcommand& sub, const arguments& args,
+                              const std::string& who) {
+  for (const auto& option : options) {
+    const bool takes = std::any_of(sub.options.begin(), sub.options.end(),
+                                   [&](const option_spec& o) { return o.name == option.name; });
+    if (!takes && args.has(option.name)) {
+      throw usage_error(who + " takes no " + std::string(option.name));
+    }
+  }
+}
+
 int run(const arguments& args) {
   const auto& positionals = args.positionals();
   if (positionals.empty()) {
@@ -914,23 +345,11 @@ int run(const arguments& args) {
       throw usage_error("cache config takes at most KEY VALUE, but got also \"" + positionals[3] +
                         "\"");
     }
-    for (const auto& option : options) {
-      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
-                                     [&](const option_spec& o) { return o.name == option.name; });
-      if (!takes && args.has(option.name)) {
-        throw usage_error(who + " takes no " + std::string(option.name));
-      }
-    }
-    return config(args);
+    refuse_options_not_taken(*sub, args, who);
+    return configure_cache(args);
   }
   if (sub->name == "export" || sub->name == "import") {
-    for (const auto& option : options) {
-      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
-                                     [&](const option_spec& o) { return o.name == option.name; });
-      if (!takes && args.has(option.name)) {
-        throw usage_error(who + " takes no " + std::string(option.name));
-      }
-    }
+    refuse_options_not_taken(*sub, args, who);
     return sub->name == "export" ? pack_export(args) : pack_import(args);
   }
   if (sub->name == "check") {
@@ -938,13 +357,7 @@ int run(const arguments& args) {
     if (positionals.size() > 1) {
       throw usage_error("cache check takes no arguments, but got \"" + positionals[1] + "\"");
     }
-    for (const auto& option : options) {
-      const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
-                                     [&](const option_spec& o) { return o.name == option.name; });
-      if (!takes && args.has(option.name)) {
-        throw usage_error(who + " takes no " + std::string(option.name));
-      }
-    }
+    refuse_options_not_taken(*sub, args, who);
     return cache_check(args);
   }
   if (positionals.size() < 1 + sub->operands) throw usage_error(who + " needs a KEYHEX");
@@ -954,13 +367,7 @@ int run(const arguments& args) {
         (sub->operands == 0 ? std::string("no arguments") : std::string("one KEYHEX")) +
         ", but got also \"" + positionals[1 + sub->operands] + "\"");
   }
-  for (const auto& option : options) {
-    const bool takes = std::any_of(sub->options.begin(), sub->options.end(),
-                                   [&](const option_spec& o) { return o.name == option.name; });
-    if (!takes && args.has(option.name)) {
-      throw usage_error(who + " takes no " + std::string(option.name));
-    }
-  }
+  refuse_options_not_taken(*sub, args, who);
   if (sub->operands > 0) (void)decode_hex("KEYHEX", positionals[1]);
 
   const std::string spec = cache_spec_from(args);
