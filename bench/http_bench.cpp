@@ -18,13 +18,11 @@
 
 namespace {
 
-using cucore::bench::random_code;
-using cucore::bench::remote_hit;
-using cucore::bench::remote_put;
-using cucore::testing::nginx_server;
+using namespace cucore::bench;    // remote_tier_bench.hpp
+using namespace cucore::testing;  // nginx_test_support.hpp
 
 nginx_server& server() {
-  return cucore::bench::shared_server<nginx_server>();
+  return shared_server<nginx_server>();
 }
 
 cucore::http_cache_options options() {

@@ -18,14 +18,11 @@
 
 namespace {
 
-using cucore::bench::random_code;
-using cucore::bench::remote_hit;
-using cucore::bench::remote_put;
-using cucore::testing::raw_redis;
-using cucore::testing::redis_server;
+using namespace cucore::bench;    // remote_tier_bench.hpp
+using namespace cucore::testing;  // redis_test_support.hpp
 
 redis_server& server() {
-  return cucore::bench::shared_server<redis_server>();
+  return shared_server<redis_server>();
 }
 
 cucore::redis_cache_options options() {

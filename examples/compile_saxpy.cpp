@@ -2,6 +2,7 @@
 // template instantiations. Usage: compile_saxpy [arch] (default: the GPU's, else sm_90).
 #include <cucore/cucore.hpp>
 
+#include "report_failure.hpp"
 #include "saxpy_source.hpp"  // examples/saxpy.cu, embedded at build time (CMakeLists.txt)
 
 #include <iostream>
@@ -21,10 +22,6 @@ int main(int argc, char** argv) try {
     std::cout << "  " << expression << " -> " << mangled << "\n";
   }
   return 0;
-} catch (const cucore::compile_error& e) {
-  std::cerr << e.log() << "\n";
-  return 1;
-} catch (const std::exception& e) {
-  std::cerr << "error: " << e.what() << "\n";
-  return 1;
+} catch (...) {
+  return report_failure();
 }

@@ -22,6 +22,8 @@
 // so after launch s, out[i] = (a * x[i] + 1 + s)^2. Without a GPU it says so and exits 0.
 #include <cucore/cucore.hpp>
 
+#include "report_failure.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -153,10 +155,6 @@ int main() try {
   std::printf("%d launches of the pipeline on n = %d inputs checked, seed %u\n", launches, n, seed);
   std::printf("graph_pipeline: OK\n");
   return 0;
-} catch (const cucore::compile_error& e) {
-  std::cerr << e.log() << "\n";
-  return 1;
-} catch (const std::exception& e) {
-  std::cerr << "error: " << e.what() << "\n";
-  return 1;
+} catch (...) {
+  return report_failure();
 }

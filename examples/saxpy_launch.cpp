@@ -2,6 +2,7 @@
 // random inputs and checks the result. Without a GPU it says so and exits 0.
 #include <cucore/cucore.hpp>
 
+#include "report_failure.hpp"
 #include "saxpy_source.hpp"  // examples/saxpy.cu, embedded at build time (CMakeLists.txt)
 
 #include <algorithm>
@@ -76,10 +77,6 @@ int main() try {
   }
   std::printf("saxpy: OK\n");
   return 0;
-} catch (const cucore::compile_error& e) {
-  std::cerr << e.log() << "\n";
-  return 1;
-} catch (const std::exception& e) {
-  std::cerr << "error: " << e.what() << "\n";
-  return 1;
+} catch (...) {
+  return report_failure();
 }

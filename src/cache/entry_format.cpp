@@ -289,6 +289,17 @@ decoded_entry decode_entry(uninitialized_bytes data, std::size_t length,
   return decode(std::move(data), view, expected_key);
 }
 
+cache_entry_info entry_info(entry_header header, std::uint64_t stored_bytes) {
+  cache_entry_info info;
+  info.key = std::move(header.key);
+  info.type = header.type;
+  info.name = std::move(header.name);
+  info.symbol_count = header.symbol_count;
+  info.payload_bytes = header.payload_length;
+  info.stored_bytes = stored_bytes;
+  return info;
+}
+
 std::optional<entry_header> read_entry_header(std::span<const std::byte> data) {
   parsed p = parse(data, /*with_symbols=*/false, /*with_key_copy=*/true);
   if (p.status != entry_status::ok) return std::nullopt;

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cucore/cache/program_cache.hpp"
 #include "cucore/object_code.hpp"
 
 namespace cucore::detail {
@@ -73,5 +74,8 @@ struct entry_header {
   std::uint64_t payload_length = 0;
 };
 std::optional<entry_header> read_entry_header(std::span<const std::byte> data);
+// What list() shows of an entry: its header's fields, and `stored_bytes` (last_used is left to the
+// backend that knows it).
+cache_entry_info entry_info(entry_header header, std::uint64_t stored_bytes);
 
 }  // namespace cucore::detail

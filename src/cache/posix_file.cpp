@@ -52,10 +52,15 @@ unique_fd open_file_at(int dir_fd, const char* name, int flags, mode_t mode,
   }
 }
 
-std::error_code read_fully(int fd, std::span<std::byte> buffer, std::size_t& got) noexcept {
+namespace {
+
+// Fills `buffer` by calls of `read_at(destination, count, filled)` (a read(2) of the bytes after
+// the `filled` ones), retrying EINTR, until it is full or at the end of the file.
+template <class ReadAt>
+std::error_code fill(std::span<std::byte> buffer, std::size_t& got, ReadAt read_at) noexcept {
   got = 0;
   while (got < buffer.size()) {
-    const ssize_t n = ::read(fd, buffer.data() + got, buffer.size() - got);
+    const ssize_t n = read_at(buffer.data() + got, buffer.size() - got, got);
     if (n > 0) {
       got += static_cast<std::size_t>(n);
     } else if (n == 0) {
@@ -67,21 +72,19 @@ std::error_code read_fully(int fd, std::span<std::byte> buffer, std::size_t& got
   return {};
 }
 
+}  // namespace
+
+std::error_code read_fully(int fd, std::span<std::byte> buffer, std::size_t& got) noexcept {
+  return fill(buffer, got, [fd](std::byte* to, std::size_t count, std::size_t) {
+    return ::read(fd, to, count);
+  });
+}
+
 std::error_code pread_fully(int fd, std::span<std::byte> buffer, std::uint64_t offset,
                             std::size_t& got) noexcept {
-  got = 0;
-  while (got < buffer.size()) {
-    const ssize_t n =
-        ::pread(fd, buffer.data() + got, buffer.size() - got, static_cast<off_t>(offset + got));
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n == 0) {
-      break;
-    } else if (errno != EINTR) {
-      return last_error();
-    }
-  }
-  return {};
+  return fill(buffer, got, [fd, offset](std::byte* to, std::size_t count, std::size_t filled) {
+    return ::pread(fd, to, count, static_cast<off_t>(offset + filled));
+  });
 }
 
 std::error_code read_small_file(int dir_fd, const char* name, std::uint64_t max_bytes,

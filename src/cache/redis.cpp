@@ -549,13 +549,7 @@ std::vector<cache_entry_info> redis_program_cache::list() {
     const auto bytes = as_bytes(reply_of(r.get()));
     auto header = detail::read_entry_header(bytes);
     if (!header || redis_key(std::span<const std::byte>(header->key)) != k) continue;
-    cache_entry_info info;
-    info.key = std::move(header->key);
-    info.type = header->type;
-    info.name = std::move(header->name);
-    info.symbol_count = header->symbol_count;
-    info.payload_bytes = header->payload_length;
-    info.stored_bytes = bytes.size();
+    cache_entry_info info = detail::entry_info(std::move(*header), bytes.size());
     reply_ptr idle = command({"OBJECT", "IDLETIME", k});
     if (idle && reply_of(idle.get())->type == REDIS_REPLY_INTEGER) {
       info.last_used = now - std::chrono::seconds(reply_of(idle.get())->integer);

@@ -308,20 +308,16 @@ buffer::buffer(std::size_t bytes, const stream& s, std::shared_ptr<memory_resour
 }
 
 std::size_t buffer::size() const {
-  if (!state_) detail::throw_empty("buffer");
-  return state_->size;
+  return detail::state_of(state_, "buffer").size;
 }
 device_address buffer::address() const {
-  if (!state_) detail::throw_empty("buffer");
-  return state_->address;
+  return detail::state_of(state_, "buffer").address;
 }
 cucore::device buffer::device() const {
-  if (!state_) detail::throw_empty("buffer");
-  return state_->resource->device();
+  return detail::state_of(state_, "buffer").resource->device();
 }
 const std::shared_ptr<memory_resource>& buffer::resource() const {
-  if (!state_) detail::throw_empty("buffer");
-  return state_->resource;
+  return detail::state_of(state_, "buffer").resource;
 }
 
 void buffer::copy_from(const void* host, std::size_t bytes, stream_ref s, std::size_t offset) {
@@ -451,12 +447,9 @@ struct pinned_buffer::state {
   state(const state&) = delete;
   state& operator=(const state&) = delete;
   ~state() {
-    if (data == nullptr || !detail::driver_alive()) return;
-    const auto& api = *detail::driver_table().api;
-    detail::scoped_context scope(api, ordinal, std::nothrow);
-    if (CUresult r = api.cuMemFreeHost(data); r != CUDA_SUCCESS) {
-      detail::log_driver_failure(r, "cuMemFreeHost");
-    }
+    if (data == nullptr) return;
+    detail::destroy_in_context(ordinal, "cuMemFreeHost",
+                               [this](const auto& api) { return api.cuMemFreeHost(data); });
   }
 };
 

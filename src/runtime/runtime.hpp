@@ -92,6 +92,16 @@ class scoped_context {
 // Logs a failed driver call made where nothing may throw (a destructor). Never throws.
 void log_driver_failure(CUresult result, const char* call) noexcept;
 
+// A destructor's release of a driver object: `destroy(api)` (cuStreamDestroy, ...) in device
+// `ordinal`'s context, nothing once the driver is gone, a failure logged as `call`.
+template <class Destroy>
+void destroy_in_context(int ordinal, const char* call, Destroy destroy) noexcept {
+  if (!driver_alive()) return;
+  const auto& api = *driver_table().api;
+  scoped_context scope(api, ordinal, std::nothrow);
+  if (const CUresult r = destroy(api); r != CUDA_SUCCESS) log_driver_failure(r, call);
+}
+
 // The checks every launch makes before the driver sees it (also used by graph kernel nodes):
 // extents, cluster divisibility, and the arguments against the kernel's parameters when known.
 void check_launch_config(const launch_config& c);
@@ -122,5 +132,13 @@ class argument_pointers {
 
 // cuda_error-style checks for the invalid_argument cases of empty handles.
 [[noreturn]] void throw_empty(const char* what);
+
+// The state of a handle object (a stream's, an event's, a buffer's): throw_empty(what) for one
+// that has none (moved from).
+template <class State>
+State& state_of(const std::shared_ptr<State>& state, const char* what) {
+  if (!state) throw_empty(what);
+  return *state;
+}
 
 }  // namespace cucore::detail

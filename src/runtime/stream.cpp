@@ -38,12 +38,9 @@ struct stream::state {
   state(const state&) = delete;
   state& operator=(const state&) = delete;
   ~state() {
-    if (handle == nullptr || !detail::driver_alive()) return;
-    const auto& api = *detail::driver_table().api;
-    detail::scoped_context scope(api, device.ordinal(), std::nothrow);
-    if (CUresult r = api.cuStreamDestroy(handle); r != CUDA_SUCCESS) {
-      detail::log_driver_failure(r, "cuStreamDestroy");
-    }
+    if (handle == nullptr) return;
+    detail::destroy_in_context(device.ordinal(), "cuStreamDestroy",
+                               [this](const auto& api) { return api.cuStreamDestroy(handle); });
   }
 };
 
@@ -51,20 +48,16 @@ stream::stream(const cucore::device& dev, stream_options options)
     : state_(std::make_shared<const state>(dev, options)) {}
 
 CUstream_st* stream::handle() const {
-  if (!state_) detail::throw_empty("stream");
-  return state_->handle;
+  return detail::state_of(state_, "stream").handle;
 }
 cucore::device stream::device() const {
-  if (!state_) detail::throw_empty("stream");
-  return state_->device;
+  return detail::state_of(state_, "stream").device;
 }
 int stream::priority() const {
-  if (!state_) detail::throw_empty("stream");
-  return state_->priority;
+  return detail::state_of(state_, "stream").priority;
 }
 bool stream::non_blocking() const {
-  if (!state_) detail::throw_empty("stream");
-  return state_->non_blocking;
+  return detail::state_of(state_, "stream").non_blocking;
 }
 
 void stream::record(event& e) const {
@@ -132,12 +125,9 @@ struct event::state {
   state(const state&) = delete;
   state& operator=(const state&) = delete;
   ~state() {
-    if (handle == nullptr || !detail::driver_alive()) return;
-    const auto& api = *detail::driver_table().api;
-    detail::scoped_context scope(api, device.ordinal(), std::nothrow);
-    if (CUresult r = api.cuEventDestroy(handle); r != CUDA_SUCCESS) {
-      detail::log_driver_failure(r, "cuEventDestroy");
-    }
+    if (handle == nullptr) return;
+    detail::destroy_in_context(device.ordinal(), "cuEventDestroy",
+                               [this](const auto& api) { return api.cuEventDestroy(handle); });
   }
 };
 
@@ -145,16 +135,13 @@ event::event(const cucore::device& dev, event_options options)
     : state_(std::make_shared<const state>(dev, options)) {}
 
 CUevent_st* event::handle() const {
-  if (!state_) detail::throw_empty("event");
-  return state_->handle;
+  return detail::state_of(state_, "event").handle;
 }
 cucore::device event::device() const {
-  if (!state_) detail::throw_empty("event");
-  return state_->device;
+  return detail::state_of(state_, "event").device;
 }
 bool event::timing() const {
-  if (!state_) detail::throw_empty("event");
-  return state_->timing;
+  return detail::state_of(state_, "event").timing;
 }
 
 void event::record(stream_ref s) {

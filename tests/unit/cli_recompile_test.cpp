@@ -26,13 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using cucore::testing::contains;
-using cucore::testing::describe;
-using cucore::testing::kSaxpy;
-using cucore::testing::kTemplate;
-using cucore::testing::read_text;
-using cucore::testing::run_result;
-using cucore::testing::write_text;
+using namespace cucore::testing;  // cli_support.hpp, test_support.hpp
 
 constexpr const char* kWithHeader =
     "#include \"value.cuh\"\n"

@@ -216,13 +216,8 @@ std::vector<cache_entry_info> file_stream_program_cache::list() {
     if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
     auto header = read_header(fd.get(), static_cast<std::uint64_t>(st.st_size));
     if (!header || !location_matches(item, header->key)) return;
-    cache_entry_info info;
-    info.key = std::move(header->key);
-    info.type = header->type;
-    info.name = std::move(header->name);
-    info.symbol_count = header->symbol_count;
-    info.payload_bytes = header->payload_length;
-    info.stored_bytes = static_cast<std::uint64_t>(st.st_size);
+    cache_entry_info info =
+        detail::entry_info(std::move(*header), static_cast<std::uint64_t>(st.st_size));
     info.last_used = std::chrono::system_clock::time_point(
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::nanoseconds(posix::to_ns(st.st_atim))));

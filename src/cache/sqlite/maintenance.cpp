@@ -156,13 +156,8 @@ std::vector<cache_entry_info> sqlite_program_cache::list() {
     if (!r.has_blob) return;
     auto header = detail::read_entry_header(r.blob);
     if (!header) return;  // damaged: verify() reports it
-    cache_entry_info info;
-    info.key = std::move(r.key);
-    info.type = header->type;
-    info.name = std::move(header->name);
-    info.symbol_count = header->symbol_count;
-    info.payload_bytes = header->payload_length;
-    info.stored_bytes = r.blob.size();
+    cache_entry_info info = detail::entry_info(std::move(*header), r.blob.size());
+    info.key = std::move(r.key);  // the row's
     info.last_used = std::chrono::system_clock::time_point(
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::microseconds(r.atime)));
