@@ -14,6 +14,7 @@
 
 #include "cache_recompile.hpp"
 #include "commands.hpp"
+#include "common/hex.hpp"
 #include "compile_options.hpp"
 #include "cucore/cache/config.hpp"
 #include "cucore/error.hpp"
@@ -24,7 +25,7 @@ namespace cucore::cli {
 namespace {
 
 std::string key_hex(const std::vector<std::byte>& key) {
-  return encode_hex(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
+  return detail::to_hex(key);
 }
 
 // --max-size N: bytes, or with a binary suffix (K, M, G, T; "KiB" and "k" too), as cucore.conf's

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/hex.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore::cli {
@@ -328,15 +329,7 @@ std::string decode_hex(std::string_view option, std::string_view text) {
 }
 
 std::string encode_hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out += digits[b >> 4];
-    out += digits[b & 0xF];
-  }
-  return out;
+  return detail::to_hex(bytes);
 }
 
 std::optional<std::string> extra_digest_from(const arguments& args) {
