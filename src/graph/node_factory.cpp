@@ -200,6 +200,17 @@ CUfunction function_of(const driver_api& api, CUkernel handle, const Owner& kern
   return function;
 }
 
+// An event record or wait node of `e`, added by the driver's `call` (the member `add` of its
+// table) after `deps`.
+template <class Add>
+graph_node add_event_node(const std::shared_ptr<graph_state>& s, std::span<const graph_node> deps,
+                          const event& e, const char* call, Add add) {
+  CUevent handle = e.handle();
+  return add_node(s, deps, {e.owner()}, call,
+                  [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n,
+                      CUgraphNode* out) { return (a.*add)(out, g, d, n, handle); });
+}
+
 }  // namespace
 
 // ---- node_factory ------------------------------------------------------------------------------
@@ -358,23 +369,15 @@ graph_node node_factory<D>::memset_bits(const memory_operand& dst, std::uint32_t
 template <class D>
 graph_node node_factory<D>::record(const event& e) const {
   const D& self = static_cast<const D&>(*this);
-  CUevent handle = e.handle();
-  return add_node(
-      self.factory_state(), self.factory_dependencies(), {e.owner()}, "cuGraphAddEventRecordNode",
-      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
-        return a.cuGraphAddEventRecordNode(out, g, d, n, handle);
-      });
+  return add_event_node(self.factory_state(), self.factory_dependencies(), e,
+                        "cuGraphAddEventRecordNode", &driver_api::cuGraphAddEventRecordNode);
 }
 
 template <class D>
 graph_node node_factory<D>::wait(const event& e) const {
   const D& self = static_cast<const D&>(*this);
-  CUevent handle = e.handle();
-  return add_node(
-      self.factory_state(), self.factory_dependencies(), {e.owner()}, "cuGraphAddEventWaitNode",
-      [&](const driver_api& a, CUgraph g, const CUgraphNode* d, std::size_t n, CUgraphNode* out) {
-        return a.cuGraphAddEventWaitNode(out, g, d, n, handle);
-      });
+  return add_event_node(self.factory_state(), self.factory_dependencies(), e,
+                        "cuGraphAddEventWaitNode", &driver_api::cuGraphAddEventWaitNode);
 }
 
 template <class D>
