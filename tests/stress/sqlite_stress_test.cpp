@@ -22,6 +22,7 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
+#include "header_variants.hpp"
 #include "process_support.hpp"
 #include "sqlite_test_support.hpp"
 #include "test_support.hpp"
@@ -331,69 +332,20 @@ TEST(SqliteStress, WriterKilledAtRandomPointsWithARollbackJournal) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Header-tracked entries: processes compile one program that includes a header through one SQLite
-// cache, each iteration picking a variant of the header (a directory of its own holding that
-// variant's h.cuh, rewritten atomically each time, the program named there, as the CLI names it).
-// Every result, hit or miss, must be the uncached compile of its variant.
-
-constexpr int kHeaderVariants = 4;
-constexpr const char* kTrackedKernel = R"(#include "h.cuh"
-#include <cuda/std/cstdint>
-extern "C" __global__ void k(cuda::std::int32_t* out) { out[0] = VALUE; }
-)";
-
-// The value variant `variant`'s header defines in generation `generation` of the test.
-int variant_value(int variant, int generation) {
-  return 92000 + 100 * generation + variant;
-}
-
-std::string variant_header(int variant, int generation) {
-  return "#pragma once\n#define VALUE " + std::to_string(variant_value(variant, generation)) + "\n";
-}
-
-// The header generations, one phase of processes each: the headers change between phases (no
-// process running), and the first generation comes back last, so that a hit keyed without the
-// header would return another generation's bytes.
-constexpr int kGenerations[] = {0, 1, 0};
-
-fs::path variant_dir(const fs::path& root, int variant) {
-  return root / ("variant" + std::to_string(variant));
-}
-
-program_options variant_options(const fs::path& root, int variant) {
-  program_options o;
-  o.arch = testing::kArch;
-  o.name = (variant_dir(root, variant) / "k.cu").string();
-  return o;
-}
-
-// Replaces `file` with `text` as editors and build tools do: a temp file renamed over it (readers
-// see the old or the new file, never a partial one).
-void replace_file(const fs::path& file, const std::string& text) {
-  const fs::path temp = file.parent_path() / (".h.cuh." + std::to_string(::getpid()) + ".tmp");
-  testing::write_text(temp, text);
-  fs::rename(temp, file);
-}
-
-bool stores_variant(const object_code& ptx, int variant, int generation) {
-  return ptx.text().find(", " + std::to_string(variant_value(variant, generation)) + ";") !=
-         std::string_view::npos;
-}
+// Header-tracked entries through one SQLite cache (testing::header_variants).
 
 TEST(SqliteStress, ProcessesCompileHeaderTrackedPrograms) {
   testing::temp_dir src;
   testing::temp_dir dir;
-  for (int v = 0; v < kHeaderVariants; ++v) fs::create_directory(variant_dir(src.path(), v));
+  const testing::header_variants variants(src.path(), 92000);
   const fs::path file = dir.path() / "cache.db";
   constexpr int kProcesses = 6;
   const std::uint64_t iterations = testing::scaled(15, 2);  // per process and phase
   const auto start = steady::now();
   report total;
-  for (const int generation : kGenerations) {
+  for (const int generation : testing::header_variants::kGenerations) {
     SCOPED_TRACE("generation " + std::to_string(generation));
-    for (int v = 0; v < kHeaderVariants; ++v) {
-      replace_file(variant_dir(src.path(), v) / "h.cuh", variant_header(v, generation));
-    }
+    variants.write_all(generation);
     const auto reports = testing::run_children(kProcesses, [&](int p) -> std::string {
       testing::log_capture logs;
       sqlite_program_cache cache(file, {.on_write_failure = write_failure_policy::strict});
@@ -404,21 +356,11 @@ TEST(SqliteStress, ProcessesCompileHeaderTrackedPrograms) {
       std::uint64_t misses = 0;
       std::uint64_t wrong = 0;
       for (std::uint64_t n = 0; n < iterations; ++n) {
-        const int v = static_cast<int>(rng() % kHeaderVariants);
-        // The same contents again (a new file): identities change, contents do not.
-        replace_file(variant_dir(src.path(), v) / "h.cuh", variant_header(v, generation));
-        const auto o = variant_options(src.path(), v);
-        program prog(kTrackedKernel, source_type::cxx, o);
-        const object_code got = prog.compile(code_type::ptx, {}, &cache);
-        hits += prog.last_cache_outcome() == cache_outcome::hit;
-        misses += prog.last_cache_outcome() == cache_outcome::miss;
-        auto it = uncached.find(v);
-        if (it == uncached.end()) {
-          it = uncached
-                   .emplace(v, program(kTrackedKernel, source_type::cxx, o).compile(code_type::ptx))
-                   .first;
-        }
-        if (!(got == it->second) || !stores_variant(got, v, generation)) ++wrong;
+        const int v = static_cast<int>(rng() % testing::header_variants::kCount);
+        const auto got = variants.compile(v, generation, cache, uncached);
+        hits += got.outcome == cache_outcome::hit;
+        misses += got.outcome == cache_outcome::miss;
+        if (!got.right) ++wrong;
       }
       const auto s = cache.stats();
       // The processes replace headers the others compile against: a result compiled while its
@@ -441,36 +383,24 @@ TEST(SqliteStress, ProcessesCompileHeaderTrackedPrograms) {
       for (const auto& [k, v] : r) total[k] += v;
     }
 
-    // Afterwards, in this process: every variant is a hit with its uncached bytes (a variant no
-    // child picked misses once).
     testing::log_capture logs;
     sqlite_program_cache cache(file);
-    for (int v = 0; v < kHeaderVariants; ++v) {
-      SCOPED_TRACE("variant " + std::to_string(v));
-      const auto o = variant_options(src.path(), v);
-      const object_code expected =
-          program(kTrackedKernel, source_type::cxx, o).compile(code_type::ptx);
-      EXPECT_TRUE(stores_variant(expected, v, generation));
-      program first(kTrackedKernel, source_type::cxx, o);
-      EXPECT_TRUE(first.compile(code_type::ptx, {}, &cache) == expected);
-      program second(kTrackedKernel, source_type::cxx, o);
-      EXPECT_TRUE(second.compile(code_type::ptx, {}, &cache) == expected);
-      EXPECT_EQ(second.last_cache_outcome(), cache_outcome::hit);
-    }
+    variants.expect_every_variant_hits(generation, cache);
     EXPECT_EQ(logs.warnings(), 0u) << logs.all();
   }
   const double seconds = std::chrono::duration<double>(steady::now() - start).count();
-  std::cout << "[ stats    ] " << kProcesses << " processes x " << std::size(kGenerations)
-            << " phases x " << iterations << " header-tracked compiles: " << format_report(total)
-            << " in " << seconds << " s\n";
-  EXPECT_EQ(total["hits"] + total["misses"], kProcesses * iterations * std::size(kGenerations));
+  std::cout << "[ stats    ] " << kProcesses << " processes x "
+            << std::size(testing::header_variants::kGenerations) << " phases x " << iterations
+            << " header-tracked compiles: " << format_report(total) << " in " << seconds << " s\n";
+  EXPECT_EQ(total["hits"] + total["misses"],
+            kProcesses * iterations * std::size(testing::header_variants::kGenerations));
   EXPECT_EQ(total["wrong"], 0u);
   EXPECT_EQ(total["cache_errors"], 0u);
   EXPECT_EQ(total["corrupt"], 0u);
   {
     // One entry per variant and distinct generation, however many processes raced to store it.
     sqlite_program_cache cache(file);
-    EXPECT_EQ(cache.size(), static_cast<std::size_t>(kHeaderVariants * 2));
+    EXPECT_EQ(cache.size(), static_cast<std::size_t>(testing::header_variants::kCount * 2));
   }
   expect_sound(file, std::nullopt);
 }
