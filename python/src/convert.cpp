@@ -86,18 +86,27 @@ void read_path(nb::handle options, const char* name, std::optional<std::string>&
   out = text_of(fspath(v), (std::string("ProgramOptions.") + name).c_str());
 }
 
+// `one(value)` when `single(value)`, else `one` for each element of it: cuda.core takes one value
+// or a sequence of them.
+template <class Single, class One>
+void one_or_each(nb::handle value, Single single, One one) {
+  if (single(value)) {
+    one(value);
+    return;
+  }
+  for (nb::handle item : nb::iter(value)) one(item);
+}
+
 // A str or an iterable of str (a tuple, a list, range(0), ...). False means empty.
 void read_strings(nb::handle options, const char* name, std::vector<std::string>& out) {
   nb::object v = field(options, name);
   if (v.is_none() || (nb::isinstance<nb::bool_>(v) && !nb::cast<bool>(v))) return;
   const std::string what = std::string("ProgramOptions.") + name;
   v = fspath(v);
-  if (nb::isinstance<nb::str>(v)) {
-    out.push_back(nb::cast<std::string>(v));
-    return;
-  }
   if (nb::isinstance<nb::bytes>(v)) type_error(what + " must be str or a sequence of str");
-  for (nb::handle item : nb::iter(v)) out.push_back(text_of(fspath(item), what.c_str()));
+  one_or_each(
+      v, [](nb::handle x) { return nb::isinstance<nb::str>(x); },
+      [&](nb::handle item) { out.push_back(text_of(fspath(item), what.c_str())); });
 }
 
 void read_ints(nb::handle options, const char* name, std::vector<int>& out) {
@@ -110,11 +119,8 @@ void read_ints(nb::handle options, const char* name, std::vector<int>& out) {
     }
     out.push_back(nb::cast<int>(item));
   };
-  if (nb::isinstance<nb::int_>(v)) {
-    one(v);
-    return;
-  }
-  for (nb::handle item : nb::iter(v)) one(item);
+  one_or_each(
+      v, [](nb::handle x) { return nb::isinstance<nb::int_>(x); }, one);
 }
 
 // cuda.core's forms: "N", ("N", "V"), or a list/tuple of those.
@@ -135,11 +141,8 @@ void read_macros(nb::handle options, std::vector<macro>& out) {
                  py_type_name(item));
     }
   };
-  if (nb::isinstance<nb::str>(v) || is_pair(v)) {
-    one(v);
-    return;
-  }
-  for (nb::handle item : nb::iter(v)) one(item);
+  one_or_each(
+      v, [&](nb::handle x) { return nb::isinstance<nb::str>(x) || is_pair(x); }, one);
 }
 
 // cucore's in-memory headers: a mapping name -> contents, or pairs.
