@@ -295,12 +295,10 @@ CUCORE_EXPORT nvJitLinkResult __nvJitLinkCreate_13_0(nvJitLinkHandle* handle, ui
   } catch (...) {
     state.reset();
   }
-  const nvJitLinkResult result =
-      r->api->nvJitLinkCreate(handle, num_options, const_cast<const char**>(options));
-  if (result == NVJITLINK_SUCCESS && state && handle != nullptr && *handle != nullptr) {
-    programs::remember(*handle, std::move(state));
-  }
-  return result;
+  const auto real_create = [&](nvJitLinkHandle* h) {
+    return r->api->nvJitLinkCreate(h, num_options, const_cast<const char**>(options));
+  };
+  return programs::create(handle, real_create, NVJITLINK_SUCCESS, std::move(state));
 }
 
 CUCORE_EXPORT nvJitLinkResult __nvJitLinkDestroy_13_0(nvJitLinkHandle* handle) {

@@ -470,12 +470,10 @@ CUCORE_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src
   } catch (...) {
     state.reset();
   }
-  const nvrtcResult result =
-      r->api->nvrtcCreateProgram(prog, src, name, num_headers, headers, include_names);
-  if (result == NVRTC_SUCCESS && state && prog != nullptr && *prog != nullptr) {
-    programs::remember(*prog, std::move(state));
-  }
-  return result;
+  const auto real_create = [&](nvrtcProgram* p) {
+    return r->api->nvrtcCreateProgram(p, src, name, num_headers, headers, include_names);
+  };
+  return programs::create(prog, real_create, NVRTC_SUCCESS, std::move(state));
 }
 
 CUCORE_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {

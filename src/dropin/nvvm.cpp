@@ -228,14 +228,13 @@ CUCORE_DROPIN_FORWARD(void*, __nvvmHandleTarget, (int id, bool flag), (id, flag)
 CUCORE_EXPORT nvvmResult nvvmCreateProgram(nvvmProgram* prog) {
   const auto* r = real();
   if (r == nullptr) return kNoLibrary;
-  const nvvmResult result = r->api->nvvmCreateProgram(prog);
-  if (result == NVVM_SUCCESS && prog != nullptr && *prog != nullptr) {
-    try {
-      programs::remember(*prog, std::make_shared<program_state>());
-    } catch (...) {
-    }
+  std::shared_ptr<program_state> state;
+  try {
+    state = std::make_shared<program_state>();
+  } catch (...) {
+    // Without its state the program is simply never cached.
   }
-  return result;
+  return programs::create(prog, r->api->nvvmCreateProgram, NVVM_SUCCESS, std::move(state));
 }
 
 CUCORE_EXPORT nvvmResult nvvmDestroyProgram(nvvmProgram* prog) {

@@ -48,6 +48,19 @@ class program_table {
     });
   }
 
+  // The real library's create of `*handle`, `real_create(handle)`, with the handle's `state` (made
+  // before the real call sees the program's inputs; nullptr: none): remembered once the handle is
+  // made.
+  template <class Result, class Create>
+  static Result create(Handle* handle, Create real_create, Result success,
+                       std::shared_ptr<State> state) noexcept {
+    const Result result = real_create(handle);
+    if (result == success && state && handle != nullptr && *handle != nullptr) {
+      remember(*handle, std::move(state));
+    }
+    return result;
+  }
+
   // The real library's destroy of `*handle`, `real_destroy(handle)`: the state is forgotten before
   // the real call frees the handle (another thread may be handed the same address at once), and
   // remembered again if the real call refuses it (anything but `success`).
