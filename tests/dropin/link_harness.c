@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dl_support.h"
+
 static int passed = 0;
 static int failed = 0;
 
@@ -26,24 +28,6 @@ static void check(int ok, const char* what, const char* label) {
   } else {
     ++failed;
   }
-}
-
-static void* open_library(const char* path) {
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    fprintf(stderr, "cannot open %s: %s\n", path, dlerror());
-    exit(2);
-  }
-  return lib;
-}
-
-static void* sym(void* lib, const char* name) {
-  void* p = dlsym(lib, name);
-  if (p == NULL) {
-    fprintf(stderr, "no symbol %s\n", name);
-    exit(2);
-  }
-  return p;
 }
 
 /* One output as a getter pair reports it. */
@@ -158,14 +142,14 @@ static jitlink_api load_jitlink(const char* path) {
       "__nvJitLinkGetErrorLogSize_13_0", "__nvJitLinkGetInfoLogSize_13_0"};
   static const char* gets[4] = {"__nvJitLinkGetLinkedCubin_13_0", "__nvJitLinkGetLinkedPtx_13_0",
                                 "__nvJitLinkGetErrorLog_13_0", "__nvJitLinkGetInfoLog_13_0"};
-  *(void**)&a.Create = sym(lib, "__nvJitLinkCreate_13_0");
-  *(void**)&a.Destroy = sym(lib, "__nvJitLinkDestroy_13_0");
-  *(void**)&a.AddData = sym(lib, "__nvJitLinkAddData_13_0");
-  *(void**)&a.AddFile = sym(lib, "__nvJitLinkAddFile_13_0");
-  *(void**)&a.Complete = sym(lib, "__nvJitLinkComplete_13_0");
+  *(void**)&a.Create = must_sym(lib, "__nvJitLinkCreate_13_0");
+  *(void**)&a.Destroy = must_sym(lib, "__nvJitLinkDestroy_13_0");
+  *(void**)&a.AddData = must_sym(lib, "__nvJitLinkAddData_13_0");
+  *(void**)&a.AddFile = must_sym(lib, "__nvJitLinkAddFile_13_0");
+  *(void**)&a.Complete = must_sym(lib, "__nvJitLinkComplete_13_0");
   for (int i = 0; i < 4; ++i) {
-    *(void**)&a.size[i] = sym(lib, sizes[i]);
-    *(void**)&a.get[i] = sym(lib, gets[i]);
+    *(void**)&a.size[i] = must_sym(lib, sizes[i]);
+    *(void**)&a.get[i] = must_sym(lib, gets[i]);
   }
   return a;
 }
@@ -207,11 +191,11 @@ static char* nvrtc_output(void* nvrtc, const char* source, int num_options, cons
   size_fn get_size;
   get_fn get;
   int (*destroy)(void**);
-  *(void**)&create = sym(nvrtc, "nvrtcCreateProgram");
-  *(void**)&compile = sym(nvrtc, "nvrtcCompileProgram");
-  *(void**)&get_size = sym(nvrtc, ltoir ? "nvrtcGetLTOIRSize" : "nvrtcGetPTXSize");
-  *(void**)&get = sym(nvrtc, ltoir ? "nvrtcGetLTOIR" : "nvrtcGetPTX");
-  *(void**)&destroy = sym(nvrtc, "nvrtcDestroyProgram");
+  *(void**)&create = must_sym(nvrtc, "nvrtcCreateProgram");
+  *(void**)&compile = must_sym(nvrtc, "nvrtcCompileProgram");
+  *(void**)&get_size = must_sym(nvrtc, ltoir ? "nvrtcGetLTOIRSize" : "nvrtcGetPTXSize");
+  *(void**)&get = must_sym(nvrtc, ltoir ? "nvrtcGetLTOIR" : "nvrtcGetPTX");
+  *(void**)&destroy = must_sym(nvrtc, "nvrtcDestroyProgram");
   void* prog = NULL;
   if (create(&prog, source, "input.cu", 0, NULL, NULL) != 0 ||
       compile(prog, num_options, options) != 0 || get_size(prog, size) != 0) {
@@ -328,15 +312,15 @@ typedef struct {
 static nvvm_api load_nvvm(const char* path) {
   void* lib = open_library(path);
   nvvm_api a;
-  *(void**)&a.Create = sym(lib, "nvvmCreateProgram");
-  *(void**)&a.Destroy = sym(lib, "nvvmDestroyProgram");
-  *(void**)&a.Add = sym(lib, "nvvmAddModuleToProgram");
-  *(void**)&a.LazyAdd = sym(lib, "nvvmLazyAddModuleToProgram");
-  *(void**)&a.Compile = sym(lib, "nvvmCompileProgram");
-  *(void**)&a.size[0] = sym(lib, "nvvmGetCompiledResultSize");
-  *(void**)&a.get[0] = sym(lib, "nvvmGetCompiledResult");
-  *(void**)&a.size[1] = sym(lib, "nvvmGetProgramLogSize");
-  *(void**)&a.get[1] = sym(lib, "nvvmGetProgramLog");
+  *(void**)&a.Create = must_sym(lib, "nvvmCreateProgram");
+  *(void**)&a.Destroy = must_sym(lib, "nvvmDestroyProgram");
+  *(void**)&a.Add = must_sym(lib, "nvvmAddModuleToProgram");
+  *(void**)&a.LazyAdd = must_sym(lib, "nvvmLazyAddModuleToProgram");
+  *(void**)&a.Compile = must_sym(lib, "nvvmCompileProgram");
+  *(void**)&a.size[0] = must_sym(lib, "nvvmGetCompiledResultSize");
+  *(void**)&a.get[0] = must_sym(lib, "nvvmGetCompiledResult");
+  *(void**)&a.size[1] = must_sym(lib, "nvvmGetProgramLogSize");
+  *(void**)&a.get[1] = must_sym(lib, "nvvmGetProgramLog");
   return a;
 }
 

@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl_support.h"
+
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram* nvrtcProgram;
 
@@ -66,21 +68,8 @@ static void check(int ok, const char* fmt, ...) {
   pthread_mutex_unlock(&report_mutex);
 }
 
-static void* must_sym(void* lib, const char* name) {
-  void* p = dlsym(lib, name);
-  if (p == NULL) {
-    fprintf(stderr, "no symbol %s: %s\n", name, dlerror());
-    exit(2);
-  }
-  return p;
-}
-
 static api load(const char* path) {
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    fprintf(stderr, "cannot open %s: %s\n", path, dlerror());
-    exit(2);
-  }
+  void* lib = open_library(path);
   api a;
   *(void**)&a.GetErrorString = must_sym(lib, "nvrtcGetErrorString");
   *(void**)&a.Version = must_sym(lib, "nvrtcVersion");
@@ -101,17 +90,7 @@ static api load(const char* path) {
   *(void**)&a.GetPCHCreateStatus = must_sym(lib, "nvrtcGetPCHCreateStatus");
   *(void**)&a.GetPCHHeapSizeRequired = must_sym(lib, "nvrtcGetPCHHeapSizeRequired");
   *(void**)&a.GetPCHHeapSize = must_sym(lib, "nvrtcGetPCHHeapSize");
-  /* NVRTC opens libnvrtc-builtins.so.MAJOR.MINOR through its $ORIGIN run path, which a
-     sanitizer's dlopen interceptor hides: with a wheel's NVRTC (no builtins on the loader's path)
-     the reference compile failed under TSan. Opened here by path first, as cucore's loader does. */
-  int major = 0, minor = 0;
-  const char* slash = strrchr(path, '/');
-  if (slash != NULL && a.Version(&major, &minor) == 0) {
-    char builtins[4096];
-    snprintf(builtins, sizeof builtins, "%.*slibnvrtc-builtins.so.%d.%d", (int)(slash - path + 1),
-             path, major, minor);
-    if (access(builtins, R_OK) == 0) (void)dlopen(builtins, RTLD_NOW | RTLD_LOCAL);
-  }
+  open_nvrtc_builtins(path, a.Version);
   return a;
 }
 

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dl_support.h"
+
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram* nvrtcProgram;
 
@@ -35,21 +37,8 @@ static nvrtcResult (*GetCUBIN)(nvrtcProgram, char*);
 static nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t*);
 static nvrtcResult (*GetProgramLog)(nvrtcProgram, char*);
 
-static void* must_sym(void* lib, const char* name) {
-  void* p = dlsym(lib, name);
-  if (p == NULL) {
-    fprintf(stderr, "no symbol %s: %s\n", name, dlerror());
-    exit(2);
-  }
-  return p;
-}
-
 static void load(const char* path) {
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    fprintf(stderr, "cannot open %s: %s\n", path, dlerror());
-    exit(2);
-  }
+  void* lib = open_library(path);
   *(void**)&Version = must_sym(lib, "nvrtcVersion");
   *(void**)&CreateProgram = must_sym(lib, "nvrtcCreateProgram");
   *(void**)&DestroyProgram = must_sym(lib, "nvrtcDestroyProgram");
@@ -60,15 +49,7 @@ static void load(const char* path) {
   *(void**)&GetCUBIN = must_sym(lib, "nvrtcGetCUBIN");
   *(void**)&GetProgramLogSize = must_sym(lib, "nvrtcGetProgramLogSize");
   *(void**)&GetProgramLog = must_sym(lib, "nvrtcGetProgramLog");
-  /* NVRTC's builtins by path first, as the harness does (a sanitizer's dlopen hides $ORIGIN). */
-  int major = 0, minor = 0;
-  const char* slash = strrchr(path, '/');
-  if (slash != NULL && Version(&major, &minor) == 0) {
-    char builtins[4096];
-    snprintf(builtins, sizeof builtins, "%.*slibnvrtc-builtins.so.%d.%d", (int)(slash - path + 1),
-             path, major, minor);
-    if (access(builtins, R_OK) == 0) (void)dlopen(builtins, RTLD_NOW | RTLD_LOCAL);
-  }
+  open_nvrtc_builtins(path, Version);
 }
 
 /* The time string lands in the PTX as the bytes of s[] (and nowhere else: the kernel reads it at

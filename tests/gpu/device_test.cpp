@@ -19,10 +19,7 @@
 namespace cucore {
 namespace {
 
-using gpu_testing::fresh_seed;
-using gpu_testing::kPoison;
-using gpu_testing::random_values;
-using gpu_testing::test_kernels;
+using namespace gpu_testing;  // gpu_test_support.hpp
 
 class Device : public gpu_testing::gpu_test {};
 class Streams : public gpu_testing::gpu_test {};

@@ -188,4 +188,16 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed, T lo = T(-4), T 
 // A float that no kernel here computes.
 inline constexpr float kPoison = -1.0e30f;
 
+// How many elements of `got` differ from `want` (a size mismatch counts as one more).
+template <class T>
+int mismatches(const std::vector<T>& got, const std::vector<T>& want) {
+  int bad = got.size() == want.size() ? 0 : 1;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
+  return bad;
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 }  // namespace cucore::gpu_testing

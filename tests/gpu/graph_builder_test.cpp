@@ -40,18 +40,7 @@
 namespace cucore {
 namespace {
 
-using gpu_testing::contains;
-using gpu_testing::cover;
-using gpu_testing::doubled;
-using gpu_testing::expires_within;
-using gpu_testing::fail_nth_call;
-using gpu_testing::fresh_seed;
-using gpu_testing::graph_kernel;
-using gpu_testing::invalid_argument_message;
-using gpu_testing::kPoison;
-using gpu_testing::random_values;
-using gpu_testing::still_alive_after;
-using gpu_testing::upload;
+using namespace gpu_testing;  // gpu_test_support.hpp, graph_test_support.hpp
 
 using bkind = graph_builder::kind;
 using bstate = graph_builder::state;

@@ -41,16 +41,7 @@
 namespace cucore {
 namespace {
 
-using gpu_testing::contains;
-using gpu_testing::cover;
-using gpu_testing::expires_within;
-using gpu_testing::fresh_seed;
-using gpu_testing::graph_kernel;
-using gpu_testing::invalid_argument_message;
-using gpu_testing::kPoison;
-using gpu_testing::random_values;
-using gpu_testing::still_alive_after;
-using gpu_testing::upload;
+using namespace gpu_testing;  // gpu_test_support.hpp, graph_test_support.hpp
 
 // A fresh seed for every test, named in every failure's trace.
 class GraphDefinition : public gpu_testing::gpu_test {
@@ -72,13 +63,6 @@ int far_off(const std::vector<float>& got, const std::vector<float>& want) {
     const float tol = 1e-5f * std::max(1.0f, std::fabs(want[i]));
     bad += !(std::fabs(got[i] - want[i]) <= tol);
   }
-  return bad;
-}
-
-template <class T>
-int mismatches(const std::vector<T>& got, const std::vector<T>& want) {
-  int bad = got.size() == want.size() ? 0 : 1;
-  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
   return bad;
 }
 

@@ -49,19 +49,7 @@ static_assert(std::is_constructible_v<cucore::memory_operand, cucore::device_add
 namespace cucore {
 namespace {
 
-using gpu_testing::cover;
-using gpu_testing::doubled;
-using gpu_testing::expires_within;
-using gpu_testing::fail_nth_call;
-using gpu_testing::fresh_seed;
-using gpu_testing::graph_kernel;
-using gpu_testing::graph_kernels;
-using gpu_testing::kPoison;
-using gpu_testing::launches_may_block;
-using gpu_testing::random_values;
-using gpu_testing::still_alive_after;
-using gpu_testing::test_kernels;
-using gpu_testing::watched_owners;
+using namespace gpu_testing;  // gpu_test_support.hpp, graph_test_support.hpp
 
 constexpr int kN = 3000;  // not a multiple of the block size
 constexpr std::size_t kBytes = kN * sizeof(float);

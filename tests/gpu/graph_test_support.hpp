@@ -169,10 +169,6 @@ buffer upload(const std::vector<T>& host, const stream& s) {
   return b;
 }
 
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 // The message of the invalid_argument `f` throws (or a text saying it threw none).
 template <class F>
 std::string invalid_argument_message(F&& f) {

@@ -22,20 +22,10 @@
 namespace cucore {
 namespace {
 
-using gpu_testing::fresh_seed;
-using gpu_testing::kernel_names;
-using gpu_testing::kernel_options;
-using gpu_testing::kKernels;
-using gpu_testing::kPoison;
-using gpu_testing::random_values;
-using gpu_testing::test_kernels;
+using namespace gpu_testing;  // gpu_test_support.hpp
 
 class Launch : public gpu_testing::gpu_test {};
 class Kernels : public gpu_testing::gpu_test {};
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // Runs everywhere: argument packing needs no GPU.
 TEST(KernelArguments, PackCopiesWithTheirSizesAndAlignment) {

@@ -17,21 +17,12 @@
 namespace cucore {
 namespace {
 
-using gpu_testing::fresh_seed;
-using gpu_testing::kPoison;
-using gpu_testing::random_values;
-using gpu_testing::test_kernels;
+using namespace gpu_testing;  // gpu_test_support.hpp
 
 class Memory : public gpu_testing::gpu_test {};
 
 launch_config cover(int n) {
   return {.grid = static_cast<unsigned>((n + 255) / 256), .block = 256};
-}
-
-int mismatches(const std::vector<float>& got, const std::vector<float>& want) {
-  int bad = got.size() == want.size() ? 0 : 1;
-  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
-  return bad;
 }
 
 TEST_F(Memory, CopiesRoundTripRandomData) {
