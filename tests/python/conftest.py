@@ -7,6 +7,9 @@ need no GPU; nothing here needs one.
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+
 import pytest
 
 import cucore
@@ -32,14 +35,47 @@ def options():
     return cucore.ProgramOptions(arch=ARCH, std="c++17")
 
 
+def fresh_cache(module, kind, tmp_path, sqlite_name="cache.db"):
+    """A fresh cache of `kind` ("memory", "directory", "sqlite") from `module` (cucore, or its
+    cuda.core-compatible classes)."""
+    if kind == "memory":
+        return module.InMemoryProgramCache()
+    if kind == "directory":
+        return module.FileStreamProgramCache(tmp_path / "dir", fsync=False)
+    return module.SQLiteProgramCache(tmp_path / sqlite_name)
+
+
 @pytest.fixture(params=["memory", "directory", "sqlite"])
 def native_cache(request, tmp_path):
     """Each of cucore's native caches, fresh."""
-    if request.param == "memory":
-        cache = cucore.InMemoryProgramCache()
-    elif request.param == "directory":
-        cache = cucore.FileStreamProgramCache(tmp_path / "dir", fsync=False)
-    else:
-        cache = cucore.SQLiteProgramCache(tmp_path / "cache.db")
-    with cache:
+    with fresh_cache(cucore, request.param, tmp_path) as cache:
         yield cache
+
+
+def run_in_threads(work, count):
+    """work(i) for i in range(count), each in a thread of its own; the exceptions they raised."""
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def run_processes(target, args_list, timeout=120):
+    """target(*args) for each args of args_list, each in a spawned process; their exit codes."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=target, args=args) for args in args_list]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    return [p.exitcode for p in procs]

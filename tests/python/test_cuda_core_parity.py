@@ -21,6 +21,7 @@ from cuda.core import ObjectCode as CudaCoreObjectCode
 from cuda.core import utils as cc_utils
 
 import cucore
+from conftest import fresh_cache
 from cucore import cuda_core as cc
 
 ARCH = "sm_80"
@@ -380,13 +381,7 @@ def test_cxx_compile_ignores_use_libdevice_and_takes_an_empty_name():
 
 @pytest.fixture(params=["memory", "directory", "sqlite"])
 def cache(request, tmp_path):
-    if request.param == "memory":
-        c = cc.InMemoryProgramCache()
-    elif request.param == "directory":
-        c = cc.FileStreamProgramCache(tmp_path / "dir", fsync=False)
-    else:
-        c = cc.SQLiteProgramCache(tmp_path / "c.db")
-    with c:
+    with fresh_cache(cc, request.param, tmp_path, sqlite_name="c.db") as c:
         yield c
 
 

@@ -5,7 +5,6 @@ operations must give the same results."""
 from __future__ import annotations
 
 import multiprocessing
-import threading
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from cuda.core import ObjectCode
 from cuda.core import utils as cc_utils
 
 import cucore
+from conftest import run_in_threads, run_processes
 from cucore import cuda_core as cc
 
 BACKENDS = ["cuda.core-memory", "cuda.core-directory", "cucore-memory", "cucore-directory", "cucore-sqlite"]
@@ -233,25 +233,16 @@ def test_sqlite_size_cap_is_hard(tmp_path):
 @pytest.mark.parametrize("backend", ["cuda.core-memory", "cucore-memory"])
 def test_in_memory_concurrent_threads_stay_consistent(backend, tmp_path):
     c = open_cache(backend, tmp_path, max_size_bytes=50 * 64)
-    errors = []
 
     def work(t):
-        try:
-            for i in range(500):
-                key = f"{t}-{i % 80}".encode()
-                value = key.ljust(64, b".")  # 64 bytes: the cap holds 50
-                c[key] = value
-                got = c.get(key)
-                assert got is None or got == value
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for i in range(500):
+            key = f"{t}-{i % 80}".encode()
+            value = key.ljust(64, b".")  # 64 bytes: the cap holds 50
+            c[key] = value
+            got = c.get(key)
+            assert got is None or got == value
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_in_threads(work, 4) == []
     assert 0 < len(c) <= 50
 
 
@@ -267,13 +258,8 @@ def _writer(backend, root, worker, count):
 @pytest.mark.parametrize("backend", PERSISTENT)
 def test_concurrent_writers_distinct_keys_all_survive(backend, tmp_path):
     open_cache(backend, tmp_path).close()  # create it once, as upstream's test does
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(backend, str(tmp_path), w, 25)) for w in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    exit_codes = run_processes(_writer, [(backend, str(tmp_path), w, 25) for w in range(4)])
+    assert exit_codes == [0] * 4
     with open_cache(backend, tmp_path) as c:
         assert len(c) == 100
         for w in range(4):
@@ -293,13 +279,8 @@ def _same_key_writer(backend, root, worker):
 @pytest.mark.parametrize("backend", PERSISTENT)
 def test_concurrent_writers_same_key_no_corruption(backend, tmp_path):
     open_cache(backend, tmp_path).close()
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_same_key_writer, args=(backend, str(tmp_path), w)) for w in range(6)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    exit_codes = run_processes(_same_key_writer, [(backend, str(tmp_path), w) for w in range(6)])
+    assert exit_codes == [0] * 6
     with open_cache(backend, tmp_path) as c:
         assert c[b"shared"] in {f"writer {w} ".encode() * 100 for w in range(6)}
         assert len(c) == 1

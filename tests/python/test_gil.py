@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import cucore
-from conftest import ARCH, KERNEL
+from conftest import ARCH, KERNEL, run_in_threads
 
 # A thread calls into cucore while another process holds an SQLite write lock on the cache file,
 # so the call blocks inside C++ (SQLite's busy handler sleeps until busy_timeout). The lock is
@@ -92,20 +92,11 @@ def test_threads_compile_concurrently_with_correct_results(tmp_path, options):
     expected = [cucore.Program(s, "c++", options).compile("cubin").code for s in sources]
     cache = cucore.FileStreamProgramCache(tmp_path / "d")
     results: dict[int, bytes] = {}
-    errors = []
 
     def work(i):
-        try:
-            results[i] = cucore.Program(sources[i], "c++", options).compile("cubin", cache=cache).code
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        results[i] = cucore.Program(sources[i], "c++", options).compile("cubin", cache=cache).code
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_in_threads(work, 4) == []
     assert [results[i] for i in range(4)] == expected
     assert len(cache) == 4
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -32,17 +33,23 @@ def test_cached_compile_equals_uncached_compile(native_cache, options, target):
     assert hit.symbol("scale<float>") == oracle.symbol("scale<float>") != "scale<float>"
 
 
+def stored_then_hit(make, options, oracle):
+    """KERNEL compiled through one cache object from make(), then a hit with the oracle's code
+    through a fresh one over the same storage; the second object's stats."""
+    with make() as cache:
+        cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
+    with make() as cache:
+        program = cucore.Program(KERNEL, "c++", options)
+        assert program.compile("cubin", cache=cache).code == oracle.code
+        assert program.last_cache_outcome == "hit"
+        return cache.stats
+
+
 def test_hit_in_a_fresh_cache_object_over_the_same_storage(tmp_path, options):
     oracle = compile_uncached(options)
     for make in (lambda: cucore.FileStreamProgramCache(tmp_path / "d"),
                  lambda: cucore.SQLiteProgramCache(tmp_path / "c.db")):
-        with make() as cache:
-            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
-        with make() as cache:
-            program = cucore.Program(KERNEL, "c++", options)
-            assert program.compile("cubin", cache=cache).code == oracle.code
-            assert program.last_cache_outcome == "hit"
-            assert cache.stats["hits"] == 1
+        assert stored_then_hit(make, options, oracle)["hits"] == 1
 
 
 def test_persistent_stats_count_across_cache_objects_and_zero(tmp_path, options):
@@ -226,17 +233,7 @@ def test_in_memory_headers(options):
     assert b"7" in ptx
 
 
-SWITCH = r"""
-extern "C" __global__ void k(int* p, int s) {
-  int v;
-  switch (s) {
-    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
-    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
-    default: v = 0;
-  }
-  p[v] = s;
-}
-"""
+SWITCH = (Path(__file__).resolve().parents[1] / "data" / "dense_switch.cu").read_text()
 
 
 def test_device_as_default_execution_space():
@@ -467,12 +464,7 @@ def test_a_cache_others_can_write_is_refused_unless_shared(tmp_path, options):
     oracle = compile_uncached(options)
     for make in (lambda: cucore.FileStreamProgramCache(group_dir, shared=True),
                  lambda: cucore.SQLiteProgramCache(group_dir / "c.db", shared=True)):
-        with make() as cache:
-            cucore.Program(KERNEL, "c++", options).compile("cubin", cache=cache)
-        with make() as cache:
-            program = cucore.Program(KERNEL, "c++", options)
-            assert program.compile("cubin", cache=cache).code == oracle.code
-            assert program.last_cache_outcome == "hit"
+        stored_then_hit(make, options, oracle)
 
 
 def test_verify_checks_a_hit_and_is_not_part_of_the_key(native_cache):

@@ -633,16 +633,8 @@ TEST_F(Compile, DefaultDeviceCompilesUnannotatedFunctions) {
 
 // -Xnvrtc OPT: NVRTC gets OPT as given, after every other flag, and the key hashes it.
 TEST_F(Compile, XnvrtcReachesNvrtcAndTheKey) {
-  file("sw.cu", R"(extern "C" __global__ void k(int* p, int s) {
-  int v;
-  switch (s) {
-    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
-    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
-    default: v = 0;
-  }
-  p[v] = s;
-}
-)");
+  file("sw.cu", testing::data_file("dense_switch.cu"));
+
   const std::vector<std::string> base = {"compile",  "sw.cu", "--arch", kArch,
                                          "--target", "ptx",   "--json"};
   auto with = [&](std::vector<std::string> extra) {

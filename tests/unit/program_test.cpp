@@ -364,16 +364,7 @@ TEST(OptionEffects, DeviceAsDefaultExecutionSpace) {
 // turns a dense switch into brx.idx, in either spelling NVRTC takes; the element after -Xnvvm is
 // libNVVM's; an option NVRTC does not know fails with NVRTC's own message.
 TEST(OptionEffects, ExtraNvrtcOptionsReachNvrtc) {
-  const std::string src = R"(
-extern "C" __global__ void k(int* p, int s) {
-  int v;
-  switch (s) {
-    case 0: v = 11; break; case 1: v = 23; break; case 2: v = 37; break; case 3: v = 41; break;
-    case 4: v = 53; break; case 5: v = 67; break; case 6: v = 71; break; case 7: v = 89; break;
-    default: v = 0;
-  }
-  p[v] = s;
-})";
+  const std::string src = testing::data_file("dense_switch.cu");
   EXPECT_FALSE(contains(build(src, code_type::ptx).text(), "brx.idx"));
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"-jtd=0"},
