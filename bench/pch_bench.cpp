@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "cucore/program.hpp"
-#include "program/auto_pch.hpp"
+#include "pch/auto_pch.hpp"
 
 namespace {
 

@@ -88,4 +88,19 @@ class library_not_found : public error {
   std::string feature_;
 };
 
+// A spec that names no cache (on the command line, a usage error). `spec()` is the text refused
+// (a password or token in it replaced by "***"), `variable()` the environment variable it came from
+// ("CUCORE_REMOTE_CACHE"; empty: the spec itself), `reason()` what is wrong and what to write
+// instead.
+class cache_spec_error : public invalid_argument {
+ public:
+  cache_spec_error(std::string variable, std::string spec, std::string reason);
+  const std::string& variable() const noexcept { return variable_; }
+  const std::string& spec() const noexcept { return spec_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string variable_, spec_, reason_;
+};
+
 }  // namespace cucore

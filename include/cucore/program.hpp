@@ -19,6 +19,9 @@
 namespace cucore {
 
 class program_cache;
+namespace detail {
+class nvrtc_services;  // what the cached-compile layer lends an NVRTC compile (server, auto PCH)
+}
 
 // Whether the last compile went through a cache, and what it found there.
 enum class cache_outcome { off, hit, miss };
@@ -153,19 +156,21 @@ class program {
   // key_inputs: what the key was made from (nullptr: a key the caller derived).
   object_code compile_cached(code_type target, std::span<const std::string> name_expressions,
                              program_cache& cache, const program_cache_key_inputs* key_inputs);
-  object_code compile_uncached(code_type target, std::span<const std::string> name_expressions);
-  void explain_miss(const std::optional<std::filesystem::path>& notes, program_cache& cache);
-  // Verify mode (src/program/program_verify.cpp): the hit checked on this thread, or queued for
+  object_code compile_uncached(code_type target, std::span<const std::string> name_expressions,
+                               detail::nvrtc_services* services);
+  // Verify mode (src/verify/program_verify.cpp): the hit checked on this thread, or queued for
   // the background thread; replay_hit is the fresh compile both judge by.
   object_code verify_hit(code_type target, std::span<const std::string> name_expressions,
-                         program_cache& cache, object_code cached);
+                         program_cache& cache, object_code cached,
+                         detail::nvrtc_services* services);
   void queue_hit_check(code_type target, std::span<const std::string> name_expressions,
                        program_cache& cache, const object_code& cached,
                        const program_cache_key_inputs* key_inputs);
   struct replayed_compile;
   replayed_compile replay_hit(code_type target, std::span<const std::string> name_expressions,
                               const object_code& cached);
-  object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions);
+  object_code compile_nvrtc(code_type target, std::span<const std::string> name_expressions,
+                            detail::nvrtc_services* services);
   object_code compile_nvvm(code_type target);
   object_code compile_ptx(code_type target);
 
@@ -183,7 +188,6 @@ class program {
   verify_outcome verify_ = verify_outcome::not_verified;
   std::optional<std::string> verify_report_;
   std::optional<miss_explanation> miss_explanation_;
-  std::string encoded_fields_;  // the miss's key fields, as its program's note keeps them
 };
 
 // NVRTC's process-wide precompiled-header heap size (nvrtcGetPCHHeapSize / nvrtcSetPCHHeapSize).

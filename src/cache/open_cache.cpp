@@ -21,13 +21,6 @@
 
 namespace cucore {
 
-cache_spec_error::cache_spec_error(std::string variable, std::string spec, std::string reason)
-    : invalid_argument((variable.empty() ? std::string("cache spec") : "$" + variable) + " \"" +
-                       spec + "\": " + reason),
-      variable_(std::move(variable)),
-      spec_(std::move(spec)),
-      reason_(std::move(reason)) {}
-
 namespace {
 
 // What a read-only layer may be.

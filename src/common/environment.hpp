@@ -1,7 +1,7 @@
 // The one reader of cucore's own environment variables (CUCORE_*): each is listed once, in the
 // table of environment.cpp (docs/environment.md shows it), with its kind and what it is for, and
 // read through the typed accessors below. Variables cucore reads because the CUDA libraries read
-// them (CUDA_*, NVRTC_*, HOME, TMPDIR, key/compiler_environment.hpp's table) are not cucore's
+// them (CUDA_*, NVRTC_*, HOME, TMPDIR, observe/compiler_variables.hpp's table) are not cucore's
 // settings: they are read where they are used.
 //
 // Nothing is cached: every call reads the environment as it is then (tests set variables during

@@ -66,4 +66,11 @@ library_not_found::library_not_found(std::string library, std::vector<std::strin
       searched_(std::move(searched)),
       feature_(std::move(feature)) {}
 
+cache_spec_error::cache_spec_error(std::string variable, std::string spec, std::string reason)
+    : invalid_argument((variable.empty() ? std::string("cache spec") : "$" + variable) + " \"" +
+                       spec + "\": " + reason),
+      variable_(std::move(variable)),
+      spec_(std::move(spec)),
+      reason_(std::move(reason)) {}
+
 }  // namespace cucore

@@ -5,9 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "common/descriptors.hpp"
 #include "common/environment.hpp"
@@ -23,31 +23,10 @@ std::int64_t now_us() noexcept {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1000;
 }
 
-void append_escaped(std::string& out, std::string_view s) {
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(c));
-          out += hex;
-        } else {
-          out += c;
-        }
-    }
-  }
+// One event as a line of the trace's JSON array (text that is not UTF-8 gets U+FFFD, as the
+// tool's --json output does).
+std::string event_line(const nlohmann::ordered_json& event) {
+  return event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ",\n";
 }
 
 // The file, opened once: created holding "[" by linking a temporary file into place.
@@ -86,11 +65,10 @@ void name_the_process() noexcept {
   std::call_once(once, [] {
     char exe[512] = {};
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    std::string line =
-        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(::getpid()) +
-        ",\"tid\":0,\"args\":{\"name\":\"";
-    append_escaped(line, n > 0 ? std::string_view(exe, static_cast<std::size_t>(n)) : "?");
-    line += "\"}},\n";
+    nlohmann::ordered_json event = {
+        {"name", "process_name"}, {"ph", "M"}, {"pid", ::getpid()}, {"tid", 0}};
+    event["args"]["name"] = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : "?";
+    const std::string line = event_line(event);
     write_line(line);
   });
 }
@@ -132,22 +110,16 @@ trace_span::~trace_span() {
   try {
     name_the_process();
     const std::int64_t end = now_us();
-    std::string line = "{\"name\":\"";
-    append_escaped(line, name_);
-    line += "\",\"cat\":\"";
-    append_escaped(line, category_);
-    line += "\",\"ph\":\"X\",\"ts\":" + std::to_string(start_us_) +
-            ",\"dur\":" + std::to_string(end - start_us_) +
-            ",\"pid\":" + std::to_string(::getpid()) +
-            ",\"tid\":" + std::to_string(::syscall(SYS_gettid)) + ",\"args\":{";
-    for (std::size_t i = 0; i < args_.size(); ++i) {
-      line += i == 0 ? "\"" : ",\"";
-      append_escaped(line, args_[i].first);
-      line += "\":\"";
-      append_escaped(line, args_[i].second);
-      line += '"';
-    }
-    line += "}},\n";
+    nlohmann::ordered_json event = {{"name", name_},
+                                    {"cat", category_},
+                                    {"ph", "X"},
+                                    {"ts", start_us_},
+                                    {"dur", end - start_us_},
+                                    {"pid", ::getpid()},
+                                    {"tid", ::syscall(SYS_gettid)}};
+    auto& args = event["args"] = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : args_) args[key] = value;
+    const std::string line = event_line(event);
     write_line(line);
   } catch (...) {
   }

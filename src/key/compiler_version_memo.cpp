@@ -5,9 +5,9 @@
 
 #include <cstring>
 
+#include "cache/key_files.hpp"
 #include "cache/trust.hpp"
 #include "key/header_memo.hpp"
-#include "key/key_files.hpp"
 
 namespace cucore::detail {
 namespace {

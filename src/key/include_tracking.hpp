@@ -125,7 +125,4 @@ tracked_includes track_includes(std::string_view code, const include_search& sea
 // memoisable files), or one in-memory memo for keys made without a persistent cache.
 header_digest_memo& header_memo_for(const std::optional<std::filesystem::path>& file);
 
-// The persistent memo file beside a cache's compiler version memo.
-std::filesystem::path header_memo_file_beside(const std::filesystem::path& version_memo);
-
 }  // namespace cucore::detail

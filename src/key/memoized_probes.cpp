@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "cache/key_files.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "key/include_tracking.hpp"
 #include "loader/libraries.hpp"

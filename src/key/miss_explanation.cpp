@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_set>
 
+#include "common/sha256.hpp"
+
 namespace cucore::detail {
 
 namespace {
@@ -211,6 +213,27 @@ std::string encode_fields(const std::vector<key_field>& fields) {
     out += '\n';
   }
   return out;
+}
+
+namespace {
+
+std::string field(const std::vector<key_field>& fields, std::string_view label) {
+  for (const auto& f : fields) {
+    if (f.label == label) return f.payload;
+  }
+  return {};
+}
+
+}  // namespace
+
+program_note_identity note_identity_of(const std::vector<key_field>& fields) {
+  const std::string target = field(fields, "code_type") + "\n" + field(fields, "target_type");
+  const auto hash = [&](const char* tag, const std::string& what) {
+    const std::string id = std::string(tag) + "\n" + what + "\n" + target;
+    const auto hex = sha256_hex(std::as_bytes(std::span<const char>(id.data(), id.size())));
+    return std::string(hex.data(), 40);
+  };
+  return {hash("N", field(fields, "options_name")), hash("S", field(fields, "code"))};
 }
 
 }  // namespace cucore::detail

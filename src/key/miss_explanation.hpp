@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/program_notes.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/statistics.hpp"
 
@@ -21,5 +22,9 @@ std::string encode_fields(const std::vector<key_field>& fields);
 // parsed: the cost is a hash of each line.
 miss_explanation explain_miss(std::string_view before, std::string_view before_hex,
                               std::string_view now);
+
+// The identities the note of the program a key's `fields` describe goes by
+// (cache/program_notes.hpp): its name and target, its source and target.
+program_note_identity note_identity_of(const std::vector<key_field>& fields);
 
 }  // namespace cucore::detail

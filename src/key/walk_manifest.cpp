@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cache/key_files.hpp"
 #include "common/hex.hpp"
-#include "key/key_files.hpp"
 
 namespace cucore::detail {
 

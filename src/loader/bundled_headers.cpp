@@ -21,8 +21,8 @@
 #include <system_error>
 
 #include "common/sha256.hpp"
-#include "cucore/cache/program_cache.hpp"
 #include "cucore/error.hpp"
+#include "cucore/locations.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {

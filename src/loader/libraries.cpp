@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "cucore/error.hpp"
-#include "key/compiler_environment.hpp"
+#include "observe/compiler_variables.hpp"
 
 namespace cucore::detail {
 namespace {

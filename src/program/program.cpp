@@ -8,44 +8,19 @@
 #include <mutex>
 #include <optional>
 
-#include "common/trace.hpp"
-#include "cucore/cache/program_cache.hpp"
-#include "cucore/cache/single_flight.hpp"
-#include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
-#include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
-#include "key/miss_explanation.hpp"
-#include "key/program_notes.hpp"
-#include "key/program_recipes.hpp"
-#include "observe/compiler_observer.hpp"
-#include "program/auto_pch.hpp"
-#include "program/background_verifier.hpp"
 #include "program/compiler_handles.hpp"
-#include "program/hit_verifier.hpp"
 #include "program/nvrtc_option_table.hpp"
-#include "server/client.hpp"
+#include "program/nvrtc_services.hpp"
+#include "program/pch_heap.hpp"
 
 namespace cucore {
 namespace {
 
 using detail::c_strings;
 using detail::trim_nul;
-
-// The header digest memo of the cache a compile() goes through, for the prefix keys of automatic
-// PCH (program/auto_pch.hpp: they then read the digests and scans the program's key left there);
-// set on the compiling thread for the duration of that compile.
-thread_local const std::optional<std::filesystem::path>* t_cache_header_memo = nullptr;
-
-struct cache_header_memo_scope {
-  explicit cache_header_memo_scope(const std::optional<std::filesystem::path>* memo) {
-    t_cache_header_memo = memo;
-  }
-  ~cache_header_memo_scope() { t_cache_header_memo = nullptr; }
-  cache_header_memo_scope(const cache_header_memo_scope&) = delete;
-  cache_header_memo_scope& operator=(const cache_header_memo_scope&) = delete;
-};
 
 std::string nvrtc_log(const detail::nvrtc_api& api, nvrtcProgram prog) {
   std::size_t size = 0;
@@ -150,58 +125,6 @@ compiler_backend program::backend() const {
   return compiler_backend::nvrtc;
 }
 
-std::string_view to_string(cache_outcome outcome) noexcept {
-  switch (outcome) {
-    case cache_outcome::off:
-      return "off";
-    case cache_outcome::hit:
-      return "hit";
-    case cache_outcome::miss:
-      return "miss";
-  }
-  return "unknown";
-}
-
-object_code program::compile(code_type target, std::span<const std::string> name_expressions,
-                             program_cache* cache) {
-  return compile(target, name_expressions, {}, cache);
-}
-
-object_code program::compile(code_type target, std::span<const std::string> text_names,
-                             std::span<const std::string> byte_names, program_cache* cache) {
-  const std::vector<std::string> all_names = begin_compile(target, text_names, byte_names);
-  const std::span<const std::string> name_expressions(all_names);
-  if (cache == nullptr) return compile_uncached(target, name_expressions);
-
-  program_cache_key_inputs inputs;
-  inputs.code = code_;
-  inputs.code_type = type_;
-  inputs.options = options_;
-  inputs.target = target;
-  inputs.name_expressions.assign(text_names.begin(), text_names.end());
-  inputs.byte_name_expressions.assign(byte_names.begin(), byte_names.end());
-  try {
-    detail::trace_span span("key", "key");
-    span.arg("program", options_.name);
-    cache_key_ = make_program_cache_key(inputs, compiler_probes_for(*cache));
-  } catch (const extra_digest_required& e) {
-    throw extra_digest_required(
-        std::string(e.what()) +
-        " [program::compile(..., cache) derives the key itself and cannot take "
-        "an extra_digest: build the key with cucore::make_program_cache_key(..., "
-        "extra_digest) and pass it to program::compile(target, names, cache, key), or compile "
-        "without the cache]");
-  }
-  return compile_cached(target, name_expressions, *cache, &inputs);
-}
-
-object_code program::compile(code_type target, std::span<const std::string> name_expressions,
-                             program_cache& cache, const program_cache_key& key) {
-  const std::vector<std::string> all_names = begin_compile(target, name_expressions, {});
-  cache_key_ = key;
-  return compile_cached(target, all_names, cache, nullptr);
-}
-
 std::vector<std::string> program::begin_compile(code_type target,
                                                 std::span<const std::string> text_names,
                                                 std::span<const std::string> byte_names) {
@@ -232,131 +155,12 @@ std::vector<std::string> program::begin_compile(code_type target,
   return all_names;
 }
 
-// The one cached compile of the library and the tool: bypass, lookup, single-flight, the compile
-// observed, the store gate, the store, the statistics.
-object_code program::compile_cached(code_type target, std::span<const std::string> name_expressions,
-                                    program_cache& cache_ref,
-                                    const program_cache_key_inputs* key_inputs) {
-  program_cache* cache = &cache_ref;
-  // Stale entries verify mode's thread found in this cache and could not remove itself.
-  for (const auto& stale : detail::take_stale_entries(cache)) {
-    try {
-      cache->erase(stale);
-    } catch (const std::exception& e) {
-      cucore::log(log_level::warning,
-                  std::string("verify: could not remove a stale entry: ") + e.what());
-    }
-  }
-  // The whole cached compile in the trace (docs/trace.md), named by the program, its outcome.
-  detail::trace_span span("program", options_.name);
-  if (span.on()) {
-    span.arg("key", cache_key_->hex().substr(0, 16));
-    span.arg("target", to_string(target));
-  }
-  // The output depends on what no key names (the clock), or the compile writes files: without the
-  // cache (cache_outcome::off), the skip counted.
-  if (const auto& bypass = cache_key_->bypass()) {
-    cucore::log(log_level::info,
-                "not using the " + cache->description() + " cache: " + bypass->why);
-    if (const auto stats = cache->statistics()) stats->record_skip(bypass->reason);
-    span.arg("outcome", "bypass");
-    detail::trace_span compiling("compiler", "compile");
-    return compile_uncached(target, name_expressions);
-  }
-  // Single-flight: on a miss, one of the processes and threads missing this key compiles and
-  // the others wait for its entry (cache/single_flight.hpp).
-  // What the compile read is observed: stored only if the key covers all of it.
-  detail::observed_inputs seen = detail::unobserved_compile();
-  // Where this cache keeps its programs' notes: asked on a miss only (a hit pays nothing).
-  const auto notes = [cache]() -> std::optional<std::filesystem::path> {
-    const auto stats = cache->statistics();
-    return stats ? std::optional(stats->directory()) : std::nullopt;
-  };
-  auto compile = [&] {
-    explain_miss(notes(), *cache);
-    detail::trace_span compiling("compiler", "compile");
-    if (miss_explanation_) compiling.arg("miss", to_string(miss_explanation_->kind()));
-    return detail::run_observed(seen, [&] { return compile_uncached(target, name_expressions); });
-  };
-  auto store = [&](const object_code& compiled) {
-    detail::trace_span storing("cache", "store");
-    // NVRTC read the headers after the key was made: stored only if each is still the file the
-    // key hashed, and was settled then, and it read nothing else the key does not cover
-    // (program_cache_key::check_store).
-    if (auto refusal = cache_key_->check_store(seen, compiled.code())) {
-      cucore::log(log_level::warning, "not storing the compiled program in the " +
-                                          cache->description() + " cache: " + refusal->message);
-      if (const auto stats = cache->statistics()) stats->record_skip(refusal->reason);
-      store_refusal_ = std::move(refusal);
-      return;
-    }
-    try {
-      cache->put(*cache_key_, compiled);
-      stored_ = true;
-      detail::record_program_note(notes(), cache_key_->hex(), cache_key_->explain(),
-                                  encoded_fields_);
-      // What `cucore cache verify --recompile` compiles again (only where recipes are on).
-      if (key_inputs) {
-        detail::record_program_recipe(notes(), cache_key_->hex(), *key_inputs);
-      } else {
-        detail::record_program_recipe(notes(), cache_key_->hex(), code_, type_, options_, target,
-                                      name_expressions);
-      }
-    } catch (const std::exception& e) {
-      // The compile succeeded; a cache that cannot store it only costs a later recompile.
-      cucore::log(log_level::warning, "could not store the compiled program in the " +
-                                          cache->description() + " cache: " + e.what());
-    }
-  };
-  cache_outcome_ = cache_outcome::miss;  // unless a get below finds it
-  const auto header_memo = compiler_probes_for(*cache).header_digest_memo();
-  const cache_header_memo_scope memo_scope(&header_memo);
-  flight_result result = get_or_compile(*cache, *cache_key_, compile, store);
-  flight_outcome_ = result.outcome;
-  cache_outcome_ = result.from_cache() ? cache_outcome::hit : cache_outcome::miss;
-  span.arg("outcome", to_string(result.outcome));
-  if (result.from_cache()) {
-    if (const double rate = detail::verify_rate(options_); detail::sampled(rate)) {
-      // Rate 1 (every hit, CI's "verified" suites): on this thread, the fresh bytes returned on a
-      // mismatch. Below 1: in the background, the hit returned now.
-      if (!options_.verify_in_background.value_or(rate < 1.0)) {
-        return verify_hit(target, name_expressions, *cache, std::move(result.code));
-      }
-      try {  // a check that cannot be queued (no thread, no memory) never fails the hit
-        queue_hit_check(target, name_expressions, *cache, result.code, key_inputs);
-      } catch (const std::exception& e) {
-        cucore::log(log_level::debug, std::string("verify: a sampled hit not queued: ") + e.what());
-      }
-    }
-  }
-  return std::move(result.code);
-}
-
-// A miss explains itself (docs/cache-keys.md, "Misses that explain themselves"): what differs
-// from the last key stored for this program, said at debug level and counted by kind. Asked only
-// where this process compiles: a hit pays nothing.
-void program::explain_miss(const std::optional<std::filesystem::path>& notes,
-                           program_cache& cache) {
-  const auto& fields = cache_key_->explain();
-  if (fields.empty()) return;  // a key made from a digest: nothing to compare
-  const auto nearest = detail::nearest_program_note(notes, fields);
-  encoded_fields_ = detail::encode_fields(fields);
-  miss_explanation_ = detail::explain_miss(nearest ? std::string_view(nearest->fields) : "",
-                                           nearest ? nearest->key_hex : "", encoded_fields_);
-  if (const auto stats = cache.statistics()) stats->record_miss(miss_explanation_->kind());
-  std::string text;
-  for (const auto& r : miss_explanation_->reasons) {
-    text += (text.empty() ? "" : "; ") + std::string(to_string(r.kind)) + ": " + r.detail;
-  }
-  cucore::log(log_level::debug,
-              "miss " + options_.name + " (" + cache_key_->hex().substr(0, 16) + "): " + text);
-}
-
 object_code program::compile_uncached(code_type target,
-                                      std::span<const std::string> name_expressions) {
+                                      std::span<const std::string> name_expressions,
+                                      detail::nvrtc_services* services) {
   switch (type_) {
     case source_type::cxx:
-      return compile_nvrtc(target, name_expressions);
+      return compile_nvrtc(target, name_expressions, services);
     case source_type::nvvm:
       return compile_nvvm(target);
     case source_type::ptx:
@@ -365,8 +169,8 @@ object_code program::compile_uncached(code_type target,
   throw invalid_argument("unknown source type");
 }
 
-object_code program::compile_nvrtc(code_type target,
-                                   std::span<const std::string> name_expressions) {
+object_code program::compile_nvrtc(code_type target, std::span<const std::string> name_expressions,
+                                   detail::nvrtc_services* services) {
   const auto& api = detail::nvrtc("compiling CUDA C++ (program with source_type c++)");
   if (target == code_type::tile_ir &&
       (api.nvrtcGetTileIRSize == nullptr || api.nvrtcGetTileIR == nullptr)) {
@@ -379,47 +183,38 @@ object_code program::compile_nvrtc(code_type target,
   options.arch = resolve_arch(options.arch);
   const auto flags = compiler_flags(options, source_type::cxx, target);
   const bool wants_pch = options.pch.value_or(false) || options.create_pch.has_value();
-  // The compile server (docs/compile-server.md): not for the caller's own PCH or options that
-  // write files (they stay this process's), and only its own answer (else compiled here).
-  if (!wants_pch && !options.use_pch && !options.pch_dir && !options.time &&
+  // Elsewhere (the compile server, docs/compile-server.md): not for the caller's own PCH or
+  // options that write files (they stay this process's), and only its own answer (else compiled
+  // here).
+  if (services != nullptr && !wants_pch && !options.use_pch && !options.pch_dir && !options.time &&
       !options.fdevice_time_trace) {
-    if (const auto mode = server::effective_mode(options); mode != compile_server_mode::off) {
-      detail::trace_span round_trip("server", "round trip");
-      auto served =
-          server::compile_through_server(mode, code_, options, flags, target, name_expressions);
-      round_trip.arg("answered", served && served->compiled ? "compiled"
-                                 : served                   ? "failed"
-                                                            : "no");
-      // An invalid option is reported here (it may name the arch), as a local compile would.
-      if (served && (served->compiled || served->status != "NVRTC_ERROR_INVALID_OPTION")) {
-        log_ = std::move(served->log);
-        auto_pch_ = served->auto_pch;
-        pch_status_ = served->pch;
-        if (!served->compiled) throw compile_error(served->backend, served->status, log_);
-        symbol_map symbols;
-        for (std::size_t i = 0; i + 1 < served->symbols.size(); i += 2) {
-          symbols.emplace(served->symbols[i], served->symbols[i + 1]);
-        }
-        const auto* data = reinterpret_cast<const std::byte*>(served->code.data());
-        object_code out(target, std::vector<std::byte>(data, data + served->code.size()),
-                        options.name, std::move(symbols));
-        if (served->tile_ir) {
-          const auto* tile = reinterpret_cast<const std::byte*>(served->tile_ir->data());
-          out = out.with_tile_ir(object_code(
-              code_type::tile_ir, std::vector<std::byte>(tile, tile + served->tile_ir->size()),
-              options.name));
-        }
-        return out;
+    auto served = services->compile_elsewhere(code_, options, flags, target, name_expressions);
+    // An invalid option is reported here (it may name the arch), as a local compile would.
+    if (served && (served->compiled || served->status != "NVRTC_ERROR_INVALID_OPTION")) {
+      log_ = std::move(served->log);
+      auto_pch_ = served->auto_pch;
+      pch_status_ = served->pch;
+      if (!served->compiled) throw compile_error(served->backend, served->status, log_);
+      symbol_map symbols;
+      for (std::size_t i = 0; i + 1 < served->symbols.size(); i += 2) {
+        symbols.emplace(served->symbols[i], served->symbols[i + 1]);
       }
+      object_code out(target, std::move(served->code), options.name, std::move(symbols));
+      if (served->tile_ir) {
+        out = out.with_tile_ir(
+            object_code(code_type::tile_ir, std::move(*served->tile_ir), options.name));
+      }
+      return out;
     }
   }
   // NVRTC's PCH heap is one per process: a compile with the caller's PCH options holds it.
   std::unique_lock<std::mutex> pch_heap;
   if (wants_pch || options.use_pch || options.pch_dir) pch_heap = detail::lock_pch_heap();
-  // cucore's automatic PCH (program/auto_pch.hpp): flags for NVRTC only, never for the key.
-  detail::auto_pch_compile automatic(
-      api, code_, options, target,
-      t_cache_header_memo != nullptr ? *t_cache_header_memo : std::nullopt);
+  // cucore's automatic PCH (pch/auto_pch.hpp), where lent: flags for NVRTC only, never for a key.
+  const std::unique_ptr<detail::nvrtc_pch_session> automatic =
+      services != nullptr ? services->automatic_pch(api, code_, options, target) : nullptr;
+  static const std::vector<std::string> no_flags;
+  const std::vector<std::string>& pch_flags = automatic ? automatic->flags() : no_flags;
   bool plain_retry = false;
 
   // In-memory headers: NVRTC may keep the pointers, which point into options_ (owned here).
@@ -435,7 +230,7 @@ object_code program::compile_nvrtc(code_type target,
   // compiling with an automatic PCH failed catastrophically (then without it).
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> all_flags = flags;
-    all_flags.insert(all_flags.end(), automatic.flags().begin(), automatic.flags().end());
+    all_flags.insert(all_flags.end(), pch_flags.begin(), pch_flags.end());
     auto argv = c_strings(all_flags);
     nvrtcProgram raw = nullptr;
     check_nvrtc(api,
@@ -452,12 +247,15 @@ object_code program::compile_nvrtc(code_type target,
     nvrtcResult result =
         api.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
     log_ = nvrtc_log(api, prog.get());
-    if (result != NVRTC_SUCCESS && automatic.failed(log_)) {
-      auto_pch_ = automatic.status();
+    const auto automatic_status = [&] {
+      return automatic ? automatic->status() : auto_pch_status::off;
+    };
+    if (result != NVRTC_SUCCESS && automatic && automatic->failed(log_)) {
+      auto_pch_ = automatic_status();
       plain_retry = true;
       continue;
     }
-    auto_pch_ = automatic.status();
+    auto_pch_ = automatic_status();
     if (result != NVRTC_SUCCESS) {
       if (result == NVRTC_ERROR_INVALID_OPTION) {
         detail::check_nvrtc_supports_arch(api, *options.arch);  // names the arch if that was it
@@ -465,12 +263,12 @@ object_code program::compile_nvrtc(code_type target,
       throw compile_error("NVRTC", api.nvrtcGetErrorString(result), log_);
     }
 
-    if (plain_retry) automatic.retry_succeeded();
-    if (automatic.succeeded(prog.get(), log_)) {  // NVRTC's log speaks of PCH: again without
-      auto_pch_ = automatic.status();
+    if (plain_retry && automatic) automatic->retry_succeeded();
+    if (automatic && automatic->succeeded(prog.get(), log_)) {  // its log speaks of PCH: again
+      auto_pch_ = automatic_status();
       continue;
     }
-    auto_pch_ = automatic.status();
+    auto_pch_ = automatic_status();
     if (wants_pch) {
       nvrtcResult pch = api.nvrtcGetPCHCreateStatus(prog.get());
       if (pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED && attempt == 0) {

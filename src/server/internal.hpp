@@ -59,7 +59,7 @@ inline constexpr std::chrono::milliseconds kHeartbeat{250};
 
 using compiler_variables = std::vector<std::pair<std::string, std::optional<std::string>>>;
 
-// Every variable of the compilers' table (key/compiler_environment.hpp), set or not, as this
+// Every variable of the compilers' table (observe/compiler_variables.hpp), set or not, as this
 // process has them (a worker's CUDA_CACHE_DISABLE as its clients have it: see the daemon's spawn).
 compiler_variables current_compiler_variables();
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "common/sha256.hpp"
-#include "program/pch_prefix.hpp"
+#include "pch/pch_prefix.hpp"
 
 namespace cucore::server {
 namespace {

@@ -101,7 +101,7 @@ class reader {
 };
 
 // Every program_options field but compile_server and verify (neither changes an output), in a
-// fixed order; also what a cache's recipes hold (key/program_recipes.hpp). A field added to
+// fixed order; also what a cache's recipes hold (verify/program_recipes.hpp). A field added to
 // program_options changes this encoding: readers of an older one fail with wire_error.
 void put_options(writer& w, const program_options& o);
 void get_options(reader& r, program_options& o);
@@ -112,7 +112,7 @@ struct client_view {
   std::uint64_t nvrtc_device = 0, nvrtc_inode = 0, nvrtc_size = 0;
   std::int64_t nvrtc_mtime_ns = 0;
   std::string working_directory;
-  // Every variable of the compilers' table (key/compiler_environment.hpp): set or not, and value.
+  // Every variable of the compilers' table (observe/compiler_variables.hpp): set or not, and value.
   std::vector<std::pair<std::string, std::optional<std::string>>> environment;
   friend bool operator==(const client_view&, const client_view&) = default;
 };

@@ -17,7 +17,7 @@
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
 #include "nvrtc_versions.hpp"  // CUCORE_TEST_NVRTC: the version matrix
-#include "program/auto_pch.hpp"
+#include "pch/auto_pch.hpp"
 #include "test_support.hpp"
 
 namespace cucore {

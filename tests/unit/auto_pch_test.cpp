@@ -1,4 +1,4 @@
-// Automatic precompiled headers (program/auto_pch.hpp, docs/compilation.md "Precompiled headers"),
+// Automatic precompiled headers (pch/auto_pch.hpp, docs/compilation.md "Precompiled headers"),
 // with real NVRTC compiles on the CPU: every output and log with an automatic PCH equals the
 // compile without one; an edited, shadowed or deleted header, another program name, a changed or
 // damaged PCH file, a PCH heap too small, a prefix whose headers warn, and many threads at once
@@ -29,8 +29,8 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
+#include "pch/auto_pch.hpp"
 #include "process_support.hpp"
-#include "program/auto_pch.hpp"
 #include "test_support.hpp"
 
 namespace cucore {

@@ -1,4 +1,4 @@
-// The key's own files beside a persistent cache (src/key/key_files.hpp; docs/cache-keys.md,
+// The key's own files beside a persistent cache (src/cache/key_files.hpp; docs/cache-keys.md,
 // "The key's own files"): the compiler version memo, the header digest memo and the walk
 // manifests are read as untrusted input. A FIFO, a link to /dev/zero or a huge file in their place
 // costs nothing but a walk; a record planted by anyone but this user never reaches a key; a
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/key_files.hpp"
 #include "cache/posix_file.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/key.hpp"
@@ -29,7 +30,6 @@
 #include "key/compiler_version_memo.hpp"
 #include "key/header_memo.hpp"
 #include "key/include_tracking.hpp"
-#include "key/key_files.hpp"
 #include "key/memoized_probes.hpp"
 #include "process_support.hpp"
 #include "test_support.hpp"

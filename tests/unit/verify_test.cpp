@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "cucore/cucore.hpp"
-#include "program/hit_verifier.hpp"
 #include "test_support.hpp"
+#include "verify/hit_verifier.hpp"
 
 namespace fs = std::filesystem;
 

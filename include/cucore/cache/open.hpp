@@ -76,20 +76,7 @@ struct cache_spec {
 // a $CUCORE_REMOTE_CACHE that is not a well-formed redis:// or http(s):// URL.
 cache_spec parse_cache_spec(std::string_view spec);
 
-// A spec that names no cache (on the command line, a usage error). `spec()` is the text refused
-// (a password or token in it replaced by "***"), `variable()` the environment variable it came from
-// ("CUCORE_REMOTE_CACHE"; empty: the spec itself), `reason()` what is wrong and what to write
-// instead.
-class cache_spec_error : public invalid_argument {
- public:
-  cache_spec_error(std::string variable, std::string spec, std::string reason);
-  const std::string& variable() const noexcept { return variable_; }
-  const std::string& spec() const noexcept { return spec_; }
-  const std::string& reason() const noexcept { return reason_; }
-
- private:
-  std::string variable_, spec_, reason_;
-};
+// cache_spec_error (cucore/error.hpp): a spec that names no cache.
 
 // Opens what parse_cache_spec(spec) names. Throws cache_spec_error (an invalid_argument) for what
 // it refuses, and whatever the backend's constructor throws (including a cache the trust rules

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cucore/locations.hpp"
 #include "cucore/object_code.hpp"
 
 namespace cucore {
@@ -281,9 +282,5 @@ class program_cache : public std::enable_shared_from_this<program_cache> {
  private:
   single_flight_options single_flight_ = default_single_flight_options();
 };
-
-// The default location of the persistent caches: $CUCORE_CACHE_DIR, else $XDG_CACHE_HOME/cucore,
-// else ~/.cache/cucore ($HOME, else the password database). Not created here.
-std::filesystem::path default_cache_dir();
 
 }  // namespace cucore

@@ -12,11 +12,11 @@
 
 #include "cache/claim_file.hpp"
 #include "cache/directory/internal.hpp"
+#include "cache/key_files.hpp"
 #include "cache/trust.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
-#include "key/key_files.hpp"
 
 namespace cucore {
 namespace posix = detail::posix;

@@ -18,8 +18,8 @@
 
 #include "cache/directory/internal.hpp"
 #include "cache/entry_format.hpp"
+#include "cache/key_files.hpp"
 #include "cache/trust.hpp"
-#include "key/key_files.hpp"
 
 namespace cucore {
 namespace posix = detail::posix;

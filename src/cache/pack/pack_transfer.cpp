@@ -6,10 +6,10 @@
 #include <set>
 
 #include "cache/pack/pack_format.hpp"
+#include "cache/program_notes.hpp"
 #include "common/hex.hpp"
 #include "cucore/cache/pack.hpp"
 #include "cucore/cache/statistics.hpp"
-#include "key/program_notes.hpp"
 
 namespace cucore {
 namespace {

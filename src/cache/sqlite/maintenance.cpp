@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "cache/entry_format.hpp"
+#include "cache/key_files.hpp"
 #include "cache/sqlite/internal.hpp"
-#include "key/key_files.hpp"
 
 namespace cucore {
 

@@ -15,6 +15,10 @@
 
 namespace cucore::detail {
 
+// The persistent header digest memo beside a cache's compiler version memo (this user's own where
+// others can write the directory).
+std::filesystem::path header_memo_file_beside(const std::filesystem::path& version_memo);
+
 // Caps, from real sizes: the digest memo of a CUB block_reduce walk (732 headers) is 672 KB, of
 // the whole test corpus (1000 headers: CUB, CuTe, CUTLASS, libcu++, CuPy) 1.16 MB; the largest
 // corpus manifest is 122 KB; a version memo holds a few records of ~100 bytes. A file over its

@@ -1,7 +1,7 @@
 // The prefix NVRTC may precompile (docs/compilation.md, "Precompiled headers"): a conservative
 // reading of where NVRTC's "header stop" falls in a program; and what of the program's name an
 // image of it depends on (docs/compile-server.md, "Images across program names").
-#include "program/pch_prefix.hpp"
+#include "pch/pch_prefix.hpp"
 
 #include <algorithm>
 #include <array>

@@ -15,8 +15,8 @@
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
 #include "observe/compile_replay.hpp"
-#include "program/background_verifier.hpp"
-#include "program/hit_verifier.hpp"
+#include "verify/background_verifier.hpp"
+#include "verify/hit_verifier.hpp"
 
 namespace cucore {
 
@@ -120,7 +120,7 @@ program::replayed_compile program::replay_hit(code_type target,
   replayed_compile out;
   try {
     const detail::compile_replay replay(detail::kVerifyClockShiftSeconds, pid);
-    out.fresh = compile_uncached(target, name_expressions);
+    out.fresh = compile_uncached(target, name_expressions, nullptr);  // plain, here
   } catch (const compile_error& e) {
     out.failed = e;
   } catch (...) {
@@ -137,7 +137,8 @@ program::replayed_compile program::replay_hit(code_type target,
 
 // Rate 1: the caller waits, and gets what an uncached compile gives now on a mismatch.
 object_code program::verify_hit(code_type target, std::span<const std::string> name_expressions,
-                                program_cache& cache, object_code cached) {
+                                program_cache& cache, object_code cached,
+                                detail::nvrtc_services* services) {
   detail::trace_span span("verify", "verify");
   const std::string saved_log = log_;
   const auto saved_pch = pch_status_;
@@ -171,7 +172,7 @@ object_code program::verify_hit(code_type target, std::span<const std::string> n
       context, stats,
       mismatch_report(context, cached, replayed.fresh, replayed.failed, replayed.differs),
       "removed; the fresh result is returned");
-  return compile_uncached(target, name_expressions);
+  return compile_uncached(target, name_expressions, services);
 }
 
 // Below rate 1: the hit is returned now; a copy of this program is compiled and judged on the

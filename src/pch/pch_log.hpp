@@ -1,4 +1,4 @@
-// What NVRTC's log says about precompiled headers (src/program/pch_log.cpp).
+// What NVRTC's log says about precompiled headers (src/pch/pch_log.cpp).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// Recipes of cache entries (key/program_recipes.hpp).
-#include "key/program_recipes.hpp"
+// Recipes of cache entries (verify/program_recipes.hpp).
+#include "verify/program_recipes.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

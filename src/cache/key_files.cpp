@@ -1,12 +1,31 @@
-#include "key/key_files.hpp"
+#include "cache/key_files.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "cache/posix_file.hpp"
-#include "key/include_tracking.hpp"
 
 namespace cucore::detail {
+
+std::filesystem::path header_memo_file_beside(const std::filesystem::path& version_memo) {
+  std::string name = version_memo.filename().string();
+  const std::string_view suffix = "compiler-versions";
+  if (name.ends_with(suffix)) {
+    name.replace(name.size() - suffix.size(), suffix.size(), "header-digests");
+  } else {
+    name += ".header-digests";
+  }
+  // Only this user's (or root's) memo is read, writable by nobody else: a record decides which
+  // files a key covers and what their contents are, and nothing checks it against the files
+  // later, so one planted by anyone else would make this user's keys miss edits of its own
+  // headers (and its manifests would carry the record on). Where others can write the directory
+  // (a cache shared by a group), each user keeps a memo of its own, named by uid, so that users
+  // do not replace each other's memos in turn.
+  if (!only_this_user_writes(version_memo.parent_path())) {
+    name += "." + std::to_string(::geteuid());
+  }
+  return version_memo.parent_path() / name;
+}
 
 bool only_this_user_writes(const std::filesystem::path& dir) noexcept {
   struct stat st {};

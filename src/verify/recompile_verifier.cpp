@@ -10,9 +10,9 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
-#include "key/program_recipes.hpp"
 #include "observe/compile_replay.hpp"
-#include "program/hit_verifier.hpp"
+#include "verify/hit_verifier.hpp"
+#include "verify/program_recipes.hpp"
 
 namespace cucore {
 

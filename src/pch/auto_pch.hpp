@@ -33,27 +33,18 @@
 #include "cucore/object_code.hpp"
 #include "cucore/options.hpp"
 #include "cucore/program.hpp"
-#include "program/pch_prefix.hpp"
-
-struct _nvrtcProgram;  // nvrtc.h's nvrtcProgram is a pointer to it
+#include "pch/pch_prefix.hpp"
+#include "program/nvrtc_services.hpp"
 
 namespace cucore::detail {
 
 struct nvrtc_api;
 
-// NVRTC's PCH heap is one per process: a compile that creates or uses a PCH, and a resize
-// (nvrtcSetPCHHeapSize frees every image), hold this for their whole call.
-std::unique_lock<std::mutex> lock_pch_heap();
-
-// Resizes NVRTC's PCH heap (the caller holds lock_pch_heap()); the automatic PCHs made before are
-// forgotten and their files removed, since no image made before can be used after.
-void resize_pch_heap(const nvrtc_api& api, std::size_t bytes);
-
 // One c++ compile's automatic PCH. Constructed before the compile (it decides: off, plain, create
 // or use, and holds the heap for create and use), told the outcome after it. Never throws for
 // what it finds (anything unexpected makes the compile plain, said at debug level) except
 // std::bad_alloc.
-class auto_pch_compile {
+class auto_pch_compile final : public nvrtc_pch_session {
  public:
   // `header_memo`: the header digest memo of the cache the compile goes through (its digests and
   // scans serve the prefix key), or nullopt (this process's memo). `extra_identity`: what else
@@ -62,28 +53,28 @@ class auto_pch_compile {
   auto_pch_compile(const nvrtc_api& api, std::string_view code, const program_options& options,
                    code_type target, std::optional<std::filesystem::path> header_memo,
                    std::string_view extra_identity = {});
-  ~auto_pch_compile();
+  ~auto_pch_compile() override;
   auto_pch_compile(const auto_pch_compile&) = delete;
   auto_pch_compile& operator=(const auto_pch_compile&) = delete;
 
   // The flags to append to NVRTC's (empty for a plain compile).
-  const std::vector<std::string>& flags() const noexcept { return flags_; }
+  const std::vector<std::string>& flags() const noexcept override { return flags_; }
   bool active() const noexcept { return !flags_.empty(); }
-  auto_pch_status status() const noexcept { return status_; }
+  auto_pch_status status() const noexcept override { return status_; }
 
   // After nvrtcCompileProgram succeeded for `prog` with flags(): what NVRTC made of the PCH. True
   // when the compile must run again without PCH (the session is then plain): NVRTC's log speaks
   // of precompiled headers, so it is not the plain compile's; or an image made under another
   // program name was used and the output or log holds that name (a name the prefix scans did not
   // see: the prefix's images are keyed by the whole name from then on).
-  bool succeeded(_nvrtcProgram* prog, const std::string& log);
+  bool succeeded(_nvrtcProgram* prog, const std::string& log) override;
   // After it failed: true when the compile should run again without PCH (a catastrophic error,
   // such as NVRTC failing to map its PCH memory when TMPDIR is full, or a log that speaks of
   // precompiled headers); the session is then plain.
-  bool failed(const std::string& log);
+  bool failed(const std::string& log) override;
   // After the plain retry that failed() asked for succeeded: automatic PCH is turned off for the
   // process (the failure came from PCH mode, not the code).
-  void retry_succeeded();
+  void retry_succeeded() override;
 
  private:
   void finish_plain(auto_pch_status status);

@@ -1,5 +1,5 @@
-// Verify mode's parts (program/hit_verifier.hpp; the flow is program::compile's).
-#include "program/hit_verifier.hpp"
+// Verify mode's parts (verify/hit_verifier.hpp; the flow is cached/program_compile.cpp's).
+#include "verify/hit_verifier.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // What NVRTC's log says about precompiled headers: automatic PCH keeps a compile only where its
 // log is the one a plain compile writes.
-#include "program/pch_log.hpp"
+#include "pch/pch_log.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -10,26 +10,31 @@
 #include <string_view>
 #include <vector>
 
-#include "cucore/cache/key.hpp"
-
 namespace cucore::detail {
+
+// The two identities a program's note goes by: its name and target, its source and target (40
+// hex digits each; key/miss_explanation.hpp's note_identity_of makes them from a key's fields).
+struct program_note_identity {
+  std::string by_name, by_source;
+};
 
 struct program_note {
   std::string key_hex;
   std::string fields;  // encode_fields (key/miss_explanation.hpp)
 };
 
-// Records `encoded` (a stored key's explain(), `fields`, encoded) as the latest of its program: by
-// program name and target, and by source and target. `directory`: the cache's statistics directory
-// (notes go to DIRECTORY/programs/, with its permissions); nullopt: this process's memory.
+// Records `encoded` (a stored key's explain(), encoded) as the latest of the program `id` names:
+// by program name and target, and by source and target. `directory`: the cache's statistics
+// directory (notes go to DIRECTORY/programs/, with its permissions); nullopt: this process's
+// memory.
 void record_program_note(const std::optional<std::filesystem::path>& directory,
-                         std::string_view key_hex, const std::vector<key_field>& fields,
+                         std::string_view key_hex, const program_note_identity& id,
                          std::string_view encoded) noexcept;
 
-// The latest note of the program `fields` describe: the same name and target, else the same
-// source and target.
+// The latest note of the program `id` names: the same name and target, else the same source and
+// target.
 std::optional<program_note> nearest_program_note(
-    const std::optional<std::filesystem::path>& directory, const std::vector<key_field>& fields);
+    const std::optional<std::filesystem::path>& directory, const program_note_identity& id);
 
 // Every note kept (each key once): what a cache pack records of the compiler that made an entry
 // (cache/pack). Only the latest key of each program has one.

@@ -1,5 +1,5 @@
 // Where NVRTC's automatic PCH may stop precompiling a program, and what of the program's name an
-// image of it depends on (src/program/pch_prefix.cpp).
+// image of it depends on (src/pch/pch_prefix.cpp).
 #pragma once
 
 #include <cstddef>

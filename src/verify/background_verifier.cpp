@@ -1,5 +1,5 @@
-// Verify mode's background thread (program/background_verifier.hpp).
-#include "program/background_verifier.hpp"
+// Verify mode's background thread (verify/background_verifier.hpp).
+#include "verify/background_verifier.hpp"
 
 #include <pthread.h>
 

@@ -1,5 +1,5 @@
-// Per-program notes of the last stored key (key/program_notes.hpp).
-#include "key/program_notes.hpp"
+// Per-program notes of the last stored key (cache/program_notes.hpp).
+#include "cache/program_notes.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,37 +11,14 @@
 #include <mutex>
 
 #include "cache/posix_file.hpp"
-#include "common/sha256.hpp"
 
 namespace cucore::detail {
 
 namespace {
 
-std::string field(const std::vector<key_field>& fields, std::string_view label) {
-  for (const auto& f : fields) {
-    if (f.label == label) return f.payload;
-  }
-  return {};
-}
-
-// The two identities a program's note goes by: its name and target, its source and target (40
-// hex digits each). A note lives in one of 256 slots per kind (the identity's first two digits):
-// the directory stays bounded (512 names, one file each or a link), and a slot another program
-// took answers nothing (the identity is checked on reading).
-struct note_identity {
-  std::string by_name, by_source;
-};
-
-note_identity identity_of(const std::vector<key_field>& fields) {
-  const std::string target = field(fields, "code_type") + "\n" + field(fields, "target_type");
-  const auto hash = [&](const char* tag, const std::string& what) {
-    const std::string id = std::string(tag) + "\n" + what + "\n" + target;
-    const auto hex = sha256_hex(std::as_bytes(std::span<const char>(id.data(), id.size())));
-    return std::string(hex.data(), 40);
-  };
-  return {hash("N", field(fields, "options_name")), hash("S", field(fields, "code"))};
-}
-
+// A note lives in one of 256 slots per kind (the identity's first two digits): the directory
+// stays bounded (512 names, one file each or a link), and a slot another program took answers
+// nothing (the identity is checked on reading).
 std::string slot_name(char tag, const std::string& identity) {
   return std::string(1, tag) + identity.substr(0, 2);
 }
@@ -85,11 +62,9 @@ std::optional<stored_note> decode(std::string text) {
 }  // namespace
 
 void record_program_note(const std::optional<std::filesystem::path>& directory,
-                         std::string_view key_hex, const std::vector<key_field>& fields,
+                         std::string_view key_hex, const program_note_identity& id,
                          std::string_view encoded) noexcept {
   try {
-    if (fields.empty()) return;
-    const note_identity id = identity_of(fields);
     if (!directory) {
       std::lock_guard lock(memory_mutex());
       auto& notes = memory_notes();
@@ -129,9 +104,7 @@ void record_program_note(const std::optional<std::filesystem::path>& directory,
 }
 
 std::optional<program_note> nearest_program_note(
-    const std::optional<std::filesystem::path>& directory, const std::vector<key_field>& fields) {
-  if (fields.empty()) return std::nullopt;
-  const note_identity id = identity_of(fields);
+    const std::optional<std::filesystem::path>& directory, const program_note_identity& id) {
   for (const char tag : {'N', 'S'}) {
     const std::string& identity = tag == 'N' ? id.by_name : id.by_source;
     if (!directory) {

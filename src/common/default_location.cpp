@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "common/environment.hpp"
-#include "cucore/cache/open.hpp"
-#include "cucore/cache/program_cache.hpp"
+#include "cucore/error.hpp"
+#include "cucore/locations.hpp"
 
 namespace cucore {
 

@@ -1,4 +1,4 @@
-#include "program/auto_pch.hpp"
+#include "pch/auto_pch.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -22,7 +22,8 @@
 #include "cucore/log.hpp"
 #include "loader/libraries.hpp"
 #include "observe/compiler_observer.hpp"
-#include "program/pch_log.hpp"
+#include "pch/pch_log.hpp"
+#include "program/pch_heap.hpp"
 
 namespace cucore {
 namespace detail {
@@ -129,8 +130,6 @@ class registry {
     static auto* r = new registry;  // leaked: compiles may run during static destruction
     return *r;
   }
-
-  std::mutex heap;  // NVRTC's PCH heap (lock_pch_heap)
 
   // Whether automatic PCH is off for the process, and why (said once at debug level).
   bool disabled() {
@@ -314,7 +313,7 @@ class registry {
   // With the heap held: true once per process, before its first image, unless the heap was
   // resized before (by the caller, or by cucore growing it).
   bool first_heap_use() {
-    const bool first = !heap_sized_;
+    const bool first = !heap_sized_ && !pch_heap_resized();
     heap_sized_ = true;
     return first;
   }
@@ -364,6 +363,7 @@ class registry {
 
  private:
   registry() : owner_(::getpid()) {
+    on_pch_heap_resize([] { get().heap_resized(); });
     if (const char* v = std::getenv("NVRTC_DISABLE_PCH"); v != nullptr) {
       disabled_why_ = "NVRTC_DISABLE_PCH is set (NVRTC's PCH is off, and says so in every log)";
     }
@@ -700,18 +700,6 @@ std::string makers_name_in(const std::string& maker, const std::string& name,
 }
 
 }  // namespace
-
-std::unique_lock<std::mutex> lock_pch_heap() {
-  return std::unique_lock<std::mutex>(registry::get().heap);
-}
-
-void resize_pch_heap(const nvrtc_api& api, std::size_t bytes) {
-  const nvrtcResult r = api.nvrtcSetPCHHeapSize(bytes);
-  registry::get().heap_resized();
-  if (r != NVRTC_SUCCESS) {
-    throw library_error("NVRTC", "nvrtcSetPCHHeapSize", api.nvrtcGetErrorString(r));
-  }
-}
 
 void set_auto_pch_creation(auto_pch_creation when) {
   g_creation = when;
