@@ -56,11 +56,7 @@ namespace fs = std::filesystem;
 using cucore::testing::temp_dir;
 
 constexpr std::uint64_t kDefaultSeed = 0x2026'0039'c10cULL;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::uint64_t kDefaultCases = 24;
-#else
-constexpr std::uint64_t kDefaultCases = 48;
-#endif
+constexpr std::uint64_t kDefaultCases = default_cases(48, 24);
 constexpr int kMaxReportedFailures = 5;
 constexpr std::size_t kShownGapCases = 3;
 // Two clocks far apart: another date (400 days) and another time of day (7 hours).

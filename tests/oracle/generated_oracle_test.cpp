@@ -63,11 +63,7 @@ using cucore::testing::write_text;
 constexpr std::uint64_t kDefaultSeed = 0x19'0dac'1e5e'edULL;
 // ~25 s on 2 busy cores; a sanitizer build's oracle_compile is slower to trace (3.5x under TSan
 // here), so half as many there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::uint64_t kDefaultCases = 200;
-#else
-constexpr std::uint64_t kDefaultCases = 400;
-#endif
+constexpr std::uint64_t kDefaultCases = default_cases(400, 200);
 constexpr int kMaxReportedFailures = 5;  // then the run stops: one broken rule fails every case
 // A key derivation takes milliseconds here; one that has not finished after this long is a walk
 // that does not end (or grows without bound) and fails its case, rather than hanging the run.
@@ -87,29 +83,16 @@ bool extension_less(const std::string& name) {
 // (/dev/shm) where there is one, else in the temp directory (test_support.hpp's temp_dir): a case
 // is a few dozen small files, and removing them from a disk file system costs more than the
 // traced compile here (4 ms a file). CUCORE_ORACLE_TMPDIR names another place.
-class case_dir {
+class case_dir : public cucore::testing::temp_dir {
  public:
-  case_dir() {
-    fs::path base = fs::temp_directory_path();
-    if (const char* d = std::getenv("CUCORE_ORACLE_TMPDIR"); d != nullptr && *d != '\0') {
-      base = d;
-    } else if (fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK | X_OK) == 0) {
-      base = "/dev/shm";
-    }
-    std::string pattern = (base / "cucore-oracle-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  case_dir(const case_dir&) = delete;
-  case_dir& operator=(const case_dir&) = delete;
-  ~case_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
+  case_dir() : temp_dir(parent()) {}
 
  private:
-  fs::path path_;
+  static fs::path parent() {
+    if (const char* d = std::getenv("CUCORE_ORACLE_TMPDIR"); d != nullptr && *d != '\0') return d;
+    if (fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK | X_OK) == 0) return "/dev/shm";
+    return fs::temp_directory_path();
+  }
 };
 
 // One header file of a case.

@@ -49,11 +49,7 @@ using cucore::testing::temp_dir;
 
 constexpr std::uint64_t kDefaultSeed = 0x2026'1201'1f00ULL;
 // Per --std: ~2 s in all. The walk is instrumented in sanitizer builds (NVRTC is not): fewer.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::uint64_t kDefaultCases = 60;
-#else
-constexpr std::uint64_t kDefaultCases = 150;
-#endif
+constexpr std::uint64_t kDefaultCases = default_cases(150, 60);
 constexpr int kMaxReportedFailures = 5;
 const std::vector<std::string> kStandards = {"c++03", "c++11", "c++14", "c++17", "c++20"};
 

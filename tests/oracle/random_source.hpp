@@ -20,6 +20,18 @@ inline std::uint64_t env_number(const char* name, std::uint64_t fallback) {
   return end != nullptr && *end == '\0' ? v : fallback;
 }
 
+// A default count of generated cases: `sanitized` in a sanitizer build, whose key walk is
+// instrumented (NVRTC is not) and slower, else `plain`.
+constexpr std::uint64_t default_cases(std::uint64_t plain, std::uint64_t sanitized) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  (void)plain;
+  return sanitized;
+#else
+  (void)sanitized;
+  return plain;
+#endif
+}
+
 class random_source {
  public:
   random_source(std::uint64_t seed, std::uint64_t index) {
