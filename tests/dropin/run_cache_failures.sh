@@ -78,43 +78,48 @@ check_case() {
     cat "$work/check"
   fi
 }
+# run_case, then check_case: $1 label, $2 run_case's reason, $3 check_case's, then the arguments of
+# both.
+both_cases() {
+  local label=$1 run_reason=$2 check_reason=$3
+  shift 3
+  run_case "$label" "$run_reason" "$@"
+  check_case "$label" "$check_reason" "$@"
+}
 
 # 1. A regular file where --cache's directory belongs.
 touch "$work/file"
-run_case "--cache is a regular file" "not a directory" env -- --cache "$work/file"
-check_case "--cache is a regular file" "regular file, not a directory" env -- --cache "$work/file"
+both_cases "--cache is a regular file" "not a directory" "regular file, not a directory" env -- \
+  --cache "$work/file"
 # 2. The same at $CUCORE_CACHE_DIR.
-run_case "\$CUCORE_CACHE_DIR is a regular file" "not a directory" env "CUCORE_CACHE_DIR=$work/file" --
-check_case "\$CUCORE_CACHE_DIR is a regular file" "regular file" env "CUCORE_CACHE_DIR=$work/file" --
+both_cases "\$CUCORE_CACHE_DIR is a regular file" "not a directory" "regular file" env \
+  "CUCORE_CACHE_DIR=$work/file" --
 # 3. The same at ~/.cache/cucore.
 mkdir -p "$work/home/.cache"
 touch "$work/home/.cache/cucore"
-run_case "~/.cache/cucore is a regular file" "not a directory" env "HOME=$work/home" --
-check_case "~/.cache/cucore is a regular file" "regular file" env "HOME=$work/home" --
+both_cases "~/.cache/cucore is a regular file" "not a directory" "regular file" env \
+  "HOME=$work/home" --
 # 4. A dangling symbolic link.
 ln -s "$work/nowhere/cache" "$work/dangling"
-run_case "--cache is a dangling link" "cache directory" env -- --cache "$work/dangling"
-check_case "--cache is a dangling link" "symbolic link to nothing" env -- --cache "$work/dangling"
+both_cases "--cache is a dangling link" "cache directory" "symbolic link to nothing" env -- \
+  --cache "$work/dangling"
 # 5. A damaged SQLite file (each run moves it aside and starts afresh: damaged again each time).
 before='rm -rf "$work"/bad.db*; head -c 8192 /dev/urandom >"$work/bad.db"'
-run_case "a damaged sqlite file" "sqlite\|SQLite\|database" env -- --cache "sqlite:$work/bad.db"
-check_case "a damaged sqlite file" "open" env -- --cache "sqlite:$work/bad.db"
+both_cases "a damaged sqlite file" "sqlite\|SQLite\|database" "open" env -- --cache \
+  "sqlite:$work/bad.db"
 before=:
 # 5b. A cache the trust rules refuse (world-writable: anyone could plant code in it).
 mkdir -p "$work/world"
 chmod 777 "$work/world"
-run_case "a world-writable cache" "world-writable" env -- --cache "$work/world"
-check_case "a world-writable cache" "world-writable" env -- --cache "$work/world"
+both_cases "a world-writable cache" "world-writable" "world-writable" env -- --cache "$work/world"
 # 6. A malformed $CUCORE_REMOTE_CACHE (the environment's, not this command line's).
-run_case "a malformed \$CUCORE_REMOTE_CACHE" "CUCORE_REMOTE_CACHE" env "HOME=$work/home2" \
-  "CUCORE_REMOTE_CACHE=redis:/nohost" --
-check_case "a malformed \$CUCORE_REMOTE_CACHE" "CUCORE_REMOTE_CACHE" env "HOME=$work/home2" \
-  "CUCORE_REMOTE_CACHE=redis:/nohost" --
+both_cases "a malformed \$CUCORE_REMOTE_CACHE" "CUCORE_REMOTE_CACHE" "CUCORE_REMOTE_CACHE" env \
+  "HOME=$work/home2" "CUCORE_REMOTE_CACHE=redis:/nohost" --
 # 7. A Redis tier that is down (nothing listens on port 9 of the loopback); a fresh local tier
 # each time, so that the compile reaches the remote one.
 before='rm -rf "$work/c7"'
-run_case "a Redis tier that is down" "redis" env -- --cache "$work/c7+redis://127.0.0.1:9/0"
-check_case "a Redis tier that is down" "redis" env -- --cache "$work/c7+redis://127.0.0.1:9/0"
+both_cases "a Redis tier that is down" "redis" "redis" env -- --cache \
+  "$work/c7+redis://127.0.0.1:9/0"
 before=:
 # 8. A cache directory the user cannot write. Root writes through permission bits, so as root the
 # program runs as nobody, over a directory nobody owns (trusted) but cannot write.
@@ -133,8 +138,8 @@ if [ "$(id -u)" -eq 0 ]; then
   fi
 fi
 if [ ${#as_user[@]} -gt 0 ]; then
-  run_case "an unwritable cache" "ermission denied" "${as_user[@]}" -- --cache "$work/ro"
-  check_case "an unwritable cache" "writable" "${as_user[@]}" -- --cache "$work/ro"
+  both_cases "an unwritable cache" "ermission denied" "writable" "${as_user[@]}" -- --cache \
+    "$work/ro"
 else
   echo "skipped: an unwritable cache (running as root without setpriv or a user nobody)"
 fi
@@ -157,14 +162,10 @@ exec "$@"
 SCRIPT
 chmod +x "$work/fs.sh"
 if [ "$(id -u)" -eq 0 ] && unshare -m "$work/fs.sh" "$work/mnt" full true 2>/dev/null; then
-  run_case "a full file system" "No space left" unshare -m "$work/fs.sh" "$work/mnt" full -- \
-    --cache "$work/mnt/cache"
-  check_case "a full file system" "No space left" unshare -m "$work/fs.sh" "$work/mnt" full -- \
-    --cache "$work/mnt/cache"
-  run_case "a read-only file system" "Read-only file system" unshare -m "$work/fs.sh" "$work/mnt" ro \
-    -- --cache "$work/mnt/cache"
-  check_case "a read-only file system" "Read-only file system" unshare -m "$work/fs.sh" "$work/mnt" \
-    ro -- --cache "$work/mnt/cache"
+  both_cases "a full file system" "No space left" "No space left" unshare -m "$work/fs.sh" \
+    "$work/mnt" full -- --cache "$work/mnt/cache"
+  both_cases "a read-only file system" "Read-only file system" "Read-only file system" unshare -m \
+    "$work/fs.sh" "$work/mnt" ro -- --cache "$work/mnt/cache"
 else
   echo "skipped: a full and a read-only file system (need root and unshare -m to mount a tmpfs)"
 fi

@@ -12,14 +12,10 @@
 set -u
 cucore=$1 python=$2 program=$3 src=$4
 versions=${CUCORE_CUDA_VERSIONS_DIR:-$src/.cache/cuda-versions}
-work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-run-cuda-core-versions-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/checks.sh"
+work_dir cucore-run-cuda-core-versions
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE CUCORE_RUN_NVRTC CUCORE_RUN_NVRTC12
 unset CUCORE_RUN_LD_LIBRARY_PATH VIRTUAL_ENV CONDA_PREFIX CUDA_PATH CUDA_HOME LD_LIBRARY_PATH
-pass=0 fail=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
-expect() { if [ "$1" = "$2" ]; then ok "$3 ($1)"; else bad "$3: got '$1', want '$2'"; fi; }
 base_site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
 check() {  # VERSION SONAME
@@ -91,5 +87,4 @@ check() {  # VERSION SONAME
 
 check 12.9 libnvrtc.so.12
 check 13.5 libnvrtc.so.13
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -8,8 +8,8 @@ if [ ! -x "$harness" ]; then
   echo "skipped: $harness is not built"
   exit 77
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-dropin-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/checks.sh"
+work_dir cucore-dropin
 mkdir -p "$work/src" "$work/cache"
 export CUCORE_RUN_NVRTC=$real
 # NVRTC's log is not a function of its inputs where a driver is installed: ptxas's results go to
@@ -18,10 +18,6 @@ export CUCORE_RUN_NVRTC=$real
 # GPU machine). The reference compiles here must be the ones the drop-in recorded: without it.
 export CUDA_CACHE_DISABLE=1
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE
-pass=0 fail=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
-expect() { if [ "$1" = "$2" ]; then ok "$3 ($1)"; else bad "$3: got $1, want $2"; fi; }
 
 # $1 label, $2 mode, then environment assignments; stdout → $work/out, stderr → $work/err.
 harness_run() {
@@ -120,5 +116,4 @@ else
 fi
 expect "$(count "drop-in's engine")" 1 "no engine: messages"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

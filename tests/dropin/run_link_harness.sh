@@ -10,8 +10,8 @@ if [ ! -x "$harness" ]; then
   echo "skipped: $harness is not built"
   exit 77
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-dropin-link-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/checks.sh"
+work_dir cucore-dropin-link
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE
 if [ "$mode" = nvjitlink ]; then
   export CUCORE_RUN_NVJITLINK=$real
@@ -20,10 +20,6 @@ else
   export CUCORE_RUN_NVVM=$real
   args=("$mode" "$real" "$dropin" "$extra")
 fi
-pass=0 fail=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-bad() { echo "FAILED: $*"; fail=$((fail + 1)); }
-expect() { if [ "$1" = "$2" ]; then ok "$3 ($1)"; else bad "$3: got $1, want $2"; fi; }
 harness_run() {
   local label=$1
   shift
@@ -50,5 +46,4 @@ touch "$work/not-a-directory"
 harness_run "unusable cache" "CUCORE_RUN_CACHE=dir:$work/not-a-directory/cache"
 expect "$(wc -c <"$work/err")" 0 "unusable cache: bytes on stderr"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

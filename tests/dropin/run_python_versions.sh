@@ -7,25 +7,21 @@
 set -u
 cucore=$1 python=$2 program=$3 src=$4
 versions=${CUCORE_CUDA_VERSIONS_DIR:-$src/.cache/cuda-versions}
-work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-run-pyversions-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/checks.sh"
+work_dir cucore-run-pyversions
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE CUCORE_RUN_NVRTC CUCORE_RUN_LD_LIBRARY_PATH
 unset VIRTUAL_ENV CONDA_PREFIX CUDA_PATH CUDA_HOME LD_LIBRARY_PATH
-failures=0
-ok() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
-expect() { [ "$1" = "$2" ] && ok "$3" || fail "$3: got '$1', want '$2'"; }
 base_site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
 check() {  # VERSION PROGRAM-ARGS...
   local version=$1
   shift
   if [ ! -d "$versions/$version/site/nvidia" ]; then
-    fail "$version: no $versions/$version/site: run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR)"
+    bad "$version: no $versions/$version/site: run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR)"
     return
   fi
   local venv=$work/venv-$version
-  "$python" -m venv --without-pip "$venv" || { fail "$version: python -m venv"; return; }
+  "$python" -m venv --without-pip "$venv" || { bad "$version: python -m venv"; return; }
   local site
   site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   for entry in "$base_site"/*; do
@@ -44,11 +40,10 @@ check() {  # VERSION PROGRAM-ARGS...
   expect "$run2" "$plain" "$version: run 2 prints what the plain run prints"
   expect "$(grep -c 'info: miss ' "$work/err1-$version")" 1 "$version: run 1 misses"
   expect "$(grep -c 'info: hit ' "$work/err2-$version")" 1 "$version: run 2 hits"
-  [ "$failures" -eq 0 ] || { cat "$work/err1-$version"; echo "$plain"; }
+  [ "$fail" -eq 0 ] || { cat "$work/err1-$version"; echo "$plain"; }
 }
 check 13.5 --new
 check 12.9
 expect "$(sed -n 's/^nvrtc //p' <<<"$(cd "$work" && "$cucore" run -- "$work/venv-12.9/bin/python" "$program")")" 12 \
   "12.9: NVRTC 12 under cucore run"
-[ "$failures" -eq 0 ] && echo "all passed" || echo "$failures failed"
-[ "$failures" -eq 0 ]
+finish

@@ -14,17 +14,13 @@ set -u
 cucore=$1 cc=$2 python=$3 src=$4
 here=$(cd "$(dirname "$0")" && pwd)
 versions=${CUCORE_CUDA_VERSIONS_DIR:-$src/.cache/cuda-versions}
-work=$(mktemp -d "${TMPDIR:-/tmp}/cucore-run-tile-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/checks.sh"
+work_dir cucore-run-tile
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE CUCORE_RUN_NVRTC CUCORE_RUN_LD_LIBRARY_PATH
 unset VIRTUAL_ENV CONDA_PREFIX CUDA_PATH CUDA_HOME LD_LIBRARY_PATH
-failures=0
-ok() { echo "ok: $1"; }
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
-expect() { [ "$1" = "$2" ] && ok "$3" || fail "$3: got '$1', want '$2'"; }
 root=$versions/13.5/root
 if [ ! -d "$root" ] || [ ! -d "$versions/13.5/site/nvidia" ]; then
-  fail "no $versions/13.5: run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR)"
+  bad "no $versions/13.5: run scripts/fetch-cuda-versions.sh (or set CUCORE_CUDA_VERSIONS_DIR)"
   exit 1
 fi
 
@@ -32,7 +28,7 @@ fi
 prog=$work/tile-program
 "$cc" -std=c11 -Wall -Wextra -Werror -I"$root/include" -o "$prog" "$here/tile_program.c" \
   -L"$root/lib" -l:libnvrtc.so.13 -l:libnvJitLink.so.13 -Wl,-z,now -Wl,-rpath-link,"$root/lib" ||
-  fail "building the program"
+  bad "building the program"
 run() {  # NAME CACHE-DIR ARGS... (under cucore run; stderr in $work/err-NAME)
   local name=$1 cache=$2
   shift 2
@@ -59,7 +55,7 @@ expect "$(count hit 3)" 1 "bundled directory removed: a hit"
 expect "$(grep -c . <<<"$run3")" 7 "bundled directory removed: the outputs"
 [ -f "$work/bh/.nvrtc_headers_version" ] && [ -f "$work/bh/cccl/cuda/std/complex" ] &&
   ok "bundled directory removed: the hit installed it again" ||
-  fail "bundled directory removed: the hit left no installed headers"
+  bad "bundled directory removed: the hit left no installed headers"
 echo "// edited" >>"$work/bh/cccl/cuda/std/complex"
 run4=$(run 4 "$work/cache" "$work/bh" bundled)
 expect "$(count miss 4)" 1 "a bundled header edited: a miss"
@@ -70,7 +66,7 @@ expect "$run5" "$run3" "a relative directory: the same outputs"
 
 # --- cuda.core, use_bundled_headers=True ---------------------------------------------------
 venv=$work/venv
-"$python" -m venv --without-pip "$venv" || fail "python -m venv"
+"$python" -m venv --without-pip "$venv" || bad "python -m venv"
 base_site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 for entry in "$base_site"/*; do
@@ -96,7 +92,6 @@ rm -rf "$work/xdg"
 expect "$(py p3 "${under[@]}")" "$plain" "cuda.core: headers removed, run 3 prints the same"
 expect "$(count hit p3)" 1 "cuda.core: headers removed: a hit"
 [ -n "$(find "$work/xdg" -name complex -path '*cuda/std*' 2>/dev/null)" ] &&
-  ok "cuda.core: headers removed: installed again" || fail "cuda.core: headers removed: not installed"
+  ok "cuda.core: headers removed: installed again" || bad "cuda.core: headers removed: not installed"
 
-[ "$failures" -eq 0 ] && echo "all passed" || echo "$failures failed"
-[ "$failures" -eq 0 ]
+finish
