@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cache/posix_file.hpp"
+#include "common/environment.hpp"
 #include "common/sha256.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -96,16 +97,12 @@ double verify_rate(const program_options& options) {
     return rate;
   }
   static const double from_environment = [] {
-    const char* text = std::getenv("CUCORE_VERIFY");
-    if (text == nullptr || *text == '\0') return 0.0;
-    char* end = nullptr;
-    const double rate = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(rate >= 0.0 && rate <= 1.0)) {
-      cucore::log(log_level::warning, std::string("CUCORE_VERIFY=\"") + text +
+    const auto rate = env::number(env::variable::verify);
+    if (rate.malformed()) {
+      cucore::log(log_level::warning, "CUCORE_VERIFY=\"" + std::string(rate.text) +
                                           "\": not a fraction from 0 to 1; no hit is verified");
-      return 0.0;
     }
-    return rate;
+    return rate.value.value_or(0.0);
   }();
   return from_environment;
 }
@@ -141,8 +138,8 @@ std::optional<std::filesystem::path> write_verify_report(std::string_view key_he
                                                          std::string_view text) {
   namespace fs = std::filesystem;
   fs::path dir;
-  if (const char* chosen = std::getenv("CUCORE_VERIFY_REPORTS"); chosen != nullptr && *chosen) {
-    dir = chosen;
+  if (const auto chosen = env::text(env::variable::verify_reports)) {
+    dir = *chosen;
   } else {
     const char* tmp = std::getenv("TMPDIR");
     dir = fs::path(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") /

@@ -2,7 +2,6 @@
 #include "cache_config.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -12,6 +11,7 @@
 
 #include "cache_spec.hpp"
 #include "commands.hpp"
+#include "common/environment.hpp"
 #include "cucore/cache/config.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/error.hpp"
@@ -89,10 +89,10 @@ int configure_cache(const arguments& args) {
   std::cout << "# " << file << '\n';
   for (const auto& [key, value] : values) std::cout << key << " = " << value << '\n';
   // What overrides the file in this environment.
-  for (const char* name :
-       {"CUCORE_CACHE_MAX_SIZE", "CUCORE_CACHE_SHARED", "CUCORE_CACHE_RECIPES"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
-      std::cout << "# overridden here: " << name << "=" << v << '\n';
+  for (const env::variable v :
+       {env::variable::cache_max_size, env::variable::cache_shared, env::variable::cache_recipes}) {
+    if (const auto value = env::text(v)) {
+      std::cout << "# overridden here: " << env::name(v) << "=" << *value << '\n';
     }
   }
   return exit_success;

@@ -1,5 +1,4 @@
 #include "compile_options.hpp"
-#include <cstdlib>
 
 #include <algorithm>
 #include <cctype>
@@ -13,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "common/hex.hpp"
 #include "cucore/error.hpp"
 
@@ -106,9 +106,7 @@ std::optional<compile_server_mode> compile_server_from(const arguments& args) {
   }
   if (args.has("--server")) return compile_server_mode::on;
   if (args.has("--no-server")) return compile_server_mode::off;
-  if (const char* env = std::getenv("CUCORE_COMPILE_SERVER"); env == nullptr || !*env) {
-    return compile_server_mode::automatic;
-  }
+  if (!env::text(env::variable::compile_server)) return compile_server_mode::automatic;
   return std::nullopt;
 }
 
