@@ -55,8 +55,8 @@ const real_nvjitlink* load_real() noexcept {
       toolkit::library::nvjitlink, CUCORE_DROPIN_MAJOR,
       {"nvjitlink", "nvJitLink",
        CUCORE_DROPIN_MAJOR == 12 ? "libnvJitLink.so.12" : "libnvJitLink.so.13",
-       CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVJITLINK12" : "CUCORE_RUN_NVJITLINK", "the library",
-       "cucore run: cannot load the real nvJitLink"},
+       CUCORE_DROPIN_MAJOR == 12 ? env::variable::run_nvjitlink12 : env::variable::run_nvjitlink,
+       "the library", "cucore run: cannot load the real nvJitLink"},
       &detail::nvjitlink_table, reinterpret_cast<const void*>(&load_real),
       [](real_nvjitlink& r, const detail::shared_library& lib) {
         r.AddFile = reinterpret_cast<decltype(r.AddFile)>(lib.symbol("nvJitLinkAddFile"));

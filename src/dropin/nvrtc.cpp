@@ -67,8 +67,8 @@ const real_nvrtc* load_real() noexcept {
   return dropin::load_real_library<real_nvrtc>(
       toolkit::library::nvrtc, CUCORE_DROPIN_MAJOR,
       {"nvrtc", "NVRTC", CUCORE_DROPIN_MAJOR == 12 ? "libnvrtc.so.12" : "libnvrtc.so.13",
-       CUCORE_DROPIN_MAJOR == 12 ? "CUCORE_RUN_NVRTC12" : "CUCORE_RUN_NVRTC", "the library",
-       "cucore run: cannot load the real NVRTC (out of memory?)"},
+       CUCORE_DROPIN_MAJOR == 12 ? env::variable::run_nvrtc12 : env::variable::run_nvrtc,
+       "the library", "cucore run: cannot load the real NVRTC (out of memory?)"},
       &detail::nvrtc_table, reinterpret_cast<const void*>(&load_real),
       [](real_nvrtc& r, const detail::shared_library& lib) {
         r.GetOptiXIRSize =

@@ -45,7 +45,7 @@ struct real_nvvm {
 const real_nvvm* load_real() noexcept {
   return dropin::load_real_library<real_nvvm>(
       toolkit::library::nvvm, CUCORE_DROPIN_MAJOR,
-      {"nvvm", "libNVVM", "libnvvm.so.4", "CUCORE_RUN_NVVM", "libnvvm.so.4",
+      {"nvvm", "libNVVM", "libnvvm.so.4", env::variable::run_nvvm, "libnvvm.so.4",
        "cucore run: cannot load the real libNVVM"},
       &detail::nvvm_table, reinterpret_cast<const void*>(&load_real),
       [](real_nvvm& r, const detail::shared_library& lib) {

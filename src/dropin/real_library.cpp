@@ -150,7 +150,7 @@ process_view inspect_process(const detail::library_spec& spec) {
 }  // namespace
 
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
-                                             const char* override_variable, const void* self,
+                                             env::variable override_variable, const void* self,
                                              std::vector<std::string>& searched,
                                              const std::vector<std::string_view>& wheel_dirs) {
   // Never the drop-in: the engine itself, nor the shim beside it named as the real library.
@@ -189,11 +189,10 @@ std::optional<std::string> find_real_library(const detail::library_spec& spec,
   };
 
   // 1. What `cucore run --nvrtc` (or the variable, one of environment.hpp's table) names.
-  const auto override_setting =
-      override_variable != nullptr ? env::variable_named(override_variable) : std::nullopt;
-  if (const auto chosen = override_setting ? env::text(*override_setting) : std::nullopt) {
+  if (const auto chosen = env::text(override_variable)) {
     const std::string path(*chosen);
-    if (acceptable(path, override_variable)) return choose(path, override_variable);
+    const std::string_view why = env::name(override_variable);
+    if (acceptable(path, why)) return choose(path, why);
     searched.back() += id_of(path) ? ": the drop-in itself" : ": no such file";
     return std::nullopt;
   }

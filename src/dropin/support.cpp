@@ -111,7 +111,8 @@ std::optional<std::string> find_real_library_or_report(toolkit::library lib, int
     std::string list;
     for (const auto& s : searched) list += "\n  " + s;
     report_once(names.label, std::string("cucore run: no real ") + names.file +
-                                 " to forward to (set " + names.override_variable + "=/path/to/" +
+                                 " to forward to (set " +
+                                 std::string(env::name(names.override_variable)) + "=/path/to/" +
                                  names.path_example + ", or CUDA_HOME); looked at:" + list);
   }
   return path;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
@@ -49,7 +50,7 @@ void record_skip(cache_skip_reason reason) noexcept;
 // so cucore's key probes and compiles with exactly it. `self` is any address inside the drop-in.
 // Returns the path, or nullopt with `searched` listing every place looked at and why.
 std::optional<std::string> find_real_library(const detail::library_spec& spec,
-                                             const char* override_variable, const void* self,
+                                             env::variable override_variable, const void* self,
                                              std::vector<std::string>& searched,
                                              const std::vector<std::string_view>& wheel_dirs);
 
@@ -61,12 +62,12 @@ std::vector<std::string_view> wheel_dirs(toolkit::library lib, int major);
 
 // How a drop-in names its real library to the user when it cannot forward to it.
 struct real_library_names {
-  const char* label;              // report_once's `what`: "nvrtc"
-  const char* display;            // "NVRTC"
-  const char* file;               // "libnvrtc.so.13"
-  const char* override_variable;  // "CUCORE_RUN_NVRTC"
-  const char* path_example;       // what to set it to: "the library"
-  const char* load_failure;       // what to say when loading throws (out of memory)
+  const char* label;                // report_once's `what`: "nvrtc"
+  const char* display;              // "NVRTC"
+  const char* file;                 // "libnvrtc.so.13"
+  env::variable override_variable;  // run_nvrtc: CUCORE_RUN_NVRTC
+  const char* path_example;         // what to set it to: "the library"
+  const char* load_failure;         // what to say when loading throws (out of memory)
 };
 
 // The real library `lib` of CUDA `major` (find_real_library of dropin_spec and wheel_dirs; `self`
