@@ -18,9 +18,9 @@ git rev-parse --verify -q "$base^{commit}" >/dev/null || {
   exit 2
 }
 
-all="setup default package python wheels asan tsan fuzz oracle"
+all="setup layers default package python wheels asan tsan fuzz oracle"
 # The C++ library and what builds it: everything but setup (setup.sh is only what is installed).
-library="default package python wheels asan tsan fuzz oracle"
+library="layers default package python wheels asan tsan fuzz oracle"
 
 # The stages one path affects (first match wins; unmatched: all).
 stages_of() {
@@ -35,8 +35,8 @@ stages_of() {
     scripts/build.sh | cmake/*) echo "$library" ;;
     scripts/corpus-check.py | bench/*.py) echo "" ;;
     src/* | include/*) echo "$library" ;;
-    tools/*) echo "default package python wheels asan tsan" ;;
-    python/*) echo "default python wheels" ;;
+    tools/*) echo "layers default package python wheels asan tsan" ;;
+    python/*) echo "layers default python wheels" ;;
     tests/python/*) echo "default python wheels" ;;
     tests/fuzz/*) echo "fuzz" ;;
     tests/oracle/* | tests/data/corpus/*) echo "default asan tsan oracle" ;;

@@ -11,6 +11,7 @@
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/program.hpp"
+#include "key/miss_explanation.hpp"
 #include "verify/hit_verifier.hpp"
 #include "verify/program_recipes.hpp"
 
@@ -34,12 +35,8 @@ class library_voice final : public detail::cached_compile_voice {
     cucore::log(log_level::info, "not using the " + cache_.description() + " cache: " + bypass.why);
   }
   void explained(const miss_explanation& miss) override {
-    std::string text;
-    for (const auto& r : miss.reasons) {
-      text += (text.empty() ? "" : "; ") + std::string(to_string(r.kind)) + ": " + r.detail;
-    }
-    cucore::log(log_level::debug,
-                "miss " + prog_.options().name + " (" + key_.hex().substr(0, 16) + "): " + text);
+    cucore::log(log_level::debug, "miss " + prog_.options().name + " (" + key_.hex().substr(0, 16) +
+                                      "): " + detail::describe_reasons(miss));
   }
   void not_stored(const store_refusal& refusal) override {
     cucore::log(log_level::warning, "not storing the compiled program in the " +

@@ -5,7 +5,8 @@
 #include <string_view>
 #include <utility>
 
-#include "dropin/recorded_output.hpp"
+#include "common/recorded_output.hpp"
+#include "dropin/support.hpp"
 
 namespace cucore::dropin::nvrtc_entry {
 namespace {

@@ -215,6 +215,14 @@ std::string encode_fields(const std::vector<key_field>& fields) {
   return out;
 }
 
+std::string describe_reasons(const miss_explanation& miss) {
+  std::string text;
+  for (const auto& r : miss.reasons) {
+    text += (text.empty() ? "" : "; ") + std::string(to_string(r.kind)) + ": " + r.detail;
+  }
+  return text;
+}
+
 namespace {
 
 std::string field(const std::vector<key_field>& fields, std::string_view label) {

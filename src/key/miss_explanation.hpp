@@ -23,6 +23,9 @@ std::string encode_fields(const std::vector<key_field>& fields);
 miss_explanation explain_miss(std::string_view before, std::string_view before_hex,
                               std::string_view now);
 
+// The reasons as one line for a log: "KIND: DETAIL; KIND: DETAIL".
+std::string describe_reasons(const miss_explanation& miss);
+
 // The identities the note of the program a key's `fields` describe goes by
 // (cache/program_notes.hpp): its name and target, its source and target.
 program_note_identity note_identity_of(const std::vector<key_field>& fields);

@@ -1,6 +1,6 @@
 #include "server/nvrtc_record.hpp"
 
-#include "dropin/recorded_output.hpp"
+#include "common/recorded_output.hpp"
 #include "loader/libraries.hpp"
 
 namespace cucore::detail {
@@ -12,13 +12,13 @@ using get_fn = nvrtcResult (*)(nvrtcProgram, char*);
 // What the real library says when a getter is missing from it.
 constexpr nvrtcResult kNoGetter = NVRTC_ERROR_INTERNAL_ERROR;
 
-nvrtc_output record_output(nvrtcProgram prog, size_fn get_size, get_fn get) {
+nvrtc_output record_getter(nvrtcProgram prog, size_fn get_size, get_fn get) {
   nvrtc_output o;
   if (get_size == nullptr || get == nullptr) {
     o.size_code = o.get_code = kNoGetter;
     return o;
   }
-  return dropin::record_output<nvrtc_output>(prog, get_size, get);
+  return record_output<nvrtc_output>(prog, get_size, get);
 }
 
 }  // namespace
@@ -26,13 +26,13 @@ nvrtc_output record_output(nvrtcProgram prog, size_fn get_size, get_fn get) {
 nvrtc_record record_nvrtc_program(const nvrtc_api& api, nvrtcProgram prog,
                                   const std::vector<std::string>& expressions) {
   nvrtc_record out;
-  out.ptx = record_output(prog, api.nvrtcGetPTXSize, api.nvrtcGetPTX);
-  out.cubin = record_output(prog, api.nvrtcGetCUBINSize, api.nvrtcGetCUBIN);
-  out.ltoir = record_output(prog, api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR);
+  out.ptx = record_getter(prog, api.nvrtcGetPTXSize, api.nvrtcGetPTX);
+  out.cubin = record_getter(prog, api.nvrtcGetCUBINSize, api.nvrtcGetCUBIN);
+  out.ltoir = record_getter(prog, api.nvrtcGetLTOIRSize, api.nvrtcGetLTOIR);
   const auto& lib = *api.library;
-  out.optix = record_output(prog, reinterpret_cast<size_fn>(lib.symbol("nvrtcGetOptiXIRSize")),
+  out.optix = record_getter(prog, reinterpret_cast<size_fn>(lib.symbol("nvrtcGetOptiXIRSize")),
                             reinterpret_cast<get_fn>(lib.symbol("nvrtcGetOptiXIR")));
-  out.log = record_output(prog, api.nvrtcGetProgramLogSize, api.nvrtcGetProgramLog);
+  out.log = record_getter(prog, api.nvrtcGetProgramLogSize, api.nvrtcGetProgramLog);
   for (const auto& e : expressions) {
     bool seen = false;
     for (const auto& n : out.names) seen = seen || n.expression == e;
@@ -50,7 +50,7 @@ nvrtc_record record_nvrtc_program(const nvrtc_api& api, nvrtcProgram prog,
   out.add_after_code = api.nvrtcAddNameExpression(prog, "cucore_never_used_expression");
   out.pch_required_code = api.nvrtcGetPCHHeapSizeRequired(prog, &out.pch_required);
   if (api.nvrtcGetTileIRSize != nullptr && api.nvrtcGetTileIR != nullptr) {
-    out.tile = record_output(prog, api.nvrtcGetTileIRSize, api.nvrtcGetTileIR);
+    out.tile = record_getter(prog, api.nvrtcGetTileIRSize, api.nvrtcGetTileIR);
   }
   return out;
 }
