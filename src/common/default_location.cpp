@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/default_location.hpp"
 #include "common/environment.hpp"
 #include "cucore/error.hpp"
 #include "cucore/locations.hpp"
@@ -35,21 +36,34 @@ void check_cache_dir_variable(std::string_view dir) {
 
 }  // namespace
 
-std::filesystem::path default_cache_dir() {
+namespace detail {
+
+default_cache_location find_default_cache_location() {
   if (const auto dir = env::text(env::variable::cache_dir)) {
     check_cache_dir_variable(*dir);
-    return *dir;
+    return {*dir, "$CUCORE_CACHE_DIR"};
   }
   const auto nonempty = [](const char* name) -> const char* {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? v : nullptr;
   };
-  if (const char* xdg = nonempty("XDG_CACHE_HOME")) return std::filesystem::path(xdg) / "cucore";
-  if (const char* home = nonempty("HOME")) return std::filesystem::path(home) / ".cache" / "cucore";
-  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    return std::filesystem::path(pw->pw_dir) / ".cache" / "cucore";
+  if (const char* xdg = nonempty("XDG_CACHE_HOME")) {
+    return {std::filesystem::path(xdg) / "cucore", "$XDG_CACHE_HOME/cucore"};
   }
-  return std::filesystem::temp_directory_path() / ("cucore-cache-" + std::to_string(::getuid()));
+  if (const char* home = nonempty("HOME")) {
+    return {std::filesystem::path(home) / ".cache" / "cucore", "~/.cache/cucore"};
+  }
+  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_dir != nullptr) {
+    return {std::filesystem::path(pw->pw_dir) / ".cache" / "cucore", "~/.cache/cucore"};
+  }
+  return {std::filesystem::temp_directory_path() / ("cucore-cache-" + std::to_string(::getuid())),
+          "the temporary directory"};
+}
+
+}  // namespace detail
+
+std::filesystem::path default_cache_dir() {
+  return detail::find_default_cache_location().path;
 }
 
 }  // namespace cucore

@@ -2566,6 +2566,27 @@ TEST_F(CompileCache, CachesOthersCanWriteAreRefusedUnlessShared) {
   EXPECT_EQ(r.status, 0) << describe(r);
 }
 
+// `cucore cache check` reads $CUCORE_CACHE_SHARED as opening the cache does (yes/true/on, any
+// case), so that it never calls a group-writable key file a problem in a cache that opens shared.
+TEST_F(Cache, CheckReadsCacheSharedAsOpeningDoes) {
+  const fs::path group = work_ / "group";
+  fs::create_directory(group);
+  ASSERT_EQ(::chmod(group.c_str(), 0775), 0);
+  write_text(group / "compiler-versions", "");
+  ASSERT_EQ(::chmod((group / "compiler-versions").c_str(), 0664), 0);
+  auto r = cucore({"cache", "check", "--cache", group.string()});
+  EXPECT_EQ(r.status, 1) << describe(r);
+  EXPECT_TRUE(contains(r.out, "writable by others")) << r.out;
+  for (const char* yes : {"yes", "TRUE", "On", "1"}) {
+    const environment shared = {{"CUCORE_CACHE_SHARED", yes}};
+    r = cucore({"cache", "stats", "--cache", group.string()}, shared);
+    EXPECT_EQ(r.status, 0) << yes << ": " << describe(r);
+    r = cucore({"cache", "check", "--cache", group.string()}, shared);
+    EXPECT_EQ(r.status, 0) << yes << ": " << describe(r);
+    EXPECT_FALSE(contains(r.out, "writable by others")) << yes << ": " << r.out;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // cucore info
 

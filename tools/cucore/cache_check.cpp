@@ -19,7 +19,9 @@
 
 #include "cache_spec.hpp"
 #include "commands.hpp"
-#include "common/environment.hpp"
+#include "common/default_location.hpp"
+#include "cucore/cache/config.hpp"
+#include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "cucore/object_code.hpp"
 #include "json_output.hpp"
@@ -56,15 +58,6 @@ std::string kind_of(const struct stat& st) {
   if (S_ISSOCK(st.st_mode)) return "a socket";
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
   return "something else";
-}
-
-// Where the default cache's directory comes from.
-std::string default_source() {
-  if (env::text(env::variable::cache_dir)) return "$CUCORE_CACHE_DIR";
-  if (const char* v = std::getenv("XDG_CACHE_HOME"); v != nullptr && *v) {
-    return "$XDG_CACHE_HOME/cucore";
-  }
-  return "~/.cache/cucore";
 }
 
 // The location: `path` must be a directory (directory cache) or a regular file (SQLite), or not
@@ -268,6 +261,17 @@ bool check_backend(std::string_view spec, const arguments& args, std::vector<fin
   return true;
 }
 
+// Whether the cache is one others may write: --shared-cache, else $CUCORE_CACHE_SHARED read as
+// opening the cache reads it. A malformed value counts as no: the open check reports it.
+bool shared_cache(const arguments& args) {
+  if (args.has(shared_cache_option.name)) return true;
+  try {
+    return shared_cache_from_env().value_or(false);
+  } catch (const invalid_argument&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 int cache_check(const arguments& args) {
@@ -282,10 +286,15 @@ int cache_check(const arguments& args) {
     findings.push_back({"spec", false, e.what()});
   }
   out["spec"] = spec;
+  // The default cache's directory and where it came from, when the spec names it.
+  std::optional<detail::default_cache_location> default_location;
+  if (parsed && parsed->local == cache_spec::local_kind::default_directory) {
+    default_location = detail::find_default_cache_location();
+  }
   if (given) {
     out["source"] = "--cache";
-  } else if (parsed && parsed->local == cache_spec::local_kind::default_directory) {
-    out["source"] = default_source();
+  } else if (default_location) {
+    out["source"] = std::string(default_location->source);
   } else {
     out["source"] = "default";
   }
@@ -295,7 +304,7 @@ int cache_check(const arguments& args) {
   if (parsed) {
     using kind = cache_spec::local_kind;
     const bool dir = parsed->local == kind::default_directory || parsed->local == kind::directory;
-    fs::path path = parsed->local == kind::default_directory ? default_cache_dir() : parsed->path;
+    fs::path path = default_location ? default_location->path : parsed->path;
     if (!path.empty()) path = fs::absolute(path);
     backend = dir                             ? "directory"
               : parsed->local == kind::sqlite ? "sqlite"
@@ -306,8 +315,7 @@ int cache_check(const arguments& args) {
       backend += "+" + parsed->remote_backend;
     out["path"] = path.empty() ? json(nullptr) : json(path.string());
     if (parsed->remote) out["remote"] = *parsed->remote;
-    const bool shared =
-        args.has(shared_cache_option.name) || env::text(env::variable::cache_shared) == "1";
+    const bool shared = shared_cache(args);
     if (dir || parsed->local == kind::sqlite) {
       if (auto where = check_location(path, dir, findings)) {
         check_writable(*where, findings);
