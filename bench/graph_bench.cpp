@@ -265,19 +265,24 @@ BENCHMARK(BM_build_1000_kernel_nodes_raw)->Unit(benchmark::kMicrosecond)->UseRea
 // cucore's own bookkeeping.
 void CUDA_CB ignore(void*) {}
 
+// A user object with no destructor work, its reference moved to `g` (what cucore does for each
+// owner a node holds).
+void retain_raw_user_object(CUgraph g) {
+  static int payload = 0;
+  CUuserObject object = nullptr;
+  check(f->api.cuUserObjectCreate(&object, &payload, &ignore, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
+        "cuUserObjectCreate");
+  check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
+        "cuGraphRetainUserObject");
+}
+
 // The raw chain, each node with its user object retained by the graph.
 CUgraph raw_chain_with_user_objects() {
-  static int payload = 0;
   CUgraph g = nullptr;
   check(f->api.cuGraphCreate(&g, 0), "cuGraphCreate");
   CUgraphNode last = nullptr;
   for (int i = 0; i < kBuildNodes; ++i) {
-    CUuserObject object = nullptr;
-    check(
-        f->api.cuUserObjectCreate(&object, &payload, &ignore, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
-        "cuUserObjectCreate");
-    check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
-          "cuGraphRetainUserObject");
+    retain_raw_user_object(g);
     last = f->add_raw_kernel_node(g, last);
   }
   return g;
@@ -410,19 +415,11 @@ BENCHMARK(BM_launch_raw_of_cucore_graph)
 // Raw: a raw graph that holds one user object per node (as cucore's does), launched raw. Shows
 // whether a launch's extra cost comes from the user objects themselves.
 void BM_launch_raw_with_user_objects(benchmark::State& state) {
-  static int payload = 0;
   const int sync_every = static_cast<int>(state.range(0));
   const int objects = static_cast<int>(state.range(1));
   CUstream s = f->stream.handle();
   CUgraph g = f->raw_chain(kLaunchNodes);
-  for (int i = 0; i < objects; ++i) {
-    CUuserObject object = nullptr;
-    check(
-        f->api.cuUserObjectCreate(&object, &payload, &ignore, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC),
-        "cuUserObjectCreate");
-    check(f->api.cuGraphRetainUserObject(g, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
-          "cuGraphRetainUserObject");
-  }
+  for (int i = 0; i < objects; ++i) retain_raw_user_object(g);
   CUgraphExec exec = f->raw_instantiate(g);
   raw_launch_loop(state, exec, s, sync_every);
   check(f->api.cuGraphExecDestroy(exec), "cuGraphExecDestroy");

@@ -19,23 +19,18 @@ export CUCORE_RUN_NVRTC=$real
 export CUDA_CACHE_DISABLE=1
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE
 
-# $1 label, $2 mode, then environment assignments; stdout → $work/out, stderr → $work/err.
-harness_run() {
-  local label=$1 mode=$2
+# $1 label, $2 the harness's mode, then environment assignments (checks.sh's harness_run).
+run_mode() {
+  local label=$1
+  harness_args=("$real" "$dropin" "$work/src" "$2")
   shift 2
-  if env "$@" "$harness" "$real" "$dropin" "$work/src" "$mode" >"$work/out" 2>"$work/err"; then
-    ok "$label: $(tail -n 1 "$work/out")"
-  else
-    bad "$label"
-    cat "$work/out" "$work/err"
-  fi
+  harness_run "$label" "$@"
 }
-count() { grep -c -- "$1" "$work/err"; }
 
 cache="CUCORE_RUN_CACHE=dir:$work/cache"
 
 # 1. A fresh cache: each cacheable case misses once, then hits (the alias spelling hits at once).
-harness_run "first process" cases "$cache" CUCORE_LOG=info
+run_mode "first process" cases "$cache" CUCORE_LOG=info
 cacheable=$(sed -n 's/^cacheable cases: //p' "$work/out")
 expect "$(count 'info: miss ')" $((cacheable - 1)) "first process: misses"
 expect "$(count 'info: hit ')" $((cacheable + 1)) "first process: hits"
@@ -44,17 +39,17 @@ expect "$(count 'info: hit ')" $((cacheable + 1)) "first process: hits"
 expect "$(count 'bypass harness.cu: option "--no-such-option" is not an NVRTC option cucore knows')" \
   2 "first process: the unknown option's bypasses"
 # 2. A second process over the same cache: every cacheable compile hits.
-harness_run "second process" cases "$cache" CUCORE_LOG=info
+run_mode "second process" cases "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 0 "second process: misses"
 expect "$(count 'info: hit ')" $((2 * cacheable)) "second process: hits"
 # 3. Without CUCORE_LOG the drop-in prints nothing.
-harness_run "third process, quiet" cases "$cache"
+run_mode "third process, quiet" cases "$cache"
 expect "$(wc -c <"$work/err")" 0 "third process: bytes on stderr"
 # 4. Misuse, many threads at once, a header edited on disk.
-harness_run "misuse" misuse "$cache"
-harness_run "threads" threads "$cache" CUCORE_LOG=info
+run_mode "misuse" misuse "$cache"
+run_mode "threads" threads "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 4 "threads: misses (4 programs, 8 threads, single-flight)"
-harness_run "edited header" edit "$cache" CUCORE_LOG=info
+run_mode "edited header" edit "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 1 "edited header: misses"
 
 # 4b. The drop-in's cache does not fsync (a miss costs little more than NVRTC) unless
@@ -84,24 +79,24 @@ while IFS= read -r -d '' f; do
   fi
 done < <(find "$work/cache" -type f -size +1k -print0)
 [ "$damaged" -gt 0 ] && ok "damaged $damaged entries" || bad "found no entries to damage"
-harness_run "damaged entries" cases "$cache" CUCORE_LOG=info
+run_mode "damaged entries" cases "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" $((cacheable - 1)) "damaged entries: misses"
-harness_run "damaged entries, stored again" cases "$cache" CUCORE_LOG=info
+run_mode "damaged entries, stored again" cases "$cache" CUCORE_LOG=info
 expect "$(count 'info: miss ')" 0 "damaged entries, stored again: misses"
 # 6. A cache that cannot be opened (a file where its directory should be).
 touch "$work/not-a-directory"
-harness_run "unusable cache" cases "CUCORE_RUN_CACHE=dir:$work/not-a-directory/cache"
+run_mode "unusable cache" cases "CUCORE_RUN_CACHE=dir:$work/not-a-directory/cache"
 expect "$(wc -c <"$work/err")" 0 "unusable cache: bytes on stderr"
 # 7. A Redis tier that is down (nothing listens on port 9 of the loopback).
-harness_run "redis down" cases "CUCORE_RUN_CACHE=dir:$work/cache2+redis://127.0.0.1:9/0"
-harness_run "redis alone, down" cases "CUCORE_RUN_CACHE=redis://127.0.0.1:9/0"
+run_mode "redis down" cases "CUCORE_RUN_CACHE=dir:$work/cache2+redis://127.0.0.1:9/0"
+run_mode "redis alone, down" cases "CUCORE_RUN_CACHE=redis://127.0.0.1:9/0"
 expect "$(wc -c <"$work/err")" 0 "redis down: bytes on stderr"
 # 8. No real library: every call fails, and one message says why.
-harness_run "no real library" missing "CUCORE_RUN_NVRTC=$work/no-such-libnvrtc.so.13"
+run_mode "no real library" missing "CUCORE_RUN_NVRTC=$work/no-such-libnvrtc.so.13"
 expect "$(count 'no real libnvrtc.so.13')" 1 "no real library: messages"
 
 # 8b. Told to forward to the drop-in itself: refused (it would call itself without end).
-harness_run "the drop-in as its own real library" missing "CUCORE_RUN_NVRTC=$dropin"
+run_mode "the drop-in as its own real library" missing "CUCORE_RUN_NVRTC=$dropin"
 expect "$(count 'the drop-in itself')" 1 "the drop-in as its own real library: messages"
 
 # 9. A shim without its engine beside it: every call fails, and one message says why.

@@ -15,22 +15,11 @@ work_dir cucore-dropin-link
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE
 if [ "$mode" = nvjitlink ]; then
   export CUCORE_RUN_NVJITLINK=$real
-  args=("$mode" "$real" "$dropin" "$extra" "$work")
+  harness_args=("$mode" "$real" "$dropin" "$extra" "$work")
 else
   export CUCORE_RUN_NVVM=$real
-  args=("$mode" "$real" "$dropin" "$extra")
+  harness_args=("$mode" "$real" "$dropin" "$extra")
 fi
-harness_run() {
-  local label=$1
-  shift
-  if env "$@" "$harness" "${args[@]}" >"$work/out" 2>"$work/err"; then
-    ok "$label: $(tail -n 1 "$work/out")"
-  else
-    bad "$label"
-    cat "$work/out" "$work/err"
-  fi
-}
-count() { grep -c -- "$1" "$work/err"; }
 cache="CUCORE_RUN_CACHE=dir:$work/cache"
 
 harness_run "first process" "$cache" CUCORE_LOG=info

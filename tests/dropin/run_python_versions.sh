@@ -11,7 +11,6 @@ versions=${CUCORE_CUDA_VERSIONS_DIR:-$src/.cache/cuda-versions}
 work_dir cucore-run-pyversions
 unset CUCORE_LOG CUCORE_RUN_CACHE CUCORE_REMOTE_CACHE CUCORE_RUN_NVRTC CUCORE_RUN_LD_LIBRARY_PATH
 unset VIRTUAL_ENV CONDA_PREFIX CUDA_PATH CUDA_HOME LD_LIBRARY_PATH
-base_site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
 check() {  # VERSION PROGRAM-ARGS...
   local version=$1
@@ -21,14 +20,8 @@ check() {  # VERSION PROGRAM-ARGS...
     return
   fi
   local venv=$work/venv-$version
-  "$python" -m venv --without-pip "$venv" || { bad "$version: python -m venv"; return; }
-  local site
-  site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  for entry in "$base_site"/*; do
-    [ -e "$site/$(basename "$entry")" ] || ln -s "$entry" "$site/"
-  done
-  rm -f "$site/nvidia"
-  ln -s "$versions/$version/site/nvidia" "$site/nvidia"
+  make_venv "$python" "$venv" "$versions/$version/site/nvidia" ||
+    { bad "$version: python -m venv"; return; }
   local plain run1 run2
   plain=$(cd "$work" && "$venv/bin/python" "$program" "$@" 2>&1)
   expect "$?" 0 "$version: the plain run"

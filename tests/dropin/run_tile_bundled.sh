@@ -66,14 +66,7 @@ expect "$run5" "$run3" "a relative directory: the same outputs"
 
 # --- cuda.core, use_bundled_headers=True ---------------------------------------------------
 venv=$work/venv
-"$python" -m venv --without-pip "$venv" || bad "python -m venv"
-base_site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-for entry in "$base_site"/*; do
-  [ -e "$site/$(basename "$entry")" ] || ln -s "$entry" "$site/"
-done
-rm -f "$site/nvidia"
-ln -s "$versions/13.5/site/nvidia" "$site/nvidia"
+make_venv "$python" "$venv" "$versions/13.5/site/nvidia" || bad "python -m venv"
 py() {  # NAME [cucore]
   local name=$1
   shift
