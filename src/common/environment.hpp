@@ -96,8 +96,7 @@ struct variable_info {
 std::span<const variable_info> variables() noexcept;
 const variable_info& info(variable v) noexcept;
 std::string_view name(variable v) noexcept;
-// The variable of that name (a caller given a name, such as a drop-in's override); nullopt for a
-// name not in the table.
+// The variable of that name (for a caller given a name); nullopt for a name not in the table.
 std::optional<variable> variable_named(std::string_view name) noexcept;
 
 // A typed value as set: nothing (unset or empty), a value, or malformed text.
