@@ -32,14 +32,7 @@ namespace cucore {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::compile_options;
-using testing::contains;
-using testing::kSource;
-using testing::log_capture;
-using testing::nginx_server;
-using testing::sample;
-using testing::scoped_env;
-using testing::temp_dir;
+using namespace testing;  // the shared test helpers (remote_tier_support.hpp and the rest)
 
 http_cache_options options_for(const std::string& url) {
   http_cache_options o;
@@ -92,37 +85,27 @@ TEST(HttpUrl, ParsesEveryPart) {
 }
 
 TEST(HttpUrl, MalformedUrlsAreRefusedWithoutShowingSecrets) {
-  const char* bad[] = {
-      "ftp://host/x",
-      "http://",
-      "http:///path",
-      "http://host:0/",
-      "http://host:99999/",
-      "http://host:/x",
-      "http://secret@host/",
-      "http://[::1/x",
-      "http://host/a b",
-      "http://host/x?y=1",
-      "http://host/x|layout=tree",
-      "http://host/x|colour=blue",
-      "http://host/x|connect-timeout=0",
-      "http://host/x|read-only=maybe",
-      "http://host/x|header=NoEquals",
-      "http://u:secret@host/x|bearer-token=secret",
-      "http://u:bad%zzsecret@host/",
-  };
-  for (const char* url : bad) {
-    SCOPED_TRACE(url);
-    try {
-      parse_http_url(url);
-      ADD_FAILURE() << "accepted";
-    } catch (const invalid_argument& e) {
-      const std::string what = e.what();
-      EXPECT_TRUE(contains(what, "http cache URL")) << what;
-      EXPECT_TRUE(contains(what, "docs/cache-http.md")) << what;
-      EXPECT_FALSE(contains(what, "secret")) << what;
-    }
-  }
+  testing::expect_bad_urls(
+      {
+          "ftp://host/x",
+          "http://",
+          "http:///path",
+          "http://host:0/",
+          "http://host:99999/",
+          "http://host:/x",
+          "http://secret@host/",
+          "http://[::1/x",
+          "http://host/a b",
+          "http://host/x?y=1",
+          "http://host/x|layout=tree",
+          "http://host/x|colour=blue",
+          "http://host/x|connect-timeout=0",
+          "http://host/x|read-only=maybe",
+          "http://host/x|header=NoEquals",
+          "http://u:secret@host/x|bearer-token=secret",
+          "http://u:bad%zzsecret@host/",
+      },
+      [](const char* url) { parse_http_url(url); }, "http cache URL", "docs/cache-http.md");
 }
 
 TEST(HttpUrl, RedactionHidesPasswordsTokensAndHeaderValues) {
@@ -169,22 +152,14 @@ TEST(HttpSpec, RemoteCacheVariableMayNameAnHttpServer) {
 }
 
 TEST(HttpSpec, MisspelledHttpSpecsAreRefusedWithoutShowingSecrets) {
-  const char* bad[] = {"http:/host",
-                       "https:host",
-                       "d+http:/host",
-                       "none+http://h/c",
-                       "d+http://u:secret@h:0/c",
-                       "http://h/c|bearer-token=secret|bogus"};
-  for (const char* spec : bad) {
-    SCOPED_TRACE(spec);
-    try {
-      parse_cache_spec(spec);
-      ADD_FAILURE() << "accepted";
-    } catch (const cache_spec_error& e) {
-      EXPECT_FALSE(contains(e.what(), "secret")) << e.what();
-      EXPECT_TRUE(contains(e.what(), "http")) << e.what();
-    }
-  }
+  testing::expect_each_refused<cache_spec_error>(
+      {"http:/host", "https:host", "d+http:/host", "none+http://h/c", "d+http://u:secret@h:0/c",
+       "http://h/c|bearer-token=secret|bogus"},
+      [](const char* spec) { parse_cache_spec(spec); },
+      [](const std::string& what) {
+        EXPECT_FALSE(contains(what, "secret")) << what;
+        EXPECT_TRUE(contains(what, "http")) << what;
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,8 +450,7 @@ TEST(HttpTiered, CliCompileAndStats) {
   nginx_server server;
   CUCORE_REQUIRE_NGINX(server);
   temp_dir work;
-  const auto source = (work / "scale.cu").string();
-  testing::write_text(source, kSource);
+  const std::string source = testing::write_source(work);
   auto run = [&](const std::vector<std::string>& args) {
     testing::spawn_options o;
     o.out = o.err = (work / "out.txt").string();  // one file for both

@@ -31,15 +31,7 @@ namespace cucore {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::compile_options;
-using testing::contains;
-using testing::kSource;
-using testing::log_capture;
-using testing::raw_redis;
-using testing::redis_server;
-using testing::redis_test_options;
-using testing::sample;
-using testing::temp_dir;
+using namespace testing;  // the shared test helpers (remote_tier_support.hpp and the rest)
 
 // ---------------------------------------------------------------------------------------------
 // URLs
@@ -74,40 +66,31 @@ TEST(RedisUrl, ParsesEveryPart) {
 }
 
 TEST(RedisUrl, MalformedUrlsAreInvalidArgumentsThatNeverShowThePassword) {
-  const char* bad[] = {
-      "",
-      "http://host:6379",
-      "rediss://host:6379",
-      "redis://",
-      "redis://:secret@",
-      "redis://host:0",
-      "redis://host:65536",
-      "redis://host:port",
-      "redis://host:",
-      "redis://host/db",
-      "redis://host/-1",
-      "redis://secret@host",
-      "redis://[::1",
-      "redis://host?ttl=0",
-      "redis://host?ttl=abc",
-      "redis://host?prefix=",
-      "redis://host?read_only=maybe",
-      "redis://host?colour=blue",
-      "redis://host?ttl",
-      "redis://:bad%zzsecret@host",
-  };
-  for (const char* url : bad) {
-    SCOPED_TRACE(url);
-    try {
-      parse_redis_url(url);
-      ADD_FAILURE() << "accepted";
-    } catch (const invalid_argument& e) {
-      const std::string what = e.what();
-      EXPECT_TRUE(contains(what, "redis cache URL")) << what;
-      EXPECT_TRUE(contains(what, "expected redis://")) << what;  // says what to write instead
-      EXPECT_FALSE(contains(what, "secret")) << what;
-    }
-  }
+  testing::expect_bad_urls(
+      {
+          "",
+          "http://host:6379",
+          "rediss://host:6379",
+          "redis://",
+          "redis://:secret@",
+          "redis://host:0",
+          "redis://host:65536",
+          "redis://host:port",
+          "redis://host:",
+          "redis://host/db",
+          "redis://host/-1",
+          "redis://secret@host",
+          "redis://[::1",
+          "redis://host?ttl=0",
+          "redis://host?ttl=abc",
+          "redis://host?prefix=",
+          "redis://host?read_only=maybe",
+          "redis://host?colour=blue",
+          "redis://host?ttl",
+          "redis://:bad%zzsecret@host",
+      },
+      [](const char* url) { parse_redis_url(url); }, "redis cache URL",
+      "expected redis://");  // says what to write instead
   EXPECT_THROW(open_program_cache("dir:/tmp/x+redis://host:notaport"), invalid_argument);
   EXPECT_EQ(redact_redis_url("redis://u:hunter2@h:1/0"), "redis://u:***@h:1/0");
   EXPECT_EQ(redact_redis_url("redis://h:1/0"), "redis://h:1/0");
@@ -888,8 +871,7 @@ TEST(TieredCacheProcesses, CompileInOneProcessHitInAnother) {
   redis_server server;
   CUCORE_REQUIRE_REDIS(server);
   temp_dir work;
-  const auto source = (work / "scale.cu").string();
-  testing::write_text(source, kSource);
+  const std::string source = testing::write_source(work);
   auto compile = [&](const std::string& local, const std::string& output,
                      const std::vector<std::string>& env = {}, const std::string& spec = "") {
     std::vector<std::string> args = {"compile",  source,  "--arch", testing::kArch,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/redis.hpp"
 #include "cucore/cache/tiered.hpp"
+#include "cucore/error.hpp"
 #include "cucore/program.hpp"
 #include "redis_test_support.hpp"
 #include "test_support.hpp"
@@ -44,10 +46,45 @@ inline redis_cache_options redis_test_options(const redis_server& server,
   return o;
 }
 
+// Each of `inputs` refused by `parse` with an E, whose message `check` looks at (the input is in
+// the failure's trace).
+template <class E, class Parse, class Check>
+void expect_each_refused(std::initializer_list<const char*> inputs, Parse parse, Check check) {
+  for (const char* input : inputs) {
+    SCOPED_TRACE(input);
+    try {
+      parse(input);
+      ADD_FAILURE() << "accepted";
+    } catch (const E& e) {
+      check(std::string(e.what()));
+    }
+  }
+}
+
+// Each of `inputs` refused by the URL parser `parse` (invalid_argument) with a message that names
+// `what` ("redis cache URL") and `hint` (what to write, or where to read about it), and never shows
+// the password or token "secret" some of them hold.
+template <class Parse>
+void expect_bad_urls(std::initializer_list<const char*> inputs, Parse parse, std::string_view what,
+                     std::string_view hint) {
+  expect_each_refused<invalid_argument>(inputs, parse, [&](const std::string& message) {
+    EXPECT_TRUE(message.find(what) != std::string::npos) << message;
+    EXPECT_TRUE(message.find(hint) != std::string::npos) << message;
+    EXPECT_FALSE(message.find("secret") != std::string::npos) << message;
+  });
+}
+
 // The kernel the tiered caches' tests compile for real.
 inline constexpr const char* kSource = R"(
 template <class T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }
 )";
+
+// kSource written to `dir`/scale.cu, for the tool to compile; its path.
+inline std::string write_source(const temp_dir& dir) {
+  const std::string path = (dir / "scale.cu").string();
+  write_text(path, kSource);
+  return path;
+}
 
 inline program_options compile_options() {
   program_options o;
