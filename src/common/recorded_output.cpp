@@ -1,6 +1,6 @@
 #include "common/recorded_output.hpp"
 
-namespace cucore::detail {
+namespace cucore::detail::recorded {
 
 void record_writer::number(std::int64_t value) {
   const auto v = static_cast<std::uint64_t>(value);
@@ -38,4 +38,4 @@ std::string_view record_reader::bytes() {
   return out;
 }
 
-}  // namespace cucore::detail
+}  // namespace cucore::detail::recorded

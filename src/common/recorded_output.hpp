@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace cucore::detail {
+namespace cucore::detail::recorded {
 
 // A flat record: fields appended in a fixed order, each a little-endian u64 length and its bytes;
 // numbers as 8 bytes. reader throws format_error on anything short or malformed (a damaged cache
@@ -112,4 +112,4 @@ Output read_output(record_reader& r, Code code) {
   return o;
 }
 
-}  // namespace cucore::detail
+}  // namespace cucore::detail::recorded

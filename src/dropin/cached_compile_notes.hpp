@@ -1,6 +1,7 @@
 #pragma once
-// How the drop-ins speak of the one cached compile (cached/cached_compile.hpp): through note(), at
-// the levels a program under `cucore run` heard before (CUCORE_LOG=info: one line per compile).
+// The drop-ins' side of the one cached compile (cached/cached_compile.hpp): how they speak of it
+// (through note(), at the levels a program under `cucore run` heard before: CUCORE_LOG=info, one
+// line per compile), and what they make of its result.
 
 #include <string>
 #include <string_view>
@@ -35,5 +36,31 @@ class cached_compile_notes final : public detail::cached_compile_voice {
  private:
   std::string what_;
 };
+
+// What the result leaves the program with: a miss (the real program holds its outputs), a hit
+// (`hit` holds the entry, decoded), or a damaged entry (erased, so the next process misses too:
+// the caller compiles with the real library). `what` names the compile in the info line.
+enum class cached_answer { miss, hit, damaged };
+
+template <class Entry, class Decode>
+cached_answer take_cached(program_cache& cache, cache_key_ref key,
+                          const detail::cached_compile_result& result, std::optional<Entry>& hit,
+                          Decode decode, std::string_view what) {
+  if (!result.from_cache()) {
+    note(log_level::info, "miss " + std::string(what));
+    return cached_answer::miss;
+  }
+  try {
+    hit = decode(result.code->code());
+  } catch (const format_error&) {
+    try {
+      cache.erase(key);
+    } catch (...) {
+    }
+    return cached_answer::damaged;
+  }
+  note(log_level::info, "hit " + std::string(what));
+  return cached_answer::hit;
+}
 
 }  // namespace cucore::dropin

@@ -24,6 +24,7 @@
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "dropin/cached_compile_notes.hpp"
 #include "dropin/forwarding.hpp"
 #include "dropin/program_table.hpp"
 #include "dropin/support.hpp"
@@ -186,44 +187,27 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
 
   bool linked = false;
   nvJitLinkResult real_result = NVJITLINK_SUCCESS;
-  // What the link read is observed: with no file in its key, it is stored only if it read
-  // none, and no variable outside the compilers' table (key/observation_gate.hpp).
-  detail::observed_inputs seen = detail::unobserved_compile();
+  // Run on a miss, observed by the cached compile: with no file in its key, it is stored only if
+  // it read none, and no variable outside the compilers' table (key/observation_gate.hpp).
   auto compile = [&]() -> object_code {
     linked = true;
-    real_result = detail::run_observed(seen, forward);
+    real_result = forward();
     if (real_result != NVJITLINK_SUCCESS) throw real_link_failed{};
     return object_code(code_type::object, serialize(record(r, handle)), "cucore run: nvJitLink");
   };
-  auto store = [&](const object_code& code) {
-    if (const auto refusal = detail::check_observed_inputs(seen, {})) {
-      dropin::note(log_level::info, "not storing a link: " + refusal->message);
-      dropin::record_skip(refusal->reason);
-      return;
-    }
-    try {
-      cache->put(key, code);
-    } catch (const std::exception& e) {
-      dropin::note(log_level::warning, std::string("could not store a link: ") + e.what());
-    }
-  };
+  dropin::cached_compile_notes voice("a link");
+  detail::cached_compile_result result;
   try {
-    flight_result result = get_or_compile(*cache, key, compile, store);
-    if (!result.from_cache()) {
-      dropin::note(log_level::info, "miss link");
-      return NVJITLINK_SUCCESS;
+    detail::cached_compile({*cache, key, nullptr, "nvJitLink", compile, voice}, result);
+    switch (dropin::take_cached(*cache, key, result, s.hit, deserialize, "link")) {
+      case dropin::cached_answer::miss:
+        return NVJITLINK_SUCCESS;
+      case dropin::cached_answer::hit:
+        return s.hit->complete;
+      case dropin::cached_answer::damaged:
+        break;
     }
-    try {
-      s.hit = deserialize(result.code.code());
-    } catch (const dropin::format_error&) {
-      try {
-        cache->erase(key);
-      } catch (...) {
-      }
-      return forward();
-    }
-    dropin::note(log_level::info, "hit link");
-    return s.hit->complete;
+    return forward();
   } catch (const real_link_failed&) {
     dropin::note(log_level::info, "failed link (" + std::to_string(real_result) + "): not cached");
     return real_result;

@@ -22,10 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "common/trace.hpp"
+#include "common/environment.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
 #include "cucore/error.hpp"
+#include "dropin/cached_compile_notes.hpp"
 #include "dropin/forwarding.hpp"
 #include "dropin/nvrtc_entry.hpp"
 #include "dropin/nvrtc_options.hpp"
@@ -219,13 +220,13 @@ compile_server_mode server_mode(const program_options& fields) noexcept {
     return compile_server_mode::off;
   }
   static const compile_server_mode mode = [] {
-    const char* env = std::getenv("CUCORE_COMPILE_SERVER");
-    if (env == nullptr || *env == '\0') return compile_server_mode::automatic;
+    const auto env = env::text(env::variable::compile_server);
+    if (!env) return compile_server_mode::automatic;
     try {
-      return parse_compile_server_mode(env);
+      return parse_compile_server_mode(*env);
     } catch (...) {
       dropin::note(log_level::warning,
-                   std::string("CUCORE_COMPILE_SERVER=\"") + env +
+                   "CUCORE_COMPILE_SERVER=\"" + std::string(*env) +
                        "\" is not off, on or auto: the compile server is not used");
       return compile_server_mode::off;
     }
@@ -292,8 +293,8 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
   } catch (const std::exception& e) {
     return bypass(e.what(), cache_skip_reason::uncacheable_options);
   }
-  if (const auto& b = key->bypass()) return bypass(b->why, b->reason);
-  if (!key->includes().vouched.empty()) {
+  // (The key's own bypass is the cached compile's, below: it wins over this one.)
+  if (!key->bypass() && !key->includes().vouched.empty()) {
     return bypass("an #include through a macro whose value cucore cannot work out (" +
                       key->includes().vouched.front() + ")",
                   cache_skip_reason::needs_extra_digest);
@@ -301,15 +302,12 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
 
   bool compiled = false;
   nvrtcResult real_result = NVRTC_SUCCESS;
-  // The program's compile in the trace (docs/trace.md): one event per nvrtcCompileProgram.
-  detail::trace_span span("program", s.name);
-  if (span.on()) span.arg("key", key->hex().substr(0, 16));
   // A compile the user's compile server answered (docs/compile-server.md): the real program stays
   // uncompiled and its getters are answered from the reply, as for a hit.
   std::optional<recorded_result> served;
-  auto compile_observed = [&]() -> object_code {
+  // Run on a miss, observed by the cached compile (here, or in the compile server's worker).
+  auto compile = [&]() -> object_code {
     compiled = true;
-    detail::trace_span compiling("compiler", "compile");
     if (const auto mode = server_mode(inputs.options); mode != compile_server_mode::off) {
       const std::vector<std::string> option_list(options, options + num_options);
       if (auto reply = server::compile_raw_through_server(mode, s.source, inputs.options,
@@ -329,29 +327,11 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
                        serialize(detail::record_nvrtc_program(*r.api, prog, s.name_expressions)),
                        std::string(kEntryName));
   };
-  // What the compile read (here, or in the compile server's worker) is observed: stored only if
-  // the key covers all of it.
-  detail::observed_inputs seen = detail::unobserved_compile();
-  auto compile = [&] { return detail::run_observed(seen, compile_observed); };
-  auto store = [&](const object_code& code) {
-    detail::trace_span storing("cache", "store");
-    // As program::compile: stored only if each header the key tracked is still the file it
-    // hashed, had settled then, and the compile read nothing else the key does not cover
-    // (program_cache_key::check_store).
-    if (const auto refusal = key->check_store(seen, code.code())) {
-      dropin::note(log_level::info, "not storing " + s.name + ": " + refusal->message);
-      dropin::record_skip(refusal->reason);
-      return;
-    }
-    try {
-      cache->put(*key, code);
-    } catch (const std::exception& e) {
-      dropin::note(log_level::warning, "could not store " + s.name + ": " + e.what());
-    }
-  };
+  dropin::cached_compile_notes voice(s.name);
+  detail::cached_compile_result result;
   try {
-    flight_result result = get_or_compile(*cache, *key, compile, store);
-    span.arg("outcome", to_string(result.outcome));
+    detail::cached_compile({*cache, *key, &*key, s.name, compile, voice}, result);
+    if (result.bypassed) return forward();
     if (!result.from_cache() && served) {
       s.hit = std::move(served);
       if (dropin::log_enabled(log_level::info)) {
@@ -366,7 +346,7 @@ nvrtcResult compile_through_cache(const real_nvrtc& r, nvrtcProgram prog, progra
       }
       return NVRTC_SUCCESS;
     }
-    const auto bytes = result.code.code();
+    const auto bytes = result.code->code();
     try {
       s.hit = deserialize(bytes);
     } catch (const dropin::format_error&) {

@@ -18,6 +18,7 @@
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/single_flight.hpp"
+#include "dropin/cached_compile_notes.hpp"
 #include "dropin/forwarding.hpp"
 #include "dropin/program_table.hpp"
 #include "dropin/support.hpp"
@@ -156,47 +157,30 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
 
   bool compiled = false;
   nvvmResult real_result = NVVM_SUCCESS;
-  // What the compile read is observed: with no file in its key, it is stored only if it read
-  // none, and no variable outside the compilers' table (key/observation_gate.hpp).
-  detail::observed_inputs seen = detail::unobserved_compile();
+  // Run on a miss, observed by the cached compile: with no file in its key, it is stored only if
+  // it read none, and no variable outside the compilers' table (key/observation_gate.hpp).
   auto compile = [&]() -> object_code {
     compiled = true;
-    real_result = detail::run_observed(seen, forward);
+    real_result = forward();
     if (real_result != NVVM_SUCCESS) throw real_compile_failed{};
     recorded_compile c;
     c.outputs[0] = record_output(prog, api.nvvmGetCompiledResultSize, api.nvvmGetCompiledResult);
     c.outputs[1] = record_output(prog, api.nvvmGetProgramLogSize, api.nvvmGetProgramLog);
     return object_code(code_type::object, serialize(c), "cucore run: libNVVM");
   };
-  auto store = [&](const object_code& code) {
-    if (const auto refusal = detail::check_observed_inputs(seen, {})) {
-      dropin::note(log_level::info, "not storing an NVVM compile: " + refusal->message);
-      dropin::record_skip(refusal->reason);
-      return;
-    }
-    try {
-      cache->put(key, code);
-    } catch (const std::exception& e) {
-      dropin::note(log_level::warning, std::string("could not store an NVVM compile: ") + e.what());
-    }
-  };
+  dropin::cached_compile_notes voice("an NVVM compile");
+  detail::cached_compile_result result;
   try {
-    flight_result result = get_or_compile(*cache, key, compile, store);
-    if (!result.from_cache()) {
-      dropin::note(log_level::info, "miss NVVM compile");
-      return NVVM_SUCCESS;
+    detail::cached_compile({*cache, key, nullptr, "libNVVM", compile, voice}, result);
+    switch (dropin::take_cached(*cache, key, result, s.hit, deserialize, "NVVM compile")) {
+      case dropin::cached_answer::miss:
+        return NVVM_SUCCESS;
+      case dropin::cached_answer::hit:
+        return NVVM_SUCCESS;
+      case dropin::cached_answer::damaged:
+        break;
     }
-    try {
-      s.hit = deserialize(result.code.code());
-    } catch (const dropin::format_error&) {
-      try {
-        cache->erase(key);
-      } catch (...) {
-      }
-      return forward();
-    }
-    dropin::note(log_level::info, "hit NVVM compile");
-    return NVVM_SUCCESS;
+    return forward();
   } catch (const real_compile_failed&) {
     dropin::note(log_level::info,
                  "failed NVVM compile (" + std::to_string(real_result) + "): not cached");

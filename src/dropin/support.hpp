@@ -11,14 +11,25 @@
 #include <vector>
 
 #include "common/environment.hpp"
+#include "common/recorded_output.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
 #include "cucore/toolkit.hpp"
-#include "dropin/recorded_output.hpp"
 #include "loader/shared_library.hpp"
 
 namespace cucore::dropin {
+
+// The record format (common/recorded_output.hpp), as the drop-ins name it.
+using detail::recorded::answer_bytes;
+using detail::recorded::answer_size;
+using detail::recorded::format_error;
+using detail::recorded::read_output;
+using detail::recorded::record_output;
+using detail::recorded::record_reader;
+using detail::recorded::record_writer;
+using detail::recorded::recorded_output;
+using detail::recorded::write_output;
 
 // CUCORE_LOG: unset, "", "0" or "off": nothing is printed (cucore's own warnings included);
 // "warning" (or "1"): warnings and errors; "info": also one line per compile (hit, miss, bypass and

@@ -18,7 +18,7 @@ nvrtc_output record_getter(nvrtcProgram prog, size_fn get_size, get_fn get) {
     o.size_code = o.get_code = kNoGetter;
     return o;
   }
-  return record_output<nvrtc_output>(prog, get_size, get);
+  return recorded::record_output<nvrtc_output>(prog, get_size, get);
 }
 
 }  // namespace
