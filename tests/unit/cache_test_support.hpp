@@ -1,6 +1,8 @@
 // Helpers for the tests of cucore's caches that need cucore's public headers: what cucore logs,
-// and a cache that forwards to another one.
+// a round trip through a cache, and a cache that forwards to another one.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +65,22 @@ class log_capture {
   std::vector<std::pair<log_level, std::string>> messages_;
   log_handler previous_;
 };
+
+// Puts a PTX entry with two symbols and gets it back: the whole object code comes back (bytes,
+// type, name, the symbol mapping).
+inline void expect_round_trip(program_cache& cache) {
+  const object_code code(code_type::ptx, {std::byte{1}, std::byte{2}, std::byte{3}}, "kernel.cu",
+                         symbol_map{{"k<float>", "_Z1kIfEvv"}, {"k<int>", "_Z1kIiEvv"}});
+  cache.put("key", code);
+  auto hit = cache.get("key");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(*hit, code);
+  EXPECT_EQ(hit->type(), code_type::ptx);
+  EXPECT_EQ(hit->name(), "kernel.cu");
+  EXPECT_EQ(hit->symbol("k<float>"), "_Z1kIfEvv") << "symbol mapping survives a round trip";
+  EXPECT_EQ(hit->symbol("k<int>"), "_Z1kIiEvv");
+  EXPECT_EQ(hit->symbol_mapping().size(), 2u);
+}
 
 // Forwards every call to another cache: a pass-through, not a fake. A test derives from it and
 // overrides what it changes; everything else reaches the real cache.

@@ -3,6 +3,8 @@
 // check what it got: a wrong value is never a matter of timing.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -115,6 +117,15 @@ inline std::vector<workload_result> run_workload_in_threads(program_cache& cache
   }
   for (auto& th : running) th.join();
   return results;
+}
+
+// Every workload got only right values and no exceptions, and they hit at least once.
+inline void expect_clean(const std::vector<workload_result>& results) {
+  for (const auto& r : results) {
+    EXPECT_EQ(r.wrong, 0u);
+    EXPECT_EQ(r.errors, 0u);
+  }
+  EXPECT_GT(sum(results).hits, 0u);
 }
 
 }  // namespace cucore::testing

@@ -191,16 +191,7 @@ TEST(FileStreamCache, EmptyOnCreate) {
 TEST(FileStreamCache, RoundTripKeepsTheWholeObjectCode) {
   temp_dir dir;
   file_stream_program_cache cache(dir.path());  // default options: fsync on
-  object_code code(code_type::ptx, {std::byte{1}, std::byte{2}, std::byte{3}}, "kernel.cu",
-                   symbol_map{{"k<float>", "_Z1kIfEvv"}, {"k<int>", "_Z1kIiEvv"}});
-  cache.put("key", code);
-  auto hit = cache.get("key");
-  ASSERT_TRUE(hit);
-  EXPECT_EQ(*hit, code);
-  EXPECT_EQ(hit->type(), code_type::ptx);
-  EXPECT_EQ(hit->name(), "kernel.cu");
-  EXPECT_EQ(hit->symbol("k<float>"), "_Z1kIfEvv") << "symbol mapping survives a round trip";
-  EXPECT_EQ(hit->symbol_mapping().size(), 2u);
+  testing::expect_round_trip(cache);
   EXPECT_EQ(cache.stats().hits, 1u);
   EXPECT_EQ(cache.stats().puts, 1u);
   EXPECT_EQ(cache.stats().errors, 0u);
@@ -1688,11 +1679,7 @@ TEST(FileStreamCache, ThreadsShareOneCache) {
   // A cap of about a third of the working set: eviction runs in every thread.
   file_stream_program_cache cache(dir.path(), fast(512 * 1024));
   const auto results = testing::run_workload_in_threads(cache, 6, 100, 48, 300);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.wrong, 0u);
-    EXPECT_EQ(r.errors, 0u);
-  }
-  EXPECT_GT(testing::sum(results).hits, 0u);
+  testing::expect_clean(results);
   EXPECT_GT(cache.stats().evictions, 0u);
   EXPECT_EQ(cache.stats().errors, 0u);
   EXPECT_EQ(cache.stats().corrupt_dropped, 0u);

@@ -93,16 +93,7 @@ TEST_F(SqliteCache, EmptyOnCreateAndCreatesParentDirectories) {
 
 TEST_F(SqliteCache, RoundTripKeepsTheWholeObjectCode) {
   sqlite_program_cache cache(file);
-  object_code code(code_type::ptx, {std::byte{1}, std::byte{2}, std::byte{3}}, "kernel.cu",
-                   symbol_map{{"k<float>", "_Z1kIfEvv"}, {"k<int>", "_Z1kIiEvv"}});
-  cache.put("key", code);
-  auto hit = cache.get("key");
-  ASSERT_TRUE(hit);
-  EXPECT_EQ(*hit, code);
-  EXPECT_EQ(hit->type(), code_type::ptx);
-  EXPECT_EQ(hit->name(), "kernel.cu");
-  EXPECT_EQ(hit->symbol("k<float>"), "_Z1kIfEvv");
-  EXPECT_EQ(hit->symbol("k<int>"), "_Z1kIiEvv");
+  testing::expect_round_trip(cache);
   EXPECT_EQ(cache.stats().hits, 1u);
   EXPECT_EQ(cache.stats().puts, 1u);
 }
@@ -1377,11 +1368,7 @@ TEST_F(SqliteCache, UncreatableDirectoryDegradesOrThrowsWhenStrict) {
 TEST_F(SqliteCache, ThreadsShareOneCache) {
   sqlite_program_cache cache(file, {.max_size_bytes = 1 << 20});
   const auto results = testing::run_workload_in_threads(cache, 4, 0, 32, 300);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.wrong, 0u);
-    EXPECT_EQ(r.errors, 0u);
-  }
-  EXPECT_GT(testing::sum(results).hits, 0u);
+  testing::expect_clean(results);
   EXPECT_EQ(cache.stats().errors, 0u);
   EXPECT_LE(cache.size_bytes(), 1u << 20);
 }
