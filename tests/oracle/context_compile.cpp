@@ -11,6 +11,7 @@
 #include <iterator>
 #include <string>
 
+#include "compile_tool.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
@@ -56,17 +57,9 @@ int main(int argc, char** argv) {
         << (key.bypass() ? std::string(cucore::to_string(key.bypass()->reason)) : "-") << '\n';
     }
     cucore::program program(code, type, options);
-    const cucore::object_code out = program.compile(target);
-    std::ofstream file(argv[5], std::ios::binary);
-    const auto bytes = out.code();
-    file.write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()));
+    cucore::oracle::write_code(argv[5], program.compile(target));
     return 0;
-  } catch (const cucore::compile_error& e) {
-    std::cerr << e.log() << '\n';
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "context_compile: " << e.what() << '\n';
-    return 2;
+  } catch (...) {
+    return cucore::oracle::tool_failure("context_compile");
   }
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "compile_tool.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/error.hpp"
 #include "cucore/program.hpp"
@@ -71,18 +72,9 @@ int main(int argc, char** argv) {
     write_observed();
     const cucore::object_code& out = *compiled;
     if (cache) std::cout << cucore::to_string(program.last_cache_outcome()) << '\n';
-    if (argc == 3) {
-      std::ofstream file(argv[2], std::ios::binary);
-      const auto bytes = out.code();
-      file.write(reinterpret_cast<const char*>(bytes.data()),
-                 static_cast<std::streamsize>(bytes.size()));
-    }
+    if (argc == 3) cucore::oracle::write_code(argv[2], out);
     return 0;
-  } catch (const cucore::compile_error& e) {
-    std::cerr << e.log() << '\n';
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "oracle_compile: " << e.what() << '\n';
-    return 2;
+  } catch (...) {
+    return cucore::oracle::tool_failure("oracle_compile");
   }
 }
