@@ -19,6 +19,8 @@
 #include "cucore/object_code.hpp"
 #include "cucore/program.hpp"
 #include "cucore/runtime/device.hpp"
+#include "cucore/runtime/memory.hpp"
+#include "cucore/runtime/stream.hpp"
 #include "cucore/toolkit.hpp"
 
 namespace cucore::gpu_testing {
@@ -195,6 +197,30 @@ int mismatches(const std::vector<T>& got, const std::vector<T>& want) {
   for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) bad += got[i] != want[i];
   return bad;
 }
+
+// out[i] = 2 * v[i]: what the `twice` and `spin_scale` kernels compute.
+inline std::vector<float> doubled(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = 2.0f * v[i];
+  return out;
+}
+
+// A kernel's input and output on a stream: `host`, n random floats (from a fresh `seed`, for the
+// failure messages), uploaded to `in`; `out`, n floats of kPoison.
+struct kernel_io {
+  kernel_io(int n, const stream& s)
+      : seed(fresh_seed()),
+        host(random_values<float>(static_cast<std::size_t>(n), seed)),
+        in(n * sizeof(float), s),
+        out(n * sizeof(float), s) {
+    in.copy_from(host, s);
+    out.fill(kPoison, s);
+  }
+  std::uint64_t seed;
+  std::vector<float> host;
+  buffer in;
+  buffer out;
+};
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

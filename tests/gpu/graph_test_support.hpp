@@ -154,13 +154,6 @@ class watched_owners {
   std::vector<std::pair<std::string, std::weak_ptr<const void>>> owners_;
 };
 
-// out[i] = 2 * v[i]: what the `twice` kernel computes.
-inline std::vector<float> doubled(const std::vector<float>& v) {
-  std::vector<float> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = 2.0f * v[i];
-  return out;
-}
-
 // A device buffer holding `host` (uploaded on `s`).
 template <class T>
 buffer upload(const std::vector<T>& host, const stream& s) {

@@ -312,16 +312,11 @@ TEST_F(Launch, ClustersAndCooperativeLaunches) {
   const auto& code = test_kernels();
   // Cooperative: a plain kernel launched with the attribute runs as usual.
   const int n = 2048;
-  const auto seed = fresh_seed();
-  auto host = random_values<float>(n, seed);
-  buffer in(n * sizeof(float), s);
-  buffer out(n * sizeof(float), s);
-  in.copy_from(host, s);
-  out.fill(kPoison, s);
-  launch(s, {.grid = n / 256, .block = 256, .cooperative = true}, code.get_kernel("add_one"), in,
-         out, n);
-  auto result = out.to_vector<float>(s);
-  for (int i = 0; i < n; ++i) ASSERT_EQ(result[i], host[i] + 1.0f) << "seed " << seed;
+  kernel_io io(n, s);
+  launch(s, {.grid = n / 256, .block = 256, .cooperative = true}, code.get_kernel("add_one"), io.in,
+         io.out, n);
+  auto result = io.out.to_vector<float>(s);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(result[i], io.host[i] + 1.0f) << "seed " << io.seed;
 
   if (dev.compute_capability().major < 9) {
     GTEST_SKIP() << "thread block clusters need compute capability 9.0";

@@ -164,26 +164,18 @@ TEST_F(Memory, CloseWhileALaunchStillRunsFreesInStreamOrder) {
   device dev(0);
   stream s(dev);
   const int n = 1 << 18;
-  const auto seed = fresh_seed();
-  auto host = random_values<float>(n, seed);
-  buffer in(n * sizeof(float), s);
-  buffer out(n * sizeof(float), s);
-  in.copy_from(host, s);
-  out.fill(kPoison, s);
+  kernel_io io(n, s);
   const long long cycles = 40'000'000;  // ~20 ms at 2 GHz
-  launch(s, cover(n), spin, in, out, n, cycles);
-  in.close();  // the free is enqueued after the kernel, which still reads `in`
-  EXPECT_FALSE(in.valid());
+  launch(s, cover(n), spin, io.in, io.out, n, cycles);
+  io.in.close();  // the free is enqueued after the kernel, which still reads `in`
+  EXPECT_FALSE(io.in.valid());
   if (!gpu_testing::launches_may_block()) {
     EXPECT_FALSE(s.query()) << "the spin kernel should still run when the buffer is closed";
   }
   // New allocations on the same stream may reuse the memory only after the free: overwrite it.
   buffer scribble(n * sizeof(float), s);
   scribble.fill(kPoison, s);
-  auto result = out.to_vector<float>(s);
-  int bad = 0;
-  for (int i = 0; i < n; ++i) bad += result[i] != 2.0f * host[i];
-  EXPECT_EQ(bad, 0) << "seed " << seed;
+  EXPECT_EQ(mismatches(io.out.to_vector<float>(s), doubled(io.host)), 0) << "seed " << io.seed;
 }
 
 TEST_F(Memory, CloseOnTheStreamThatLastUsesTheBuffer) {
@@ -194,25 +186,17 @@ TEST_F(Memory, CloseOnTheStreamThatLastUsesTheBuffer) {
   device dev(0);
   stream s1(dev);
   const int n = 1 << 16;
-  const auto seed = fresh_seed();
-  auto host = random_values<float>(n, seed);
-  buffer in(n * sizeof(float), s1);
-  buffer out(n * sizeof(float), s1);
-  in.copy_from(host, s1);
-  out.fill(kPoison, s1);
+  kernel_io io(n, s1);
   s1.synchronize();
   event done(dev, {.timing = false});
   {
     stream s2(dev);
-    launch(s2, cover(n), spin, in, out, n, 20'000'000LL);
-    in.close(s2);
+    launch(s2, cover(n), spin, io.in, io.out, n, 20'000'000LL);
+    io.in.close(s2);
     done.record(s2);
   }  // s2's object is gone; its CUstream lives until the free was enqueued
   s1.wait(done);
-  auto result = out.to_vector<float>(s1);
-  int bad = 0;
-  for (int i = 0; i < n; ++i) bad += result[i] != 2.0f * host[i];
-  EXPECT_EQ(bad, 0) << "seed " << seed;
+  EXPECT_EQ(mismatches(io.out.to_vector<float>(s1), doubled(io.host)), 0) << "seed " << io.seed;
 }
 
 TEST_F(Memory, OwnPoolOutlivesItsResourceObject) {
