@@ -46,6 +46,15 @@ std::vector<CUgraphNode> node_list(Get&& get, const char* call) {
   return out;
 }
 
+// The nodes at the other end of `r`'s edges, as `query` lists them (cuGraphNodeGetDependencies
+// or cuGraphNodeGetDependentNodes, without edge data).
+template <class Query>
+std::vector<graph_node> edge_ends(const live_node& r, Query query, const char* call) {
+  return to_nodes(r.graph, node_list([&](CUgraphNode* out,
+                                         std::size_t* n) { return query(r.node, out, nullptr, n); },
+                                     call));
+}
+
 void check_kind(const graph_node& n, graph_node_kind want, const char* what) {
   const graph_node_kind k = n.kind();
   if (k != want) {
@@ -80,22 +89,14 @@ graph_definition graph_node::graph() const {
 
 std::vector<graph_node> graph_node::predecessors() const {
   const auto& r = live(*this);
-  const auto& api = detail::graph_driver();
-  return to_nodes(r.graph, node_list(
-                               [&](CUgraphNode* out, std::size_t* n) {
-                                 return api.cuGraphNodeGetDependencies(r.node, out, nullptr, n);
-                               },
-                               "cuGraphNodeGetDependencies"));
+  return edge_ends(r, detail::graph_driver().cuGraphNodeGetDependencies,
+                   "cuGraphNodeGetDependencies");
 }
 
 std::vector<graph_node> graph_node::successors() const {
   const auto& r = live(*this);
-  const auto& api = detail::graph_driver();
-  return to_nodes(r.graph, node_list(
-                               [&](CUgraphNode* out, std::size_t* n) {
-                                 return api.cuGraphNodeGetDependentNodes(r.node, out, nullptr, n);
-                               },
-                               "cuGraphNodeGetDependentNodes"));
+  return edge_ends(r, detail::graph_driver().cuGraphNodeGetDependentNodes,
+                   "cuGraphNodeGetDependentNodes");
 }
 
 namespace {

@@ -265,13 +265,7 @@ graph_node node_factory<D>::launch_owned(const launch_config& config, const kern
   };
   argument_pointers pointers(args);
   CUDA_KERNEL_NODE_PARAMS p{};
-  p.gridDimX = config.grid.x;
-  p.gridDimY = config.grid.y;
-  p.gridDimZ = config.grid.z;
-  p.blockDimX = config.block.x;
-  p.blockDimY = config.block.y;
-  p.blockDimZ = config.block.z;
-  p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
+  set_launch_extents(p, config);
   p.kernelParams = pointers.data();
   p.func = function;
   return add_prepared_node(

@@ -149,13 +149,7 @@ void launch(stream_ref s, const launch_config& config, const kernel& k,
     a.value.cooperative = 1;
   }
   CUlaunchConfig c{};
-  c.gridDimX = config.grid.x;
-  c.gridDimY = config.grid.y;
-  c.gridDimZ = config.grid.z;
-  c.blockDimX = config.block.x;
-  c.blockDimY = config.block.y;
-  c.blockDimZ = config.block.z;
-  c.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
+  detail::set_launch_extents(c, config);
   c.hStream = s.handle();
   c.attrs = count != 0 ? attributes : nullptr;
   c.numAttrs = count;

@@ -107,6 +107,19 @@ void destroy_in_context(int ordinal, const char* call, Destroy destroy) noexcept
 void check_launch_config(const launch_config& c);
 void check_launch_arguments(const kernel& k, const kernel_arguments& args);
 
+// Copies a launch's extents and dynamic shared memory into the driver's parameters: a
+// CUlaunchConfig for a launch, a CUDA_KERNEL_NODE_PARAMS for a graph kernel node (same fields).
+template <class Params>
+void set_launch_extents(Params& p, const launch_config& config) noexcept {
+  p.gridDimX = config.grid.x;
+  p.gridDimY = config.grid.y;
+  p.gridDimZ = config.grid.z;
+  p.blockDimX = config.block.x;
+  p.blockDimY = config.block.y;
+  p.blockDimZ = config.block.z;
+  p.sharedMemBytes = static_cast<unsigned>(config.shared_memory_bytes);
+}
+
 // The kernelParams array of a launch: on the stack for the usual few arguments.
 class argument_pointers {
  public:
