@@ -175,6 +175,27 @@ void drop_scratch_files(std::vector<observed_input>& inputs) {
   inputs.erase(std::remove_if(inputs.begin(), inputs.end(), about_scratch), inputs.end());
 }
 
+// A call that answers 0 when it found `path` (stat, access, ...): recorded as `call`, and its
+// result handed back to the compiler.
+int path_probe(observed_call call, const char* path, int result) {
+  record_path(call, result == 0, path);
+  return result;
+}
+
+// A call that changes the file system: recorded only when it succeeded (a call that failed changed
+// nothing), and its result handed back to the compiler.
+int file_system_change(const char* function, const char* path, int result) {
+  if (result == 0) record_effect(function, path);
+  return result;
+}
+
+// The mode open() and openat() take after `flags` when those create a file (read only then: the
+// caller passed none otherwise), else 0.
+mode_t creation_mode(int flags, va_list ap) {
+  if ((flags & O_CREAT) == 0 && (flags & O_TMPFILE) != O_TMPFILE) return 0;
+  return static_cast<mode_t>(va_arg(ap, int));
+}
+
 bool fopen_writes(const char* mode) {
   return mode != nullptr && std::strpbrk(mode, "wa+") != nullptr;
 }
@@ -213,13 +234,10 @@ FILE* freopen_(const char* path, const char* mode, FILE* stream) {
 }
 
 int open_(const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = static_cast<mode_t>(va_arg(ap, int));
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = creation_mode(flags, ap);
+  va_end(ap);
   // O_CREAT alone on a file that exists creates nothing: NVRTC 13.3+ opens its bundled headers'
   // .nvrtc_install.lock so, to flock it (traced: no write). Observed as an open, not an effect.
   const bool lock_style = (flags & (O_CREAT | O_TRUNC | O_APPEND | O_EXCL)) == O_CREAT &&
@@ -237,13 +255,10 @@ int open_(const char* path, int flags, ...) {
 }
 
 int openat_(int dirfd, const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = static_cast<mode_t>(va_arg(ap, int));
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = creation_mode(flags, ap);
+  va_end(ap);
   const int fd = ::openat(dirfd, path, flags, mode);
   const bool from_descriptor = dirfd != AT_FDCWD && path != nullptr && path[0] != '/';
   if (open_writes(flags) || from_descriptor) {
@@ -266,15 +281,11 @@ int creat_(const char* path, mode_t mode) {
 }
 
 int stat_(const char* path, struct stat* buf) {
-  const int r = ::stat(path, buf);
-  record_path(observed_call::stat, r == 0, path);
-  return r;
+  return path_probe(observed_call::stat, path, ::stat(path, buf));
 }
 
 int lstat_(const char* path, struct stat* buf) {
-  const int r = ::lstat(path, buf);
-  record_path(observed_call::lstat, r == 0, path);
-  return r;
+  return path_probe(observed_call::lstat, path, ::lstat(path, buf));
 }
 
 // glibc before 2.33 exported stat and lstat as these (the compilers are built against such a
@@ -301,15 +312,11 @@ int fxstatat_(int, int dirfd, const char* path, struct stat* buf, int flags) {
 }
 
 int access_(const char* path, int mode) {
-  const int r = ::access(path, mode);
-  record_path(observed_call::stat, r == 0, path);
-  return r;
+  return path_probe(observed_call::stat, path, ::access(path, mode));
 }
 
 int statfs_(const char* path, struct statfs* buf) {
-  const int r = ::statfs(path, buf);
-  record_path(observed_call::stat, r == 0, path);
-  return r;
+  return path_probe(observed_call::stat, path, ::statfs(path, buf));
 }
 
 DIR* opendir_(const char* path) {
@@ -361,34 +368,22 @@ char* ctime_r_(const time_t* t, char* buf) {
 }
 
 int chdir_(const char* path) {
-  const int r = ::chdir(path);
-  if (r == 0) record_effect("chdir", path);  // a call that failed changed nothing
-  return r;
+  return file_system_change("chdir", path, ::chdir(path));
 }
 int mkdir_(const char* path, mode_t mode) {
-  const int r = ::mkdir(path, mode);
-  if (r == 0) record_effect("mkdir", path);  // a call that failed changed nothing
-  return r;
+  return file_system_change("mkdir", path, ::mkdir(path, mode));
 }
 int unlink_(const char* path) {
-  const int r = ::unlink(path);
-  if (r == 0) record_effect("unlink", path);  // a call that failed changed nothing
-  return r;
+  return file_system_change("unlink", path, ::unlink(path));
 }
 int remove_(const char* path) {
-  const int r = std::remove(path);
-  if (r == 0) record_effect("remove", path);  // a call that failed changed nothing
-  return r;
+  return file_system_change("remove", path, std::remove(path));
 }
 int rmdir_(const char* path) {
-  const int r = ::rmdir(path);
-  if (r == 0) record_effect("rmdir", path);  // a call that failed changed nothing
-  return r;
+  return file_system_change("rmdir", path, ::rmdir(path));
 }
 int rename_(const char* from, const char* to) {
-  const int r = std::rename(from, to);
-  if (r == 0) record_effect("rename", from);
-  return r;
+  return file_system_change("rename", from, std::rename(from, to));
 }
 int mkstemp_(char* templ) {
   const int fd = ::mkstemp(templ);
