@@ -176,6 +176,24 @@ bool replace_file(const std::filesystem::path& file, std::string_view bytes,
   return true;
 }
 
+void put_identity(record_writer& w, const header_identity& id) {
+  w.u64(id.dev);
+  w.u64(id.ino);
+  w.u64(id.size);
+  w.u64(static_cast<std::uint64_t>(id.mtime_ns));
+  w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+}
+
+header_identity get_identity(record_reader& r) {
+  header_identity id;
+  id.dev = r.u64();
+  id.ino = r.u64();
+  id.size = r.u64();
+  id.mtime_ns = static_cast<std::int64_t>(r.u64());
+  id.ctime_ns = static_cast<std::int64_t>(r.u64());
+  return id;
+}
+
 std::uint64_t checksum_of(std::string_view bytes) {
   return xxh3_64(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), {});
 }
@@ -211,12 +229,7 @@ void parse_memo(std::string_view data, memo_map& into) {
   memo_map parsed;
   for (std::uint64_t i = 0; i < count && r.ok(); ++i) {
     std::string path = r.str();
-    header_identity id;
-    id.dev = r.u64();
-    id.ino = r.u64();
-    id.size = r.u64();
-    id.mtime_ns = static_cast<std::int64_t>(r.u64());
-    id.ctime_ns = static_cast<std::int64_t>(r.u64());
+    const header_identity id = get_identity(r);
     auto file = std::make_shared<scanned_file>();
     r.raw(file->digest.data(), file->digest.size());
     file->size = r.u64();
@@ -296,11 +309,7 @@ std::string serialize_memo(const memo_map& records) {
   for (const auto& [path, rec] : records) {
     const auto& [id, file] = rec;
     w.str(path);
-    w.u64(id.dev);
-    w.u64(id.ino);
-    w.u64(id.size);
-    w.u64(static_cast<std::uint64_t>(id.mtime_ns));
-    w.u64(static_cast<std::uint64_t>(id.ctime_ns));
+    put_identity(w, id);
     w.raw(file->digest.data(), file->digest.size());
     w.u64(file->size);
     w.u32(static_cast<std::uint32_t>(file->scan.references.size()));

@@ -233,6 +233,10 @@ class record_reader {
   bool ok_ = true;
 };
 
+// A file identity in the memo's and the manifests' records.
+void put_identity(record_writer& w, const header_identity& id);
+header_identity get_identity(record_reader& r);
+
 // Everything left to read from `fd` (which stays open); false on a read error.
 bool read_all(int fd, std::string& data);
 // Writes `bytes` to a temp file (mode 0600, or `mode`) beside `file` and renames it over `file`

@@ -66,6 +66,24 @@ Probe probe_loaded(compiler_version_memo& memo, std::string_view name,
   return probe;
 }
 
+// A compiler's version (NVRTC's, libNVVM's): once this process has loaded the library, the loaded
+// one's, with no path search; before, the memo's record for the file the loader would open, else
+// the installed probe's answer (remembered only when the library it loaded is that very file).
+template <class Api>
+version_probe library_version(compiler_version_memo& memo, std::string_view name,
+                              toolkit::library lib, const library_table<Api>* loaded,
+                              const library_table<Api>& (*table)(), version_probe (*ask)()) {
+  if (loaded != nullptr)
+    return probe_loaded<version_probe>(memo, name, loaded_identity(loaded), ask);
+  const auto file = located(lib);
+  if (file) {
+    if (auto value = memo.lookup(name, *file)) return {true, *value};
+  }
+  version_probe probe = ask();
+  if (probe.ok && file && loaded_from(table(), *file)) memo.remember(name, *file, probe.value);
+  return probe;
+}
+
 }  // namespace
 
 std::string nvrtc_library_directory() {
@@ -102,35 +120,13 @@ memoized_compiler_probes::memoized_compiler_probes(std::filesystem::path memo_fi
 version_probe memoized_compiler_probes::nvrtc() const {
   // Once this process has loaded NVRTC, that library compiles: its identity, not the file the
   // search would find now (which may have been replaced), and no path search per key.
-  if (const auto* loaded = nvrtc_table_if_loaded()) {
-    return probe_loaded<version_probe>(memo_, "nvrtc", loaded_identity(loaded),
-                                       [] { return installed_compiler_probes().nvrtc(); });
-  }
-  const auto file = located(toolkit::library::nvrtc);
-  if (file) {
-    if (auto value = memo_.lookup("nvrtc", *file)) return {true, *value};
-  }
-  version_probe probe = installed_compiler_probes().nvrtc();
-  if (probe.ok && file && loaded_from(nvrtc_table(), *file)) {
-    memo_.remember("nvrtc", *file, probe.value);
-  }
-  return probe;
+  return library_version(memo_, "nvrtc", toolkit::library::nvrtc, nvrtc_table_if_loaded(),
+                         &nvrtc_table, [] { return installed_compiler_probes().nvrtc(); });
 }
 
 version_probe memoized_compiler_probes::nvvm() const {
-  if (const auto* loaded = nvvm_table_if_loaded()) {
-    return probe_loaded<version_probe>(memo_, "nvvm", loaded_identity(loaded),
-                                       [] { return installed_compiler_probes().nvvm(); });
-  }
-  const auto file = located(toolkit::library::nvvm);
-  if (file) {
-    if (auto value = memo_.lookup("nvvm", *file)) return {true, *value};
-  }
-  version_probe probe = installed_compiler_probes().nvvm();
-  if (probe.ok && file && loaded_from(nvvm_table(), *file)) {
-    memo_.remember("nvvm", *file, probe.value);
-  }
-  return probe;
+  return library_version(memo_, "nvvm", toolkit::library::nvvm, nvvm_table_if_loaded(), &nvvm_table,
+                         [] { return installed_compiler_probes().nvvm(); });
 }
 
 linker_probe memoized_compiler_probes::linker() const {

@@ -335,24 +335,6 @@ std::optional<manifest_location> manifest_for(const std::filesystem::path& memo,
 
 namespace {
 
-void put_identity(record_writer& w, const header_identity& id) {
-  w.u64(id.dev);
-  w.u64(id.ino);
-  w.u64(id.size);
-  w.u64(static_cast<std::uint64_t>(id.mtime_ns));
-  w.u64(static_cast<std::uint64_t>(id.ctime_ns));
-}
-
-header_identity get_identity(record_reader& r) {
-  header_identity id;
-  id.dev = r.u64();
-  id.ino = r.u64();
-  id.size = r.u64();
-  id.mtime_ns = static_cast<std::int64_t>(r.u64());
-  id.ctime_ns = static_cast<std::int64_t>(r.u64());
-  return id;
-}
-
 constexpr std::uint8_t kCheckListing = 1;
 constexpr std::uint8_t kCheckRegular = 2;
 constexpr std::uint8_t kCheckLink = 4;
