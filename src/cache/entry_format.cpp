@@ -17,11 +17,13 @@ class writer {
  public:
   explicit writer(std::size_t size) : out_(size) {}
   void u8(std::uint8_t v) { out_[pos_++] = static_cast<std::byte>(v); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) out_[pos_++] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  }
-  void u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_[pos_++] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  void u32(std::uint32_t v) { little_endian(v); }
+  void u64(std::uint64_t v) { little_endian(v); }
+  template <class Unsigned>
+  void little_endian(Unsigned v) {
+    for (std::size_t i = 0; i < sizeof v; ++i) {
+      out_[pos_++] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+    }
   }
   void raw(std::span<const std::byte> bytes) {
     if (!bytes.empty()) std::memcpy(out_.data() + pos_, bytes.data(), bytes.size());
@@ -53,18 +55,15 @@ class reader {
     v = static_cast<std::uint8_t>(data_[pos_++]);
     return true;
   }
-  bool u32(std::uint32_t& v) {
-    if (remaining() < 4) return false;
+  bool u32(std::uint32_t& v) { return little_endian(v); }
+  bool u64(std::uint64_t& v) { return little_endian(v); }
+  template <class Unsigned>
+  bool little_endian(Unsigned& v) {
+    if (remaining() < sizeof v) return false;
     v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(data_[pos_ + i]) << (8 * i);
-    pos_ += 4;
-    return true;
-  }
-  bool u64(std::uint64_t& v) {
-    if (remaining() < 8) return false;
-    v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(data_[pos_ + i]) << (8 * i);
-    pos_ += 8;
+    for (std::size_t i = 0; i < sizeof v; ++i)
+      v |= static_cast<Unsigned>(data_[pos_ + i]) << (8 * i);
+    pos_ += sizeof v;
     return true;
   }
   bool bytes(std::size_t n, std::span<const std::byte>& out) {

@@ -64,29 +64,28 @@ struct remote_tier {
   std::unique_ptr<program_cache> (*open)(std::string_view url, bool read_only);
 };
 
+// A remote tier's cache at `url`, with its other options left at their defaults.
+template <class Cache, class Options>
+std::unique_ptr<program_cache> open_remote(std::string_view url, bool read_only) {
+  Options options;
+  options.url = std::string(url);
+  options.read_only = read_only;
+  return std::make_unique<Cache>(std::move(options));
+}
+
 const std::array<remote_tier, 2> kRemoteTiers = {{
     {"redis",
      {"redis", "rediss"},
      "redis://HOST[:PORT][/DB]",
      [](std::string_view url) { (void)parse_redis_url(url); },
      &redact_redis_url,
-     [](std::string_view url, bool read_only) -> std::unique_ptr<program_cache> {
-       redis_cache_options options;
-       options.url = std::string(url);
-       options.read_only = read_only;
-       return std::make_unique<redis_program_cache>(std::move(options));
-     }},
+     &open_remote<redis_program_cache, redis_cache_options>},
     {"http",
      {"http", "https"},
      "http[s]://HOST[:PORT]/PATH",
      [](std::string_view url) { (void)parse_http_url(url); },
      &redact_http_url,
-     [](std::string_view url, bool read_only) -> std::unique_ptr<program_cache> {
-       http_cache_options options;
-       options.url = std::string(url);
-       options.read_only = read_only;
-       return std::make_unique<http_program_cache>(std::move(options));
-     }},
+     &open_remote<http_program_cache, http_cache_options>},
 }};
 
 // The remote tier whose scheme `scheme` is (any case), or nullptr.

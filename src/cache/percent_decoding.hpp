@@ -1,5 +1,6 @@
 #pragma once
-// RFC 3986 percent-decoding for the remote tiers' URLs (Redis, HTTP): each tier says what is wrong.
+// RFC 3986 percent-decoding and the authority's host and port, for the remote tiers' URLs (Redis,
+// HTTP): each tier says what is wrong.
 
 #include <optional>
 #include <string>
@@ -50,6 +51,37 @@ std::pair<std::string, std::string> decode_userinfo(std::string_view userinfo,
   if (colon == std::string_view::npos) bad_url(std::string(no_colon));
   return {percent_decode(userinfo.substr(0, colon), "user name", bad_url),
           percent_decode(userinfo.substr(colon + 1), "password", bad_url)};
+}
+
+// A URL's HOST[:PORT] or [IPV6][:PORT]: the host as written (an IPv6 address in its brackets) and
+// the port's text (empty without one), checked only for their form.
+struct host_and_port {
+  std::string_view host;
+  std::string_view port;
+};
+template <class BadUrl>
+host_and_port split_host_port(std::string_view authority, BadUrl&& bad_url) {
+  host_and_port out;
+  if (authority.starts_with('[')) {  // [IPv6]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) bad_url("the IPv6 address has no closing ']'");
+    out.host = authority.substr(0, close + 1);
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') bad_url("expected ':PORT' after the IPv6 address");
+      out.port = after.substr(1);
+      if (out.port.empty()) bad_url("the port after ':' is empty");
+    }
+    if (close <= 1) bad_url("it names no host");
+  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
+    out.host = authority.substr(0, colon);
+    out.port = authority.substr(colon + 1);
+    if (out.port.empty()) bad_url("the port after ':' is empty");
+  } else {
+    out.host = authority;
+  }
+  if (out.host.empty()) bad_url("it names no host");
+  return out;
 }
 
 }  // namespace cucore::detail

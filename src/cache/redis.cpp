@@ -124,25 +124,10 @@ redis_url parse_redis_url(std::string_view url) {
     hostport = rest.substr(0, slash);
     path = rest.substr(slash + 1);
   }
-  std::string_view port_text;
-  if (hostport.starts_with('[')) {  // [IPv6]:port
-    const auto close = hostport.find(']');
-    if (close == std::string_view::npos) bad_url(url, "the IPv6 address has no closing ']'");
-    out.host = std::string(hostport.substr(1, close - 1));
-    const std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') bad_url(url, "expected ':PORT' after the IPv6 address");
-      port_text = after.substr(1);
-      if (port_text.empty()) bad_url(url, "the port after ':' is empty");
-    }
-  } else if (const auto colon = hostport.rfind(':'); colon != std::string_view::npos) {
-    out.host = std::string(hostport.substr(0, colon));
-    port_text = hostport.substr(colon + 1);
-    if (port_text.empty()) bad_url(url, "the port after ':' is empty");
-  } else {
-    out.host = std::string(hostport);
-  }
-  if (out.host.empty()) bad_url(url, "it names no host");
+  const auto [host, port_text] =
+      detail::split_host_port(hostport, [&](const std::string& what) { bad_url(url, what); });
+  // An IPv6 address without its brackets.
+  out.host = std::string(host.starts_with('[') ? host.substr(1, host.size() - 2) : host);
   for (char c : out.host) {
     if (std::isspace(static_cast<unsigned char>(c)) || c == '#' || c == '@') {
       bad_url(url, "the host \"" + out.host + "\" is not a host name or address");

@@ -14,26 +14,28 @@
 namespace cucore::detail::trust {
 namespace {
 
-std::string user_name(uid_t uid) {
-  std::string out = "uid " + std::to_string(uid);
+// "uid 1000 (alice)": the id, and its name where the system knows one. `lookup` is getpwuid_r or
+// getgrgid_r, `name` the entry's name field.
+template <class Id, class Entry>
+std::string account_name(const char* kind, Id id,
+                         int (*lookup)(Id, Entry*, char*, std::size_t, Entry**),
+                         char* Entry::*name) {
+  std::string out = std::string(kind) + " " + std::to_string(id);
   std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    out += std::string(" (") + found->pw_name + ")";
+  Entry entry{};
+  Entry* found = nullptr;
+  if (lookup(id, &entry, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    out += std::string(" (") + found->*name + ")";
   }
   return out;
 }
 
+std::string user_name(uid_t uid) {
+  return account_name("uid", uid, &::getpwuid_r, &passwd::pw_name);
+}
+
 std::string group_name(gid_t gid) {
-  std::string out = "gid " + std::to_string(gid);
-  std::vector<char> buf(16384);
-  group gr{};
-  group* found = nullptr;
-  if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    out += std::string(" (") + found->gr_name + ")";
-  }
-  return out;
+  return account_name("gid", gid, &::getgrgid_r, &group::gr_name);
 }
 
 std::string octal(mode_t mode) {

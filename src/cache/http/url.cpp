@@ -188,26 +188,9 @@ http_url parse_http_url(std::string_view url) {
         [&](const std::string& what) { bad_url(url, what); });
     authority = authority.substr(at + 1);
   }
-  std::string_view port_text;
-  if (authority.starts_with('[')) {  // [IPv6]:port
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) bad_url(url, "the IPv6 address has no closing ']'");
-    out.host = std::string(authority.substr(0, close + 1));
-    const std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') bad_url(url, "expected ':PORT' after the IPv6 address");
-      port_text = after.substr(1);
-      if (port_text.empty()) bad_url(url, "the port after ':' is empty");
-    }
-    if (close <= 1) bad_url(url, "it names no host");
-  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
-    out.host = std::string(authority.substr(0, colon));
-    port_text = authority.substr(colon + 1);
-    if (port_text.empty()) bad_url(url, "the port after ':' is empty");
-  } else {
-    out.host = std::string(authority);
-  }
-  if (out.host.empty()) bad_url(url, "it names no host");
+  const auto [host, port_text] =
+      detail::split_host_port(authority, [&](const std::string& what) { bad_url(url, what); });
+  out.host = std::string(host);  // an IPv6 address in its brackets
   for (char c : out.host) {
     const auto u = static_cast<unsigned char>(c);
     if (u <= 32 || u == 127 || c == '#' || c == '?' || c == '@' || c == '%' || c == '\\') {
