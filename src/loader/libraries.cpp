@@ -73,21 +73,27 @@ void optional_symbol(const Api& api, Fn& out, const char* name) {
   out = reinterpret_cast<Fn>(plain_symbol(*api.library, name));
 }
 
-library_table<nvrtc_api> load_nvrtc() {
+// A compiler library (NVRTC, nvJitLink, libNVVM): its entry points found by name, and what its
+// compiles read observed (observe/compiler_observer.hpp) under `observed_as`.
+template <class Api, class Fill>
+library_table<Api> load_compiler(toolkit::library lib, const char* observed_as, Fill fill) {
   // What the compilers' variables were as a compiler first read them (some are read once).
   note_compiler_environment_at_load();
-  const library_spec& spec = library_spec_of(toolkit::library::nvrtc);
-  auto table = load<nvrtc_api>(
-      toolkit::library::nvrtc, spec,
-      [](const nvrtc_api& api, const char* name) { return plain_symbol(*api.library, name); },
-      [](nvrtc_api& api, auto&& sym) {
+  auto table = load<Api>(
+      lib, library_spec_of(lib),
+      [](const Api& api, const char* name) { return plain_symbol(*api.library, name); }, fill);
+  if (table.api) observe_compiler_library(table.api->library->handle(), observed_as);
+  return table;
+}
+
+library_table<nvrtc_api> load_nvrtc() {
+  auto table =
+      load_compiler<nvrtc_api>(toolkit::library::nvrtc, "NVRTC", [](nvrtc_api& api, auto&& sym) {
 #define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
         CUCORE_NVRTC_FUNCTIONS(CUCORE_FILL)
 #undef CUCORE_FILL
       });
   if (table.api) {
-    // What its compiles read is observed (observe/compiler_observer.hpp).
-    observe_compiler_library(table.api->library->handle(), "NVRTC");
     auto& v = table.api->nvrtc_version;
     nvrtcResult r = table.api->nvrtcVersion(&v.major, &v.minor);
     if (r != NVRTC_SUCCESS) {
@@ -116,20 +122,13 @@ library_table<nvrtc_api> load_nvrtc() {
 }
 
 library_table<nvjitlink_api> load_nvjitlink() {
-  // What the compilers' variables were as a compiler first read them (some are read once).
-  note_compiler_environment_at_load();
-  const library_spec& spec = library_spec_of(toolkit::library::nvjitlink);
-  auto table = load<nvjitlink_api>(
-      toolkit::library::nvjitlink, spec,
-      [](const nvjitlink_api& api, const char* name) { return plain_symbol(*api.library, name); },
-      [](nvjitlink_api& api, auto&& sym) {
+  auto table = load_compiler<nvjitlink_api>(toolkit::library::nvjitlink, "nvJitLink",
+                                            [](nvjitlink_api& api, auto&& sym) {
 #define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
-        CUCORE_NVJITLINK_FUNCTIONS(CUCORE_FILL)
+                                              CUCORE_NVJITLINK_FUNCTIONS(CUCORE_FILL)
 #undef CUCORE_FILL
-      });
+                                            });
   if (table.api) {
-    // What its compiles read is observed (observe/compiler_observer.hpp).
-    observe_compiler_library(table.api->library->handle(), "nvJitLink");
     auto& v = table.api->nvjitlink_version;
     unsigned major = 0;
     unsigned minor = 0;
@@ -146,20 +145,13 @@ library_table<nvjitlink_api> load_nvjitlink() {
 }
 
 library_table<nvvm_api> load_nvvm() {
-  // What the compilers' variables were as a compiler first read them (some are read once).
-  note_compiler_environment_at_load();
-  const library_spec& spec = library_spec_of(toolkit::library::nvvm);
-  auto table = load<nvvm_api>(
-      toolkit::library::nvvm, spec,
-      [](const nvvm_api& api, const char* name) { return plain_symbol(*api.library, name); },
-      [](nvvm_api& api, auto&& sym) {
+  auto table =
+      load_compiler<nvvm_api>(toolkit::library::nvvm, "libNVVM", [](nvvm_api& api, auto&& sym) {
 #define CUCORE_FILL(name) api.name = reinterpret_cast<decltype(api.name)>(sym(#name));
         CUCORE_NVVM_FUNCTIONS(CUCORE_FILL)
 #undef CUCORE_FILL
       });
   if (table.api) {
-    // What its compiles read is observed (observe/compiler_observer.hpp).
-    observe_compiler_library(table.api->library->handle(), "libNVVM");
     auto& v = table.api->versions;
     if (table.api->nvvmVersion(&v.library.major, &v.library.minor) != NVVM_SUCCESS ||
         table.api->nvvmIRVersion(&v.ir.major, &v.ir.minor, &v.debug_metadata.major,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/hex.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/cache/recompile.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -19,17 +20,6 @@ namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string hex_of(std::span<const std::byte> bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const std::byte b : bytes) {
-    out += digits[std::to_integer<unsigned>(b) >> 4];
-    out += digits[std::to_integer<unsigned>(b) & 15];
-  }
-  return out;
-}
 
 // The fresh compile of a recipe, as verify mode replays a hit: in this process, uncached, without
 // the compile server or automatic PCH (an image made earlier could carry what the entry carries),
@@ -121,7 +111,7 @@ recompile_report verify_by_recompiling(program_cache& cache, const recompile_opt
   std::set<std::string> listed;
   if (options.progress) options.progress(0, entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::string hex = hex_of(entries[i].key);
+    const std::string hex = detail::to_hex(entries[i].key);
     listed.insert(hex);
     const auto done = [&] {
       if (options.progress) options.progress(i + 1, entries.size());
