@@ -62,25 +62,19 @@ std::optional<object_code> cache_get(program_cache& cache, nb::handle key) {
 }
 
 nb::dict stats_dict(const cache_stats& s) {
-  nb::dict d;
-  d["hits"] = s.hits;
-  d["misses"] = s.misses;
-  d["puts"] = s.puts;
-  d["evictions"] = s.evictions;
-  d["corrupt_dropped"] = s.corrupt_dropped;
-  d["errors"] = s.errors;
-  return d;
+  return counts_dict({{"hits", s.hits},
+                      {"misses", s.misses},
+                      {"puts", s.puts},
+                      {"evictions", s.evictions},
+                      {"corrupt_dropped", s.corrupt_dropped},
+                      {"errors", s.errors}});
 }
 
 // The cache's persistent statistics (cucore/cache/statistics.hpp) as a dict, or None.
 nb::object persistent_stats_of(const program_cache& c) {
   const std::shared_ptr<cache_statistics> store = c.statistics();
   if (!store) return nb::none();
-  persistent_cache_stats p;
-  {
-    nb::gil_scoped_release release;
-    p = store->read();
-  }
+  const persistent_cache_stats p = without_gil([&] { return store->read(); });
   nb::dict d;
   d["directory"] = store->directory().string();
   d["local"] = stats_dict(p.local);
@@ -259,12 +253,7 @@ void bind_caches(nb::module_& m) {
           "__delitem__",
           [](program_cache& c, nb::handle key) {
             const std::string k = key_bytes(key);
-            bool erased;
-            {
-              nb::gil_scoped_release release;
-              erased = c.erase(cache_key_ref(k));
-            }
-            if (!erased) raise_key_error(key);
+            if (!without_gil([&] { return c.erase(cache_key_ref(k)); })) raise_key_error(key);
           },
           nb::sig("def __delitem__(self, key: bytes | str, /) -> None"), "key"_a)
       .def("__contains__",
@@ -320,17 +309,12 @@ void bind_caches(nb::module_& m) {
       .def(
           "verify",
           [](program_cache& c, bool remove_bad) {
-            cache_verify_report r;
-            {
-              nb::gil_scoped_release release;
-              r = c.verify(remove_bad);
-            }
-            nb::dict d;
-            d["entries"] = r.entries;
-            d["ok"] = r.ok;
-            d["corrupt"] = r.corrupt;
-            d["removed"] = r.removed;
-            d["moved_aside"] = r.moved_aside;
+            const cache_verify_report r = without_gil([&] { return c.verify(remove_bad); });
+            nb::dict d = counts_dict({{"entries", r.entries},
+                                      {"ok", r.ok},
+                                      {"corrupt", r.corrupt},
+                                      {"removed", r.removed},
+                                      {"moved_aside", r.moved_aside}});
             d["notes"] = r.notes;
             return d;
           },
@@ -488,13 +472,12 @@ void bind_caches(nb::module_& m) {
           "tier_stats",
           [](const tiered_program_cache& c) {
             const tiered_cache_stats s = c.tier_stats();
-            nb::dict d;
-            d["local_hits"] = s.local_hits;
-            d["remote_hits"] = s.remote_hits;
-            d["misses"] = s.misses;
-            d["remote_errors"] = s.remote_errors;
-            d["remote_puts_dropped"] = s.remote_puts_dropped;
-            d["remote_puts_pending"] = s.remote_puts_pending;
+            nb::dict d = counts_dict({{"local_hits", s.local_hits},
+                                      {"remote_hits", s.remote_hits},
+                                      {"misses", s.misses},
+                                      {"remote_errors", s.remote_errors},
+                                      {"remote_puts_dropped", s.remote_puts_dropped},
+                                      {"remote_puts_pending", s.remote_puts_pending}});
             d["local"] = stats_dict(s.local);
             d["remote"] = stats_dict(s.remote);
             return d;

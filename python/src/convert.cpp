@@ -422,4 +422,10 @@ nb::bytes to_bytes(std::span<const std::byte> bytes) {
   return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+nb::dict counts_dict(std::initializer_list<std::pair<const char*, std::uint64_t>> counts) {
+  nb::dict d;
+  for (const auto& [name, count] : counts) d[name] = count;
+  return d;
+}
+
 }  // namespace cucore::python

@@ -3,8 +3,11 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cucore/object_code.hpp"
@@ -56,5 +59,16 @@ object_code object_code_from(nb::handle value);
 
 // Python bytes holding a copy of `bytes`.
 nb::bytes to_bytes(std::span<const std::byte> bytes);
+
+// A report's counts as the dict[str, int] the bindings return, in the order given.
+nb::dict counts_dict(std::initializer_list<std::pair<const char*, std::uint64_t>> counts);
+
+// What `call` returns, called with the GIL released: for library calls that do no Python and may
+// take long (disk, network), so that other Python threads run meanwhile.
+template <class Call>
+auto without_gil(Call&& call) {
+  nb::gil_scoped_release release;
+  return call();
+}
 
 }  // namespace cucore::python

@@ -85,18 +85,13 @@ void bind_packs(nb::module_& m) {
         }
         selection.since = since_of(since);
         selection.match = std::move(match);
-        pack_export_result r;
-        {
-          nb::gil_scoped_release release;
-          r = export_pack(from, path, selection, progress_bar(quiet));
-        }
-        nb::dict d;
-        d["entries"] = r.entries;
-        d["skipped"] = r.skipped;
-        d["with_compiler_identity"] = r.with_compiler_identity;
-        d["code_bytes"] = r.code_bytes;
-        d["pack_bytes"] = r.file_bytes;
-        return d;
+        const pack_export_result r =
+            without_gil([&] { return export_pack(from, path, selection, progress_bar(quiet)); });
+        return counts_dict({{"entries", r.entries},
+                            {"skipped", r.skipped},
+                            {"with_compiler_identity", r.with_compiler_identity},
+                            {"code_bytes", r.code_bytes},
+                            {"pack_bytes", r.file_bytes}});
       },
       nb::sig("def export_pack(cache: ProgramCache, path: str | os.PathLike[str], *, keys: "
               "collections.abc.Iterable[bytes | str] | None = None, since: datetime.datetime | "
@@ -113,17 +108,12 @@ void bind_packs(nb::module_& m) {
       "import_pack",
       [](nb::handle cache, const std::filesystem::path& path, bool quiet) {
         program_cache& into = native_cache(cache);
-        pack_import_result r;
-        {
-          nb::gil_scoped_release release;
-          r = import_pack(into, path, progress_bar(quiet));
-        }
-        nb::dict d;
-        d["entries"] = r.entries;
-        d["added"] = r.added;
-        d["already_present"] = r.already_present;
-        d["bytes_added"] = r.bytes_added;
-        return d;
+        const pack_import_result r =
+            without_gil([&] { return import_pack(into, path, progress_bar(quiet)); });
+        return counts_dict({{"entries", r.entries},
+                            {"added", r.added},
+                            {"already_present", r.already_present},
+                            {"bytes_added", r.bytes_added}});
       },
       nb::sig("def import_pack(cache: ProgramCache, path: str | os.PathLike[str], *, quiet: bool "
               "= True) -> dict[str, int]"),
@@ -135,16 +125,11 @@ void bind_packs(nb::module_& m) {
   m.def(
       "verify_pack",
       [](const std::filesystem::path& path) {
-        pack_info info;
-        {
-          nb::gil_scoped_release release;
-          info = verify_pack(path);
-        }
-        nb::dict d;
-        d["entries"] = info.entries;
-        d["code_bytes"] = info.code_bytes;
-        d["pack_bytes"] = info.file_bytes;
-        d["format_version"] = info.format_version;
+        const pack_info info = without_gil([&] { return verify_pack(path); });
+        nb::dict d = counts_dict({{"entries", info.entries},
+                                  {"code_bytes", info.code_bytes},
+                                  {"pack_bytes", info.file_bytes},
+                                  {"format_version", info.format_version}});
         d["cucore_version"] = info.cucore_version;
         d["created"] =
             std::chrono::duration_cast<std::chrono::seconds>(info.created.time_since_epoch())
