@@ -19,6 +19,7 @@
 #include "cucore/cache/pack.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "json_output.hpp"
+#include "text_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -28,44 +29,32 @@ namespace {
 // at the end.
 class progress_bar {
  public:
-  explicit progress_bar(bool on) : on_(on && ::isatty(STDERR_FILENO) == 1) {}
-  ~progress_bar() {
-    if (shown_) std::cerr << "\r\033[K" << std::flush;
-  }
-  progress_bar(const progress_bar&) = delete;
-  progress_bar& operator=(const progress_bar&) = delete;
+  explicit progress_bar(bool on) : line_(on) {}
 
   pack_progress_callback callback() {
-    if (!on_) return {};
+    if (!line_.on()) return {};
     return [this](const pack_progress& p) { show(p); };
   }
 
  private:
   static std::string mib(std::uint64_t bytes) {
-    char buffer[32];
-    auto [end, ec] =
-        std::to_chars(buffer, buffer + sizeof buffer,
-                      static_cast<double>(bytes) / (1024.0 * 1024.0), std::chars_format::fixed, 1);
-    return std::string(buffer, ec == std::errc() ? end : buffer);
+    return one_decimal(static_cast<double>(bytes) / (1024.0 * 1024.0));
   }
   void show(const pack_progress& p) {
     const auto now = std::chrono::steady_clock::now();
-    if (shown_ && p.done != p.total && now - last_ < std::chrono::milliseconds(100)) return;
+    if (line_.shown() && p.done != p.total && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
     constexpr std::size_t width = 24;
     const std::size_t filled = p.total == 0 ? width : width * p.done / p.total;
     const char* what = p.what == pack_progress::stage::exporting   ? "exporting"
                        : p.what == pack_progress::stage::verifying ? "verifying"
                                                                    : "importing";
-    std::cerr << "\r" << what << " [" << std::string(filled, '#')
-              << std::string(width - filled, '-') << "] " << p.done << "/" << p.total
-              << " entries  " << mib(p.bytes_done)
-              << (p.bytes_total != 0 ? "/" + mib(p.bytes_total) : std::string()) << " MiB\033[K"
-              << std::flush;
-    shown_ = true;
+    line_.show(std::string(what) + " [" + std::string(filled, '#') +
+               std::string(width - filled, '-') + "] " + std::to_string(p.done) + "/" +
+               std::to_string(p.total) + " entries  " + mib(p.bytes_done) +
+               (p.bytes_total != 0 ? "/" + mib(p.bytes_total) : std::string()) + " MiB");
   }
-  bool on_;
-  bool shown_ = false;
+  status_line line_;
   std::chrono::steady_clock::time_point last_{};
 };
 
@@ -101,10 +90,6 @@ std::chrono::system_clock::time_point parse_since(const std::string& text) {
   throw usage_error("--since " + text +
                     ": not a time: write a UTC date or time (2025-01-31, 2025-01-31T12:00:00Z) or "
                     "an age (7d, 12h, 30m, 45s)");
-}
-
-std::string plural(std::size_t n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 }  // namespace

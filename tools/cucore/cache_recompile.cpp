@@ -1,46 +1,15 @@
 // cucore cache verify --recompile (cache_recompile.hpp).
 #include "cache_recompile.hpp"
 
-#include <unistd.h>
-
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "cache_spec.hpp"
 #include "cucore/cache/recompile.hpp"
+#include "text_output.hpp"
 
 namespace cucore::cli {
-
-namespace {
-
-// "recompiling 3/10" on stderr, rewritten in place: only on a terminal (scripts and logs get
-// nothing), and cleared at the end.
-class progress_line {
- public:
-  explicit progress_line(bool on) : on_(on && ::isatty(STDERR_FILENO) == 1) {}
-  ~progress_line() {
-    if (shown_) std::cerr << "\r\033[K" << std::flush;
-  }
-  progress_line(const progress_line&) = delete;
-  progress_line& operator=(const progress_line&) = delete;
-
-  void operator()(std::size_t done, std::size_t total) {
-    if (!on_ || total == 0) return;
-    std::cerr << "\rrecompiling entries: " << done << "/" << total << "\033[K" << std::flush;
-    shown_ = true;
-  }
-
- private:
-  bool on_;
-  bool shown_ = false;
-};
-
-std::string plural(std::size_t n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
-}  // namespace
 
 json recompile_verify(program_cache& cache, const arguments& args, bool& stale) {
   const bool as_json = args.has("--json");
@@ -49,10 +18,15 @@ json recompile_verify(program_cache& cache, const arguments& args, bool& stale) 
       open_cache(cache_spec_from(args), args, std::optional<bool>(false));
   recompile_report r;
   {
-    progress_line progress(!as_json);
+    // "recompiling entries: 3/10" on a terminal.
+    status_line progress(!as_json);
     recompile_options options;
     options.reader = reader.get();
-    options.progress = [&](std::size_t done, std::size_t total) { progress(done, total); };
+    options.progress = [&](std::size_t done, std::size_t total) {
+      if (progress.on() && total != 0) {
+        progress.show("recompiling entries: " + std::to_string(done) + "/" + std::to_string(total));
+      }
+    };
     r = cucore::verify_by_recompiling(cache, options);
   }
   stale = r.mismatched != 0;

@@ -21,6 +21,7 @@
 #include "cucore/cache/tiered.hpp"
 #include "cucore/error.hpp"
 #include "json_output.hpp"
+#include "text_output.hpp"
 
 namespace cucore::cli {
 namespace {
@@ -99,14 +100,7 @@ std::optional<double> overall_hit_rate(const persistent_cache_stats& p, bool tie
 
 std::string percent(std::optional<double> rate) {
   if (!rate) return "no lookups yet";
-  char buffer[32];
-  auto [end, ec] =
-      std::to_chars(buffer, buffer + sizeof buffer, *rate * 100, std::chars_format::fixed, 1);
-  return std::string(buffer, ec == std::errc() ? end : buffer) + " % hits";
-}
-
-std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
-  return std::to_string(n) + " " + std::string(n == 1 ? one : many);
+  return one_decimal(*rate * 100) + " % hits";
 }
 
 // A rate to 4 digits, or null before the first lookup.

@@ -169,16 +169,19 @@ std::optional<std::vector<std::string>> elf_exports(const std::string& path) {
   return names;
 }
 
+// Appends to `out` each of `names` that `others` lacks, in order.
+template <class Names, class Others>
+void append_absent(const Names& names, const Others& others, std::vector<std::string>& out) {
+  for (const auto& name : names) {
+    if (std::find(others.begin(), others.end(), name) == others.end()) out.emplace_back(name);
+  }
+}
+
 std::vector<std::string> missing_exports(std::string_view soname,
                                          const std::vector<std::string>& real_exports) {
   std::vector<std::string> missing;
   for (const auto& api : dropin_apis()) {
-    if (api.soname != soname) continue;
-    for (const auto& name : real_exports) {
-      if (std::find(api.names.begin(), api.names.end(), name) == api.names.end()) {
-        missing.push_back(name);
-      }
-    }
+    if (api.soname == soname) append_absent(real_exports, api.names, missing);
   }
   return missing;
 }
@@ -187,12 +190,7 @@ std::vector<std::string> extra_exports(std::string_view soname,
                                        const std::vector<std::string>& real_exports) {
   std::vector<std::string> extra;
   for (const auto& api : dropin_apis()) {
-    if (api.soname != soname) continue;
-    for (const auto name : api.names) {
-      if (std::find(real_exports.begin(), real_exports.end(), name) == real_exports.end()) {
-        extra.emplace_back(name);
-      }
-    }
+    if (api.soname == soname) append_absent(api.names, real_exports, extra);
   }
   return extra;
 }
