@@ -16,6 +16,7 @@
 #include "cache/posix_file.hpp"
 #include "cache/trust.hpp"
 #include "common/environment.hpp"
+#include "common/text.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore {
@@ -31,18 +32,21 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 std::optional<bool> parse_bool_word(std::string_view text) {
-  const std::string t = lower(trim(text));
+  const std::string t = detail::lower_case(trim(text));
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
   return std::nullopt;
+}
+
+// The value of a true/false key; invalid_argument naming the key otherwise.
+bool bool_setting(std::string_view key, std::string_view value) {
+  const auto b = parse_bool_word(value);
+  if (!b) {
+    throw invalid_argument(std::string(key) + ": \"" + std::string(value) +
+                           "\" is not true or false");
+  }
+  return *b;
 }
 
 unsigned parse_umask(std::string_view text) {
@@ -61,19 +65,11 @@ void apply(cache_config& config, std::string_view key, std::string_view value) {
   if (key == "max_size") {
     config.max_size = parse_cache_size(value);
   } else if (key == "shared") {
-    const auto b = parse_bool_word(value);
-    if (!b) {
-      throw invalid_argument("shared: \"" + std::string(value) + "\" is not true or false");
-    }
-    config.shared = *b;
+    config.shared = bool_setting(key, value);
   } else if (key == "umask") {
     config.umask = parse_umask(value);
   } else if (key == "recipes") {
-    const auto b = parse_bool_word(value);
-    if (!b) {
-      throw invalid_argument("recipes: \"" + std::string(value) + "\" is not true or false");
-    }
-    config.recipes = *b;
+    config.recipes = bool_setting(key, value);
   } else {
     throw invalid_argument("unknown key \"" + std::string(key) +
                            "\" (known: " + std::string(kKeys) + ")");
@@ -143,7 +139,8 @@ std::uint64_t parse_cache_size(std::string_view text) {
   if (ec != std::errc() || ptr == t.data()) {
     throw bad("is not a size (bytes, or N with K, M, G or T)");
   }
-  std::string suffix = lower(trim(std::string_view(ptr, static_cast<std::size_t>(end - ptr))));
+  std::string suffix =
+      detail::lower_case(trim(std::string_view(ptr, static_cast<std::size_t>(end - ptr))));
   if (suffix.size() == 3 && suffix.ends_with("ib")) suffix.resize(1);
   int shift = 0;
   if (suffix == "k") {

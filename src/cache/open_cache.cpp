@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/environment.hpp"
+#include "common/text.hpp"
 #include "cucore/cache/config.hpp"
 #include "cucore/cache/file_stream.hpp"
 #include "cucore/cache/http.hpp"
@@ -34,12 +35,6 @@ constexpr std::string_view kForms =
     "redis://HOST[:PORT][/DB], http[s]://HOST[:PORT]/PATH, pack:FILE, ro:DIR, or "
     "LOCAL+LAYER+...+URL (LOCAL in front of read-only layers ro:DIR, pack:FILE, ro:URL and a "
     "remote tier URL); schemes and words in any case (docs/cache-specs.md)";
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // "WORD" when `s` starts with "WORD:" and WORD is an RFC 3986 scheme (a letter, then letters,
 // digits, '+', '-', '.'); else empty.
@@ -90,7 +85,7 @@ const std::array<remote_tier, 2> kRemoteTiers = {{
 
 // The remote tier whose scheme `scheme` is (any case), or nullptr.
 const remote_tier* remote_tier_of_scheme(std::string_view scheme) {
-  const std::string name = lower(scheme);
+  const std::string name = detail::lower_case(scheme);
   for (const remote_tier& t : kRemoteTiers) {
     if (name == t.schemes[0] || name == t.schemes[1]) return &t;
   }
@@ -126,7 +121,7 @@ bool starts_tier(std::string_view rest) {
 // The spec's tiers: split before each "+ro:", "+pack:" and "+SCHEME:" of a remote tier, in any
 // case (so a tier's own text may not hold one; a password in a URL may hold '+').
 std::vector<std::string_view> tiers_of(std::string_view spec) {
-  const std::string l = lower(spec);
+  const std::string l = detail::lower_case(spec);
   std::vector<std::string_view> out;
   std::size_t begin = 0;
   for (std::size_t i = 0; i < l.size(); ++i) {
@@ -143,7 +138,7 @@ std::vector<std::string_view> tiers_of(std::string_view spec) {
 std::string checked_remote_url(const remote_tier& tier, std::string_view url,
                                const std::string& variable, const std::string& shown) {
   const std::size_t colon = url.find(':');
-  std::string normal = lower(url.substr(0, colon)) + std::string(url.substr(colon));
+  std::string normal = detail::lower_case(url.substr(0, colon)) + std::string(url.substr(colon));
   try {
     tier.check(normal);
   } catch (const invalid_argument& e) {
@@ -172,7 +167,7 @@ void parse_local(std::string_view local, cache_spec& out, const std::string& sho
     out.local = cache_spec::local_kind::default_directory;
     return;
   }
-  const std::string word = lower(local);
+  const std::string word = detail::lower_case(local);
   if (word == "none" || word == "off") {
     out.local = cache_spec::local_kind::none;
     return;
@@ -187,7 +182,7 @@ void parse_local(std::string_view local, cache_spec& out, const std::string& sho
     out.path = std::string(local);
     return;
   }
-  const std::string name = lower(scheme);
+  const std::string name = detail::lower_case(scheme);
   std::string_view rest = local.substr(scheme.size() + 1);
   const std::string escape = "for a directory of that name, write ./" + std::string(local) +
                              " or dir:" + std::string(local);
@@ -372,7 +367,7 @@ cache_spec parse_cache_spec(std::string_view spec) {
   std::string shown;
   for (std::string_view t : tiers) {
     if (!shown.empty()) shown += "+";
-    const bool ro = lower(t.substr(0, 3)) == "ro:";
+    const bool ro = detail::lower_case(t.substr(0, 3)) == "ro:";
     shown += ro ? "ro:" + redact_url(t.substr(3)) : redact_url(t);
   }
   auto refuse = [&](const std::string& why) { return cache_spec_error("", shown, why); };
@@ -387,7 +382,8 @@ cache_spec parse_cache_spec(std::string_view spec) {
     out.remote_backend = std::string(tier->backend);
     return out;
   }
-  if (lower(tiers[0].substr(0, 3)) == "ro:" && remote_tier_of(tiers[0].substr(3)) != nullptr) {
+  if (detail::lower_case(tiers[0].substr(0, 3)) == "ro:" &&
+      remote_tier_of(tiers[0].substr(3)) != nullptr) {
     out.local = cache_spec::local_kind::none;
   } else {
     parse_local(tiers[0], out, shown);
@@ -412,7 +408,7 @@ cache_spec parse_cache_spec(std::string_view spec) {
       continue;
     }
     cache_spec::layer layer;
-    if (lower(t.substr(0, 3)) == "ro:") {
+    if (detail::lower_case(t.substr(0, 3)) == "ro:") {
       const std::string_view inner = t.substr(3);
       if (const remote_tier* tier = remote_tier_of(inner)) {
         layer.what = cache_spec::layer::kind::remote;

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <string>
 
+#include "common/text.hpp"
+
 namespace cucore::detail {
 
 // Lines NVRTC writes because the caller asked for PCH messages (pch_messages=true): not
@@ -51,10 +53,9 @@ std::string catastrophic_line(std::string_view log) {
     const auto nl = log.find('\n');
     const std::string_view line = log.substr(0, nl);
     log = nl == std::string_view::npos ? std::string_view() : log.substr(nl + 1);
-    std::string lower(line);
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (lower.find("catastrophic error") != std::string::npos) return std::string(line);
+    if (lower_case(line).find("catastrophic error") != std::string::npos) {
+      return std::string(line);
+    }
   }
   return {};
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/text.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore {
@@ -39,8 +40,7 @@ std::string_view to_string(code_type type) noexcept {
 
 code_type parse_code_type(std::string_view text) {
   // Case-insensitive, as parse_source_type: "CUBIN" and "cubin" are the same type.
-  std::string lowered(text);
-  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lowered = detail::lower_case(text);
   if (lowered == "tile-ir") return code_type::tile_ir;
   for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
                  code_type::object, code_type::library, code_type::tile_ir}) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <functional>
 
+#include "common/text.hpp"
 #include "cucore/error.hpp"
 #include "cucore/toolkit.hpp"
 #include "program/extra_nvrtc_options.hpp"
@@ -14,13 +15,6 @@
 
 namespace cucore {
 namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 const char* tf(bool v) {
   return v ? "true" : "false";
@@ -470,7 +464,7 @@ std::string_view to_string(source_type type) noexcept {
 }
 
 source_type parse_source_type(std::string_view text) {
-  auto t = lower(text);
+  auto t = detail::lower_case(text);
   if (t == "c++" || t == "cxx" || t == "cuda") return source_type::cxx;
   if (t == "ptx") return source_type::ptx;
   if (t == "nvvm") return source_type::nvvm;

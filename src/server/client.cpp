@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/descriptors.hpp"
+#include "common/text.hpp"
 #include "cucore/log.hpp"
 #include "cucore/server.hpp"
 #include "key/compiler_environment.hpp"
@@ -45,8 +46,7 @@ std::string_view to_string(compile_server_mode mode) noexcept {
 }
 
 compile_server_mode parse_compile_server_mode(std::string_view text) {
-  std::string lower;
-  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  const std::string lower = detail::lower_case(text);
   if (lower == "off") return compile_server_mode::off;
   if (lower == "on") return compile_server_mode::on;
   if (lower == "auto") return compile_server_mode::automatic;

@@ -14,18 +14,13 @@
 
 #include "common/environment.hpp"
 #include "common/hex.hpp"
+#include "common/text.hpp"
 #include "cucore/error.hpp"
 
 namespace cucore::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 // The file name without directories, or the path itself when it has none ("dir/").
 std::string basename_of(const std::string& path) {
@@ -56,7 +51,7 @@ source_type source_type_of(const std::string& file, const std::optional<std::str
       throw usage_error(std::string("--code-type: ") + e.what());
     }
   }
-  const std::string ext = lower(fs::path(file).extension().string());
+  const std::string ext = detail::lower_case(fs::path(file).extension().string());
   if (ext == ".cu" || ext == ".cuh" || ext == ".cpp" || ext == ".cxx" || ext == ".cc") {
     return source_type::cxx;
   }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "cache/percent_decoding.hpp"
+#include "common/text.hpp"
 #include "cucore/cache/http.hpp"
 #include "cucore/error.hpp"
 
@@ -16,12 +17,6 @@ namespace {
 constexpr std::string_view kExpected =
     " (expected http[s]://[USER:PASSWORD@]HOST[:PORT][/PATH][|ATTRIBUTE=VALUE...]; see "
     "docs/cache-http.md)";
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // Where the authority (after "://") ends: the first '/' or '|'.
 std::size_t authority_end(std::string_view url, std::size_t start) {
@@ -172,7 +167,7 @@ http_url parse_http_url(std::string_view url) {
   http_url out;
   const std::size_t sep = url.find("://");
   if (sep == std::string_view::npos) bad_url(url, "it does not start with http:// or https://");
-  out.scheme = lower(url.substr(0, sep));
+  out.scheme = detail::lower_case(url.substr(0, sep));
   if (out.scheme != "http" && out.scheme != "https")
     bad_url(url, "it does not start with http:// or https://");
   const std::size_t start = sep + 3;
