@@ -24,6 +24,18 @@ inline std::string trim_nul(std::string s) {
   return s;
 }
 
+// A compiler's log through its two calls, `size_fn(handle, &size)` then `get_fn(handle, buffer)`
+// (each answering `success` when it worked), without the terminating NULs; empty when either call
+// fails or there is no log.
+template <class Handle, class Size, class Get, class Result>
+std::string read_log(Handle handle, Size size_fn, Get get_fn, Result success) {
+  std::size_t size = 0;
+  if (size_fn(handle, &size) != success || size == 0) return {};
+  std::string log(size, '\0');
+  if (get_fn(handle, log.data()) != success) return {};
+  return trim_nul(std::move(log));
+}
+
 // Owns one compiler handle and destroys it through its library's table: `Destroy` is the table's
 // function-pointer member (e.g. &nvrtc_api::nvrtcDestroyProgram).
 template <class Api, class Handle, auto Destroy>

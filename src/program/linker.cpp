@@ -11,7 +11,6 @@ namespace cucore {
 namespace {
 
 using detail::c_strings;
-using detail::trim_nul;
 
 constexpr const char* kTileIrNotLinked =
     "Tile IR is not a linker input (nvJitLink and the driver linker take PTX, cubin, LTO-IR, "
@@ -68,11 +67,7 @@ std::string nvjitlink_status(nvJitLinkResult r) {
 std::string nvjitlink_logs(const detail::nvjitlink_api& api, nvJitLinkHandle h) {
   std::string out;
   auto append = [&](auto size_fn, auto get_fn) {
-    std::size_t size = 0;
-    if (size_fn(h, &size) != NVJITLINK_SUCCESS || size == 0) return;
-    std::string log(size, '\0');
-    if (get_fn(h, log.data()) != NVJITLINK_SUCCESS) return;
-    log = trim_nul(std::move(log));
+    const std::string log = detail::read_log(h, size_fn, get_fn, NVJITLINK_SUCCESS);
     if (log.empty()) return;
     if (!out.empty() && out.back() != '\n') out += '\n';
     out += log;

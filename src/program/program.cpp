@@ -20,14 +20,9 @@ namespace cucore {
 namespace {
 
 using detail::c_strings;
-using detail::trim_nul;
 
 std::string nvrtc_log(const detail::nvrtc_api& api, nvrtcProgram prog) {
-  std::size_t size = 0;
-  if (api.nvrtcGetProgramLogSize(prog, &size) != NVRTC_SUCCESS || size == 0) return {};
-  std::string log(size, '\0');
-  if (api.nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return {};
-  return trim_nul(std::move(log));
+  return detail::read_log(prog, api.nvrtcGetProgramLogSize, api.nvrtcGetProgramLog, NVRTC_SUCCESS);
 }
 
 void check_nvrtc(const detail::nvrtc_api& api, nvrtcResult r, const char* call) {
@@ -39,11 +34,7 @@ void check_nvvm(const detail::nvvm_api& api, nvvmResult r, const char* call) {
 }
 
 std::string nvvm_log(const detail::nvvm_api& api, nvvmProgram prog) {
-  std::size_t size = 0;
-  if (api.nvvmGetProgramLogSize(prog, &size) != NVVM_SUCCESS || size == 0) return {};
-  std::string log(size, '\0');
-  if (api.nvvmGetProgramLog(prog, log.data()) != NVVM_SUCCESS) return {};
-  return trim_nul(std::move(log));
+  return detail::read_log(prog, api.nvvmGetProgramLogSize, api.nvvmGetProgramLog, NVVM_SUCCESS);
 }
 
 std::vector<std::byte> nvrtc_output(const detail::nvrtc_api& api, nvrtcProgram prog,
