@@ -286,6 +286,9 @@ struct sqlite_program_cache::impl {
   void try_open_locked();
   void open_attempts_locked();
   void set_unavailable_locked(const std::string& reason, milliseconds retry);
+  // After `f` while creating or opening (`cannot`: "cannot create the cache"): a locked database
+  // is tried again at once, anything else after kRetryAfterCorruption.
+  void set_unavailable_after_locked(const failure& f, const char* cannot);
   bool configure_locked(sqlite3* handle);
   void close_connection_locked() noexcept;
   void write_failed_locked(std::string_view operation, const std::string& why);
@@ -312,6 +315,8 @@ struct sqlite_program_cache::impl {
   void erase_touch_locked(std::string_view key);
   void reclaim_locked();
   std::pair<std::uint64_t, std::uint64_t> read_meta_locked();
+  // The same under the lock, the file opened first; error when it cannot be opened or read.
+  std::pair<std::uint64_t, std::uint64_t> read_meta();
 
   // maintenance.cpp
   template <class Visit>

@@ -25,30 +25,24 @@ struct scanned_row {
 
 }  // namespace
 
-std::size_t sqlite_program_cache::size() {
-  impl& c = *impl_;
-  std::lock_guard lock(c.mutex);
-  c.check_not_closed();
-  if (!c.ensure_open_locked(false)) throw error(c.prefix() + c.unavailable);
+std::pair<std::uint64_t, std::uint64_t> sqlite_program_cache::impl::read_meta() {
+  std::lock_guard lock(mutex);
+  check_not_closed();
+  if (!ensure_open_locked(false)) throw error(prefix() + unavailable);
   try {
-    return static_cast<std::size_t>(c.read_meta_locked().second);
+    return read_meta_locked();
   } catch (const failure& f) {
-    c.after_failure_locked(f);
-    throw error(c.prefix() + f.what());
+    after_failure_locked(f);
+    throw error(prefix() + f.what());
   }
 }
 
+std::size_t sqlite_program_cache::size() {
+  return static_cast<std::size_t>(impl_->read_meta().second);
+}
+
 std::uint64_t sqlite_program_cache::size_bytes() {
-  impl& c = *impl_;
-  std::lock_guard lock(c.mutex);
-  c.check_not_closed();
-  if (!c.ensure_open_locked(false)) throw error(c.prefix() + c.unavailable);
-  try {
-    return c.read_meta_locked().first;
-  } catch (const failure& f) {
-    c.after_failure_locked(f);
-    throw error(c.prefix() + f.what());
-  }
+  return impl_->read_meta().first;
 }
 
 void sqlite_program_cache::clear() {

@@ -49,6 +49,15 @@ sqlite_program_cache::impl::impl(std::filesystem::path f, sqlite_cache_options o
                  static_cast<std::uint64_t>(steady::now().time_since_epoch().count()));
 }
 
+void sqlite_program_cache::impl::set_unavailable_after_locked(const failure& f,
+                                                              const char* cannot) {
+  if (f.busy()) {
+    set_unavailable_locked(std::string("database is locked: ") + f.what(), milliseconds(0));
+  } else {
+    set_unavailable_locked(std::string(cannot) + ": " + f.what(), kRetryAfterCorruption);
+  }
+}
+
 void sqlite_program_cache::impl::set_unavailable_locked(const std::string& reason,
                                                         milliseconds retry) {
   if (reason != unavailable) {
@@ -142,12 +151,7 @@ void sqlite_program_cache::impl::open_attempts_locked() {
         try {
           create_schema(handle.get());
         } catch (const failure& f) {
-          if (f.busy()) {
-            set_unavailable_locked(std::string("database is locked: ") + f.what(), milliseconds(0));
-          } else {
-            set_unavailable_locked(std::string("cannot create the cache: ") + f.what(),
-                                   kRetryAfterCorruption);
-          }
+          set_unavailable_after_locked(f, "cannot create the cache");
           return;
         }
         continue;  // inspect again: this process or a peer created it
@@ -157,12 +161,7 @@ void sqlite_program_cache::impl::open_attempts_locked() {
           st = std::make_unique<statements>(handle.get());
         } catch (const failure& f) {
           st.reset();
-          if (f.busy()) {
-            set_unavailable_locked(std::string("database is locked: ") + f.what(), milliseconds(0));
-          } else {
-            set_unavailable_locked(std::string("cannot use the cache: ") + f.what(),
-                                   kRetryAfterCorruption);
-          }
+          set_unavailable_after_locked(f, "cannot use the cache");
           return;
         }
         db = std::move(handle);
