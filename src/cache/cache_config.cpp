@@ -175,10 +175,7 @@ cache_config read_cache_config(const std::filesystem::path& dir, cache_access ac
   const std::vector<std::string> lines = read_lines(path, st, exists);
   cache_config config;
   if (!exists) return config;
-  if (std::string why = detail::trust::problem(st, access, "cache configuration", path);
-      !why.empty()) {
-    throw invalid_argument(why);
-  }
+  detail::trust::require_acceptable(st, access, "cache configuration", path);
   for (std::size_t i = 0; i < lines.size(); ++i) {
     try {
       const parsed_line p = parse_line(lines[i]);
@@ -212,10 +209,7 @@ void write_cache_config(const std::filesystem::path& dir, std::string_view key,
   }
   if (!existed) (void)detail::trust::set_created_dir_mode(dir_str, modes.dir, modes);
   if (::stat(dir_str.c_str(), &dst) == 0) {
-    if (std::string why = detail::trust::problem(dst, access, "cache directory", dir_str);
-        !why.empty()) {
-      throw invalid_argument(why);
-    }
+    detail::trust::require_acceptable(dst, access, "cache directory", dir_str);
   }
 
   const std::string path = (dir / cache_config_file_name).string();
@@ -223,10 +217,7 @@ void write_cache_config(const std::filesystem::path& dir, std::string_view key,
   bool exists = false;
   std::vector<std::string> lines = read_lines(path, st, exists);
   if (exists) {
-    if (std::string why = detail::trust::problem(st, access, "cache configuration", path);
-        !why.empty()) {
-      throw invalid_argument(why);
-    }
+    detail::trust::require_acceptable(st, access, "cache configuration", path);
   }
   bool replaced = false;
   std::vector<std::string> out;

@@ -90,6 +90,13 @@ std::string problem(const struct stat& st, cache_access access, std::string_view
          path + "), or, if you trust that group, " + std::string(kHowToShare);
 }
 
+void require_acceptable(const struct stat& st, cache_access access, std::string_view what,
+                        const std::string& path) {
+  if (std::string why = problem(st, access, what, path); !why.empty()) {
+    throw invalid_argument(why);
+  }
+}
+
 create_modes modes_for(cache_access access, std::optional<unsigned> umask) {
   if (umask && *umask > 0777) {
     throw invalid_argument("cache umask " + octal(static_cast<mode_t>(*umask)) +

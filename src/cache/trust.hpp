@@ -28,6 +28,9 @@ bool acceptable(const struct stat& st, cache_access access, uid_t euid) noexcept
 // (chmod/chown, or opt in to a shared cache when that would help).
 std::string problem(const struct stat& st, cache_access access, std::string_view what,
                     const std::string& path);
+// Throws invalid_argument with problem()'s sentence when `st` is not acceptable.
+void require_acceptable(const struct stat& st, cache_access access, std::string_view what,
+                        const std::string& path);
 
 // The modes a cache creates its directories and files with.
 struct create_modes {

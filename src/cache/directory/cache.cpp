@@ -87,10 +87,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
         throw invalid_argument("cache directory " + root_str_ +
                                " exists and is not a directory; choose another cache location");
       }
-      if (auto why = detail::trust::problem(st, options_.access, "cache directory", root_str_);
-          !why.empty()) {
-        throw invalid_argument(why);
-      }
+      detail::trust::require_acceptable(st, options_.access, "cache directory", root_str_);
     }
   }
 
@@ -113,10 +110,7 @@ file_stream_program_cache::file_stream_program_cache(std::filesystem::path root,
       throw invalid_argument("cache subdirectory " + path +
                              " exists and is not a directory; remove it (the cache recreates it)");
     }
-    if (auto why = detail::trust::problem(st, options_.access, "cache subdirectory", path);
-        !why.empty()) {
-      throw invalid_argument(why);
-    }
+    detail::trust::require_acceptable(st, options_.access, "cache subdirectory", path);
   }
 
   if (options_.read_only) return;  // nothing swept, scanned or counted in a read-only layer
