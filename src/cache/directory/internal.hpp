@@ -51,41 +51,13 @@ struct walk_item {
   std::string_view name;
 };
 
+// Calls f(fd, name, stat) for each item of the directory `path` (fd: the open directory; stat: the
+// item's own, not a link's target), skipping items gone before they were stat'ed; nothing when the
+// directory cannot be opened.
 template <class F>
-inline void walk_entries(const std::string& entries_dir, F&& f) {
+inline void each_item(const std::string& path, F&& f) {
   std::error_code ec;
-  posix::directory_reader top = posix::directory_reader::open(entries_dir, ec);
-  if (!top) return;
-  posix::directory_reader::entry e{};
-  // Collect the top level first: callbacks may remove items (readdir tolerates that, but the
-  // shard readers are simpler one at a time).
-  std::vector<std::pair<std::string, struct stat>> items;
-  while (top.next(e, ec)) {
-    struct stat st {};
-    if (::fstatat(top.fd(), e.name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    items.emplace_back(e.name, st);
-  }
-  for (auto& [name, st] : items) {
-    std::string path = entries_dir + "/" + name;
-    if (!S_ISDIR(st.st_mode)) {
-      f(walk_item{std::move(path), st, false, {}, name});
-      continue;
-    }
-    posix::directory_reader shard = posix::directory_reader::open(path, ec);
-    if (!shard) continue;
-    while (shard.next(e, ec)) {
-      struct stat est {};
-      if (::fstatat(shard.fd(), e.name, &est, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      f(walk_item{path + "/" + e.name, est, true, name, e.name});
-    }
-  }
-}
-
-// Calls f(name, stat) for each item of tmp/.
-template <class F>
-inline void walk_tmp(const std::string& tmp_dir, F&& f) {
-  std::error_code ec;
-  posix::directory_reader dir = posix::directory_reader::open(tmp_dir, ec);
+  posix::directory_reader dir = posix::directory_reader::open(path, ec);
   if (!dir) return;
   posix::directory_reader::entry e{};
   while (dir.next(e, ec)) {
@@ -93,6 +65,31 @@ inline void walk_tmp(const std::string& tmp_dir, F&& f) {
     if (::fstatat(dir.fd(), e.name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     f(dir.fd(), e.name, st);
   }
+}
+
+template <class F>
+inline void walk_entries(const std::string& entries_dir, F&& f) {
+  // Collect the top level first: callbacks may remove items (readdir tolerates that, but the
+  // shard readers are simpler one at a time).
+  std::vector<std::pair<std::string, struct stat>> items;
+  each_item(entries_dir,
+            [&](int, const char* name, const struct stat& st) { items.emplace_back(name, st); });
+  for (auto& [name, st] : items) {
+    std::string path = entries_dir + "/" + name;
+    if (!S_ISDIR(st.st_mode)) {
+      f(walk_item{std::move(path), st, false, {}, name});
+      continue;
+    }
+    each_item(path, [&](int, const char* entry, const struct stat& est) {
+      f(walk_item{path + "/" + entry, est, true, name, entry});
+    });
+  }
+}
+
+// Calls f(name, stat) for each item of tmp/.
+template <class F>
+inline void walk_tmp(const std::string& tmp_dir, F&& f) {
+  each_item(tmp_dir, f);
 }
 
 // What a guarded removal did (removal.cpp).
