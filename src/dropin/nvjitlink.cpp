@@ -169,7 +169,6 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
   key_record.number(r.file_size);
   key_record.number(static_cast<std::int64_t>(s.options.size()));
   for (const auto& o : s.options) key_record.bytes(o);
-  auto inputs = s.inputs;  // a copy: more inputs may follow a failed Complete
   // The variables the compilers read whose values can change the output
   // (key/compiler_environment.hpp); one that makes them write files bypasses.
   if (auto why = detail::environment_bypass()) {
@@ -177,12 +176,8 @@ nvJitLinkResult complete_through_cache(const real_nvjitlink& r, nvJitLinkHandle 
     dropin::record_skip(cache_skip_reason::compiler_environment);
     return forward();
   }
-  const auto environment = detail::keyed_environment();
-  key_record.number(static_cast<std::int64_t>(environment.size()));
-  for (const auto& variable : environment) key_record.bytes(variable);
-  key_record.bytes(inputs.take());
-  const auto key_bytes = key_record.take();
-  const auto digest = detail::sha256(std::span<const std::byte>(key_bytes));
+  // A copy of the inputs: more may follow a failed Complete.
+  const auto digest = dropin::finish_digest_key(key_record, s.inputs);
   const std::span<const std::byte> key(digest.data(), digest.size());
 
   bool linked = false;

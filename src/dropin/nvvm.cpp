@@ -146,13 +146,8 @@ nvvmResult compile_through_cache(const real_nvvm& r, nvvmProgram prog, program_s
   // The variables the compilers read whose values can change the output
   // (key/compiler_environment.hpp); one that makes them write files bypasses.
   if (auto why = detail::environment_bypass()) return bypass(*why);
-  const auto environment = detail::keyed_environment();
-  key_record.number(static_cast<std::int64_t>(environment.size()));
-  for (const auto& variable : environment) key_record.bytes(variable);
-  auto modules = s.modules;  // a copy: a failed compile may be followed by more modules
-  key_record.bytes(modules.take());
-  const auto key_bytes = key_record.take();
-  const auto digest = detail::sha256(std::span<const std::byte>(key_bytes));
+  // A copy of the modules: a failed compile may be followed by more modules.
+  const auto digest = dropin::finish_digest_key(key_record, s.modules);
   const std::span<const std::byte> key(digest.data(), digest.size());
 
   bool compiled = false;

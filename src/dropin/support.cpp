@@ -14,6 +14,7 @@
 
 #include "common/environment.hpp"
 #include "cucore/cache/open.hpp"
+#include "observe/compiler_variables.hpp"
 
 namespace cucore::dropin {
 namespace {
@@ -90,6 +91,15 @@ program_cache* process_cache() noexcept {
     return nullptr;
   }();
   return cache;
+}
+
+detail::sha256_digest finish_digest_key(record_writer& key, record_writer inputs) {
+  const auto environment = detail::keyed_environment();
+  key.number(static_cast<std::int64_t>(environment.size()));
+  for (const auto& variable : environment) key.bytes(variable);
+  key.bytes(inputs.take());
+  const auto bytes = key.take();
+  return detail::sha256(std::span<const std::byte>(bytes));
 }
 
 void record_skip(cache_skip_reason reason) noexcept {

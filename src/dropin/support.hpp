@@ -12,6 +12,7 @@
 
 #include "common/environment.hpp"
 #include "common/recorded_output.hpp"
+#include "common/sha256.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/log.hpp"
@@ -47,6 +48,11 @@ void report_once(std::string_view what, std::string_view message) noexcept;
 // CUCORE_REMOTE_CACHE's Redis tier; "none": no cache). nullptr when there is none or it cannot be
 // opened (logged once): every compile then goes to the real library.
 program_cache* process_cache() noexcept;
+
+// A digest key's last fields, alike for nvJitLink and libNVVM: the keyed variables the compilers
+// read (observe/compiler_variables.hpp), then `inputs` (the modules or link inputs recorded); the
+// key is the record's SHA-256.
+detail::sha256_digest finish_digest_key(record_writer& key, record_writer inputs);
 
 // Records a compile that went without the cache into the cache's persistent statistics.
 void record_skip(cache_skip_reason reason) noexcept;
