@@ -31,11 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::code_of_size;
-using testing::populate;
-using testing::size_on_disk;
-using testing::SqliteCache;
-using testing::stored_size;
+using namespace sqlite_testing;  // sqlite_cache_test_support.hpp
 
 // ---- size cap and LRU -----------------------------------------------------------------------
 

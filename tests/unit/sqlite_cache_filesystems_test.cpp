@@ -25,10 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::code_of_size;
-using testing::mapped;
-using testing::populate;
-using testing::SqliteCache;
+using namespace sqlite_testing;  // sqlite_cache_test_support.hpp
 
 // ---- journal mode and filesystems -----------------------------------------------------------
 

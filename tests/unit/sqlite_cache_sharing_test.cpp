@@ -29,9 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using testing::code_of_size;
-using testing::populate;
-using testing::SqliteCache;
+using namespace sqlite_testing;  // sqlite_cache_test_support.hpp
 
 // ---- locks ----------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@
 #include "sqlite_test_support.hpp"
 #include "test_support.hpp"
 
-namespace cucore::testing {
+namespace cucore::sqlite_testing {
 
 namespace fs = std::filesystem;
 
@@ -39,8 +39,7 @@ inline object_code code_of_size(std::size_t n, const std::string& name = "c", un
 
 // Bytes an entry takes in the cache (the entry format: header + code).
 inline std::uint64_t stored_size(std::string_view key, const object_code& code) {
-  return cucore::detail::encode_entry(std::as_bytes(std::span<const char>(key.data(), key.size())),
-                                      code)
+  return detail::encode_entry(std::as_bytes(std::span<const char>(key.data(), key.size())), code)
       .size();
 }
 
@@ -83,4 +82,4 @@ inline bool mapped(const fs::path& file) {
   return false;
 }
 
-}  // namespace cucore::testing
+}  // namespace cucore::sqlite_testing
