@@ -11,26 +11,12 @@
 #include <optional>
 #include <string>
 
-#include "cache_test_support.hpp"
-#include "cucore/cache/file_stream.hpp"
-#include "cucore/cache/in_memory.hpp"
-#include "cucore/cache/key.hpp"
-#include "cucore/cache/statistics.hpp"
-#include "cucore/error.hpp"
-#include "cucore/log.hpp"
-#include "cucore/program.hpp"
-#include "cucore/toolkit.hpp"
 #include "include_tracking_test_support.hpp"
-#include "lease_writer.hpp"
-#include "test_support.hpp"
 
 namespace cucore {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::contains;
-using testing::temp_dir;
-using testing::write_text;
 using namespace include_tracking_testing;  // include_tracking_test_support.hpp
 using include_tracking_testing::kernel;    // not cucore::kernel, the runtime's
 

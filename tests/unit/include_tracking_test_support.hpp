@@ -25,6 +25,8 @@ namespace cucore::include_tracking_testing {
 
 namespace fs = std::filesystem;
 using testing::contains;
+using testing::temp_dir;
+using testing::write_text;
 
 // A header that defines VALUE: the constant the kernels store, hence visible in the PTX.
 inline std::string defines_value(int value) {
