@@ -1,6 +1,10 @@
 // The command-line tests' shared pieces (cli_*_test.cpp): a minimal JSON reader for the tool's
 // --json, the Cli fixture that runs the tool in a fresh directory with a cache of its own, and the
-// sources, toolkit roots and argument lists several groups of tests use.
+// sources, toolkit roots and argument lists several groups of tests use. Each test runs the built
+// binary (CUCORE_CLI_PATH) as a child process and checks its exit status, stdout, stderr and the
+// files it wrote; real compiles with the toolkit's NVRTC, nvJitLink and libNVVM, no GPU needed.
+// Every child gets CUCORE_CACHE_DIR pointed at a fresh directory of its test, so the default cache
+// is never the user's ~/.cache.
 #pragma once
 
 #include <gtest/gtest.h>
