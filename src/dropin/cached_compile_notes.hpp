@@ -14,27 +14,29 @@ namespace cucore::dropin {
 
 class cached_compile_notes final : public detail::cached_compile_voice {
  public:
-  // `what` names the compile in each line: the program's name, "an NVVM compile", "a link".
+  // `what` names the compile in each line: the program's name, "an NVVM compile", "a link"; it
+  // outlives the notes (a hit builds no string).
   explicit cached_compile_notes(std::string_view what) : what_(what) {}
 
   void bypassed(const cache_bypass& bypass) override {
-    note(log_level::info, "bypass " + what_ + ": " + bypass.why);
+    note(log_level::info, "bypass " + std::string(what_) + ": " + bypass.why);
   }
   void explained(const miss_explanation& miss) override {
     if (log_enabled(log_level::debug)) {
-      note(log_level::debug, "miss " + what_ + " explained: " + detail::describe_reasons(miss));
+      note(log_level::debug,
+           "miss " + std::string(what_) + " explained: " + detail::describe_reasons(miss));
     }
   }
   void not_stored(const store_refusal& refusal) override {
-    note(log_level::info, "not storing " + what_ + ": " + refusal.message);
+    note(log_level::info, "not storing " + std::string(what_) + ": " + refusal.message);
   }
   void store_failed(const std::exception& e) override {
-    note(log_level::warning, "could not store " + what_ + ": " + e.what());
+    note(log_level::warning, "could not store " + std::string(what_) + ": " + e.what());
   }
   void stored(const std::optional<std::filesystem::path>&) override {}
 
  private:
-  std::string what_;
+  std::string_view what_;
 };
 
 // What the result leaves the program with: a miss (the real program holds its outputs), a hit
@@ -47,7 +49,7 @@ cached_answer take_cached(program_cache& cache, cache_key_ref key,
                           const detail::cached_compile_result& result, std::optional<Entry>& hit,
                           Decode decode, std::string_view what) {
   if (!result.from_cache()) {
-    note(log_level::info, "miss " + std::string(what));
+    if (log_enabled(log_level::info)) note(log_level::info, "miss " + std::string(what));
     return cached_answer::miss;
   }
   try {
@@ -59,7 +61,7 @@ cached_answer take_cached(program_cache& cache, cache_key_ref key,
     }
     return cached_answer::damaged;
   }
-  note(log_level::info, "hit " + std::string(what));
+  if (log_enabled(log_level::info)) note(log_level::info, "hit " + std::string(what));
   return cached_answer::hit;
 }
 
