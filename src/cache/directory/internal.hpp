@@ -74,7 +74,10 @@ inline void walk_entries(const std::string& entries_dir, F&& f) {
   std::vector<std::pair<std::string, struct stat>> items;
   each_item(entries_dir,
             [&](int, const char* name, const struct stat& st) { items.emplace_back(name, st); });
-  for (auto& [name, st] : items) {
+  for (auto& item : items) {
+    // Named, not a structured binding: clang 14 does not let a lambda capture a binding.
+    const std::string& name = item.first;
+    const struct stat& st = item.second;
     std::string path = entries_dir + "/" + name;
     if (!S_ISDIR(st.st_mode)) {
       f(walk_item{std::move(path), st, false, {}, name});
