@@ -1,6 +1,7 @@
 #include "cache/entry_format.hpp"
 
 #include "cache/checksum.hpp"
+#include "common/enum_names.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -178,24 +179,12 @@ std::uint64_t checksum_of(std::span<const std::byte> data, std::size_t checksum_
 
 }  // namespace
 
+constexpr auto kEntryStatusNames = detail::name_each<entry_status::key_mismatch>(
+    "ok", "truncated", "not a cucore entry", "unsupported format version", "malformed",
+    "checksum mismatch", "key mismatch");
+
 std::string_view to_string(entry_status status) noexcept {
-  switch (status) {
-    case entry_status::ok:
-      return "ok";
-    case entry_status::truncated:
-      return "truncated";
-    case entry_status::bad_magic:
-      return "not a cucore entry";
-    case entry_status::bad_version:
-      return "unsupported format version";
-    case entry_status::malformed:
-      return "malformed";
-    case entry_status::bad_checksum:
-      return "checksum mismatch";
-    case entry_status::key_mismatch:
-      return "key mismatch";
-  }
-  return "unknown";
+  return kEntryStatusNames(status);
 }
 
 std::vector<std::byte> encode_entry(std::span<const std::byte> key, const object_code& code) {

@@ -16,6 +16,7 @@
 
 #include "cache/posix_file.hpp"
 #include "cache/trust.hpp"
+#include "common/enum_names.hpp"
 #include "cucore/cache/statistics.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
@@ -189,52 +190,20 @@ std::string prepare_directory(const std::string& dir, cache_access access,
 
 }  // namespace
 
+constexpr auto kMissKindNames = detail::name_each<miss_kind::other>(
+    "first_compile", "source_changed", "header_changed", "headers_changed", "option_changed",
+    "compiler_changed", "environment_changed", "working_directory_changed", "other");
+
 std::string_view to_string(miss_kind kind) noexcept {
-  switch (kind) {
-    case miss_kind::first_compile:
-      return "first_compile";
-    case miss_kind::source_changed:
-      return "source_changed";
-    case miss_kind::header_changed:
-      return "header_changed";
-    case miss_kind::headers_changed:
-      return "headers_changed";
-    case miss_kind::option_changed:
-      return "option_changed";
-    case miss_kind::compiler_changed:
-      return "compiler_changed";
-    case miss_kind::environment_changed:
-      return "environment_changed";
-    case miss_kind::working_directory_changed:
-      return "working_directory_changed";
-    case miss_kind::other:
-      return "other";
-  }
-  return "other";
+  return kMissKindNames(kind, "other");
 }
 
+constexpr auto kCacheSkipReasonNames = detail::name_each<cache_skip_reason::option_file>(
+    "needs_extra_digest", "uncacheable_options", "header_changed", "time_macros",
+    "compiler_environment", "header_too_new", "unkeyed_input", "process_view_input", "option_file");
+
 std::string_view to_string(cache_skip_reason reason) noexcept {
-  switch (reason) {
-    case cache_skip_reason::needs_extra_digest:
-      return "needs_extra_digest";
-    case cache_skip_reason::uncacheable_options:
-      return "uncacheable_options";
-    case cache_skip_reason::header_changed:
-      return "header_changed";
-    case cache_skip_reason::time_macros:
-      return "time_macros";
-    case cache_skip_reason::compiler_environment:
-      return "compiler_environment";
-    case cache_skip_reason::header_too_new:
-      return "header_too_new";
-    case cache_skip_reason::unkeyed_input:
-      return "unkeyed_input";
-    case cache_skip_reason::process_view_input:
-      return "process_view_input";
-    case cache_skip_reason::option_file:
-      return "option_file";
-  }
-  return "unknown";
+  return kCacheSkipReasonNames(reason);
 }
 
 std::optional<std::chrono::nanoseconds> persistent_cache_stats::compile_time_saved()

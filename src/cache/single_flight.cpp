@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/enum_names.hpp"
 #include "common/environment.hpp"
 #include "common/trace.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -15,22 +16,11 @@
 
 namespace cucore {
 
+constexpr auto kFlightOutcomeNames = detail::name_each<flight_outcome::unclaimed>(
+    "hit", "compiled", "waited", "took_over", "gave_up", "unclaimed");
+
 std::string_view to_string(flight_outcome outcome) noexcept {
-  switch (outcome) {
-    case flight_outcome::hit:
-      return "hit";
-    case flight_outcome::compiled:
-      return "compiled";
-    case flight_outcome::waited:
-      return "waited";
-    case flight_outcome::took_over:
-      return "took_over";
-    case flight_outcome::gave_up:
-      return "gave_up";
-    case flight_outcome::unclaimed:
-      return "unclaimed";
-  }
-  return "unknown";
+  return kFlightOutcomeNames(outcome);
 }
 
 single_flight_options default_single_flight_options() {

@@ -5,6 +5,7 @@
 
 #include "cached/cached_compile.hpp"
 #include "cached/nvrtc_services.hpp"
+#include "common/enum_names.hpp"
 #include "common/trace.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -67,16 +68,10 @@ class library_voice final : public detail::cached_compile_voice {
 
 }  // namespace
 
+constexpr auto kCacheOutcomeNames = detail::name_each<cache_outcome::miss>("off", "hit", "miss");
+
 std::string_view to_string(cache_outcome outcome) noexcept {
-  switch (outcome) {
-    case cache_outcome::off:
-      return "off";
-    case cache_outcome::hit:
-      return "hit";
-    case cache_outcome::miss:
-      return "miss";
-  }
-  return "unknown";
+  return kCacheOutcomeNames(outcome);
 }
 
 object_code program::compile(code_type target, std::span<const std::string> name_expressions,

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "cucore/error.hpp"
 #include "cucore/log.hpp"
 #include "runtime/runtime.hpp"
@@ -626,48 +627,19 @@ void invoke_host_callable_guarded(void* callable, void (*call)(void*)) noexcept 
 
 }  // namespace detail
 
+constexpr auto kGraphNodeKindNames = detail::name_each<graph_node_kind::other>(
+    "kernel", "memcpy", "memset", "host_callback", "child_graph", "empty", "event_wait",
+    "event_record", "mem_alloc", "mem_free", "conditional", "other");
+
 const char* to_string(graph_node_kind kind) noexcept {
-  switch (kind) {
-    case graph_node_kind::kernel:
-      return "kernel";
-    case graph_node_kind::memcpy:
-      return "memcpy";
-    case graph_node_kind::memset:
-      return "memset";
-    case graph_node_kind::host_callback:
-      return "host_callback";
-    case graph_node_kind::child_graph:
-      return "child_graph";
-    case graph_node_kind::empty:
-      return "empty";
-    case graph_node_kind::event_wait:
-      return "event_wait";
-    case graph_node_kind::event_record:
-      return "event_record";
-    case graph_node_kind::mem_alloc:
-      return "mem_alloc";
-    case graph_node_kind::mem_free:
-      return "mem_free";
-    case graph_node_kind::conditional:
-      return "conditional";
-    case graph_node_kind::other:
-      return "other";
-  }
-  return "other";
+  return kGraphNodeKindNames(kind, "other").data();
 }
 
+constexpr auto kConditionalKindNames =
+    detail::name_each<conditional_kind::switch_>("if_then", "if_else", "while_loop", "switch_");
+
 const char* to_string(conditional_kind kind) noexcept {
-  switch (kind) {
-    case conditional_kind::if_then:
-      return "if_then";
-    case conditional_kind::if_else:
-      return "if_else";
-    case conditional_kind::while_loop:
-      return "while_loop";
-    case conditional_kind::switch_:
-      return "switch_";
-  }
-  return "if_then";
+  return kConditionalKindNames(kind, "if_then").data();
 }
 
 void kernel_arguments::push(const graph_condition& c) {

@@ -21,31 +21,17 @@
 #include <utility>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "observe/compile_replay.hpp"
 #include "observe/got_patch.hpp"
 
 namespace cucore::detail {
 
+constexpr auto kObservedCallNames = detail::name_each<observed_call::clock>(
+    "open", "stat", "lstat", "opendir", "getenv", "getcwd", "side_effect", "clock");
+
 std::string_view to_string(observed_call call) noexcept {
-  switch (call) {
-    case observed_call::open:
-      return "open";
-    case observed_call::stat:
-      return "stat";
-    case observed_call::lstat:
-      return "lstat";
-    case observed_call::opendir:
-      return "opendir";
-    case observed_call::getenv:
-      return "getenv";
-    case observed_call::getcwd:
-      return "getcwd";
-    case observed_call::side_effect:
-      return "side_effect";
-    case observed_call::clock:
-      return "clock";
-  }
-  return "unknown";
+  return kObservedCallNames(call);
 }
 
 struct compiler_observation::state {

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "common/descriptors.hpp"
+#include "common/enum_names.hpp"
 #include "common/sha256.hpp"
 #include "cucore/cache/key.hpp"
 #include "cucore/error.hpp"
@@ -465,24 +466,11 @@ void auto_pch_compile::retry_succeeded() {
 
 }  // namespace detail
 
+constexpr auto kAutoPchStatusNames = detail::name_each<auto_pch_status::discarded>(
+    "off", "no_prefix", "first_seen", "created", "used", "unusable", "discarded");
+
 std::string_view to_string(auto_pch_status status) noexcept {
-  switch (status) {
-    case auto_pch_status::off:
-      return "off";
-    case auto_pch_status::no_prefix:
-      return "no_prefix";
-    case auto_pch_status::first_seen:
-      return "first_seen";
-    case auto_pch_status::created:
-      return "created";
-    case auto_pch_status::used:
-      return "used";
-    case auto_pch_status::unusable:
-      return "unusable";
-    case auto_pch_status::discarded:
-      return "discarded";
-  }
-  return "unknown";
+  return kAutoPchStatusNames(status);
 }
 
 void clear_auto_pch() {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/enum_names.hpp"
 #include "common/text.hpp"
 #include "cucore/error.hpp"
 
@@ -18,34 +19,18 @@ std::vector<std::byte> to_bytes(std::span<const std::byte> data) {
 
 }  // namespace
 
+constexpr auto kCodeTypeNames = detail::name_each<code_type::tile_ir>(
+    "ptx", "cubin", "ltoir", "fatbin", "object", "library", "tile_ir");
+
 std::string_view to_string(code_type type) noexcept {
-  switch (type) {
-    case code_type::ptx:
-      return "ptx";
-    case code_type::cubin:
-      return "cubin";
-    case code_type::ltoir:
-      return "ltoir";
-    case code_type::fatbin:
-      return "fatbin";
-    case code_type::object:
-      return "object";
-    case code_type::library:
-      return "library";
-    case code_type::tile_ir:
-      return "tile_ir";
-  }
-  return "unknown";
+  return kCodeTypeNames(type);
 }
 
 code_type parse_code_type(std::string_view text) {
   // Case-insensitive, as parse_source_type: "CUBIN" and "cubin" are the same type.
   const std::string lowered = detail::lower_case(text);
   if (lowered == "tile-ir") return code_type::tile_ir;
-  for (auto t : {code_type::ptx, code_type::cubin, code_type::ltoir, code_type::fatbin,
-                 code_type::object, code_type::library, code_type::tile_ir}) {
-    if (lowered == to_string(t)) return t;
-  }
+  if (const auto type = kCodeTypeNames.find(lowered)) return *type;
   throw invalid_argument("unknown code type \"" + std::string(text) +
                          "\": use ptx, cubin, ltoir, fatbin, object, library or tile_ir");
 }

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <functional>
 
+#include "common/enum_names.hpp"
 #include "common/text.hpp"
 #include "cucore/error.hpp"
 #include "cucore/toolkit.hpp"
@@ -451,39 +452,25 @@ std::vector<std::string> nvvm_flags(const program_options& o, code_type target) 
 
 }  // namespace
 
+constexpr auto kSourceTypeNames = detail::name_each<source_type::nvvm>("c++", "ptx", "nvvm");
+
 std::string_view to_string(source_type type) noexcept {
-  switch (type) {
-    case source_type::cxx:
-      return "c++";
-    case source_type::ptx:
-      return "ptx";
-    case source_type::nvvm:
-      return "nvvm";
-  }
-  return "unknown";
+  return kSourceTypeNames(type);
 }
 
 source_type parse_source_type(std::string_view text) {
   auto t = detail::lower_case(text);
-  if (t == "c++" || t == "cxx" || t == "cuda") return source_type::cxx;
-  if (t == "ptx") return source_type::ptx;
-  if (t == "nvvm") return source_type::nvvm;
+  if (t == "cxx" || t == "cuda") return source_type::cxx;
+  if (const auto type = kSourceTypeNames.find(t)) return *type;
   throw invalid_argument("unknown source type \"" + std::string(text) +
                          "\": use \"c++\", \"ptx\" or \"nvvm\"");
 }
 
+constexpr auto kCompilerBackendNames =
+    detail::name_each<compiler_backend::driver>("NVRTC", "NVVM", "nvJitLink", "driver");
+
 std::string_view to_string(compiler_backend backend) noexcept {
-  switch (backend) {
-    case compiler_backend::nvrtc:
-      return "NVRTC";
-    case compiler_backend::nvvm:
-      return "NVVM";
-    case compiler_backend::nvjitlink:
-      return "nvJitLink";
-    case compiler_backend::driver:
-      return "driver";
-  }
-  return "unknown";
+  return kCompilerBackendNames(backend);
 }
 
 std::vector<code_type> supported_targets(source_type source) {

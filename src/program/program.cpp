@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 
+#include "common/enum_names.hpp"
 #include "cucore/error.hpp"
 #include "cucore/linker.hpp"
 #include "cucore/toolkit.hpp"
@@ -77,18 +78,11 @@ std::vector<char> read_file(const std::string& path) {
 
 }  // namespace
 
+constexpr auto kPchStatusNames =
+    detail::name_each<pch_status::failed>("not_requested", "created", "not_attempted", "failed");
+
 std::string_view to_string(pch_status status) noexcept {
-  switch (status) {
-    case pch_status::not_requested:
-      return "not_requested";
-    case pch_status::created:
-      return "created";
-    case pch_status::not_attempted:
-      return "not_attempted";
-    case pch_status::failed:
-      return "failed";
-  }
-  return "unknown";
+  return kPchStatusNames(status);
 }
 
 program::program(std::string code, source_type type, program_options options)

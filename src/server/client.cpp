@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/descriptors.hpp"
+#include "common/enum_names.hpp"
 #include "common/text.hpp"
 #include "cucore/log.hpp"
 #include "cucore/server.hpp"
@@ -33,23 +34,16 @@ extern char** environ;
 
 namespace cucore {
 
+constexpr auto kCompileServerModeNames =
+    detail::name_each<compile_server_mode::automatic>("off", "on", "auto");
+
 std::string_view to_string(compile_server_mode mode) noexcept {
-  switch (mode) {
-    case compile_server_mode::off:
-      return "off";
-    case compile_server_mode::on:
-      return "on";
-    case compile_server_mode::automatic:
-      return "auto";
-  }
-  return "unknown";
+  return kCompileServerModeNames(mode);
 }
 
 compile_server_mode parse_compile_server_mode(std::string_view text) {
   const std::string lower = detail::lower_case(text);
-  if (lower == "off") return compile_server_mode::off;
-  if (lower == "on") return compile_server_mode::on;
-  if (lower == "auto") return compile_server_mode::automatic;
+  if (const auto mode = kCompileServerModeNames.find(lower)) return *mode;
   throw invalid_argument("compile server mode \"" + std::string(text) +
                          "\": expected off, on or auto");
 }

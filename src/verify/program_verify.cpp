@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "common/trace.hpp"
 #include "cucore/cache/program_cache.hpp"
 #include "cucore/cache/statistics.hpp"
@@ -20,18 +21,11 @@
 
 namespace cucore {
 
+constexpr auto kVerifyOutcomeNames =
+    detail::name_each<verify_outcome::queued>("not_verified", "verified", "mismatch", "queued");
+
 std::string_view to_string(verify_outcome outcome) noexcept {
-  switch (outcome) {
-    case verify_outcome::not_verified:
-      return "not_verified";
-    case verify_outcome::verified:
-      return "verified";
-    case verify_outcome::mismatch:
-      return "mismatch";
-    case verify_outcome::queued:
-      return "queued";
-  }
-  return "unknown";
+  return kVerifyOutcomeNames(outcome);
 }
 
 void wait_for_background_verification() {
