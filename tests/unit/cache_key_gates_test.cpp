@@ -420,13 +420,17 @@ TEST(MakeProgramCacheKey, DefinesThatMakeNvrtcReadHostHeadersNeedExtraDigest) {
 }
 
 TEST(ParseCodeType, IsCaseInsensitive) {
-  EXPECT_EQ(parse_code_type("CUBIN"), code_type::cubin);
-  EXPECT_EQ(parse_code_type("Ptx"), code_type::ptx);
-  EXPECT_EQ(parse_code_type("ptx"), code_type::ptx);
-  EXPECT_EQ(parse_code_type("LTOIR"), code_type::ltoir);
-  EXPECT_EQ(parse_code_type("FatBin"), code_type::fatbin);
-  EXPECT_THROW(parse_code_type("CUBINX"), invalid_argument);
-  EXPECT_THROW(parse_code_type(""), invalid_argument);
+  for (const auto& [text, type] :
+       std::vector<std::pair<std::string, code_type>>{{"CUBIN", code_type::cubin},
+                                                      {"Ptx", code_type::ptx},
+                                                      {"ptx", code_type::ptx},
+                                                      {"LTOIR", code_type::ltoir},
+                                                      {"FatBin", code_type::fatbin}}) {
+    EXPECT_EQ(parse_code_type(text), type) << text;
+  }
+  for (const char* bad : {"CUBINX", ""}) {
+    EXPECT_THROW(parse_code_type(bad), invalid_argument) << bad;
+  }
 }
 
 // Keying `in` is refused with a message that contains each of `parts`.

@@ -97,16 +97,9 @@ inline std::vector<std::string> payloads(const program_cache_key& k, std::string
   return out;
 }
 
-inline const char* type_name(source_type t) {
-  switch (t) {
-    case source_type::cxx:
-      return "c++";
-    case source_type::ptx:
-      return "ptx";
-    case source_type::nvvm:
-      return "nvvm";
-  }
-  return "?";
+// The code type's name ("c++", "ptx", "nvvm"), for failure messages.
+inline std::string type_name(source_type t) {
+  return std::string(to_string(t));
 }
 
 inline constexpr source_type kAllTypes[] = {source_type::cxx, source_type::ptx, source_type::nvvm};
