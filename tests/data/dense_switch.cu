@@ -1,5 +1,5 @@
 // A dense switch: NVRTC lowers it to a branch tree by default and to a jump table (brx.idx) under
-// -jtd=0. The option tests compile it (tests/unit/program_test.cpp, cli_test.cpp,
+// -jtd=0. The option tests compile it (tests/unit/program_test.cpp, cli_compile_options_test.cpp,
 // tests/python/test_program.py).
 extern "C" __global__ void k(int* p, int s) {
   int v;

@@ -3,8 +3,14 @@
 # (cucore_test) after find_package(GTest) and include(GoogleTest). Test names start with "cli." so
 # `ctest -R cli` selects them.
 if(TARGET cucore_cli)
+  # One program from one source per command (tests/unit/cli_test_support.hpp: their fixture).
   cucore_test(cli_test TOOL_ONLY USES_CLI PREFIX "cli."
-    SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/cli_test.cpp
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/cli_compile_test.cpp
+            ${PROJECT_SOURCE_DIR}/tests/unit/cli_compile_options_test.cpp
+            ${PROJECT_SOURCE_DIR}/tests/unit/cli_compile_cache_test.cpp
+            ${PROJECT_SOURCE_DIR}/tests/unit/cli_key_test.cpp
+            ${PROJECT_SOURCE_DIR}/tests/unit/cli_cache_test.cpp
+            ${PROJECT_SOURCE_DIR}/tests/unit/cli_info_usage_test.cpp
     PROPERTIES LABELS "unit")
   target_compile_definitions(cli_test PRIVATE CUCORE_VERSION="${PROJECT_VERSION}")
   cucore_path_macros(cli_test CUCORE_TEST_DATA_DIR ${PROJECT_SOURCE_DIR}/tests/data
