@@ -108,14 +108,8 @@ class case_generator {
   case_generator(random_source& random, const fs::path& root) : r_(random), root_(root) {}
 
   oracle_case generate() {
-    oracle_case c;
-    c.target = "ptx";
-    c.toolkit_include_path = false;  // fast: no toolkit directory in the search
-    c.cwd = root_ / "cwd";
-    fs::create_directories(c.cwd);
+    oracle_case c = case_in(root_, "");  // the code comes last; no toolkit directory: fast
     const fs::path prog = root_ / "prog";
-    fs::create_directories(prog);
-    c.name = (prog / "k.cu").string();
 
     const std::size_t dirs = 2 + r_.below(3);
     std::vector<fs::path> include_dirs;
@@ -556,13 +550,8 @@ key_outcome key_in_child(const oracle_case& c, int limit_seconds) {
 // (the predefined macros of NVRTC's builtins libraries) is memoised before the children fork.
 void warm_up_keys() {
   const case_dir dir;
-  oracle_case c;
-  c.code = "#ifdef NOT_DEFINED_ANYWHERE\n#include \"x.h\"\n#endif\n";
-  c.cwd = dir.path();
-  c.name = (dir.path() / "k.cu").string();
-  c.target = "ptx";
-  c.toolkit_include_path = false;
-  (void)tracked_by_key(c);
+  (void)tracked_by_key(
+      case_in(dir.path(), "#ifdef NOT_DEFINED_ANYWHERE\n#include \"x.h\"\n#endif\n"));
 }
 
 struct totals {
