@@ -1,6 +1,6 @@
-// Shared helpers of the graph tests: the graph kernels (including ones that set a conditional
-// node's condition), and waiting on weak references to owners, which the release thread drops
-// asynchronously after CUDA destroys the last graph that holds them.
+// Shared helpers of the graph tests: fixtures with a fresh seed, the graph kernels (including ones
+// that set a conditional node's condition), and waiting on weak references to owners, which the
+// release thread drops asynchronously after CUDA destroys the last graph that holds them.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,8 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,6 +23,7 @@
 #include "cucore/graph/builder.hpp"
 #include "cucore/graph/definition.hpp"
 #include "cucore/graph/graph.hpp"
+#include "cucore/runtime/device.hpp"
 #include "cucore/runtime/event.hpp"
 #include "cucore/runtime/launch.hpp"
 #include "cucore/runtime/memory.hpp"
@@ -91,9 +96,55 @@ inline kernel graph_kernel(const std::string& name) {
   return graph_kernels().get_kernel(name);
 }
 
+// A graph test with a fresh seed, named in every failure's trace.
+class seeded_gpu_test : public gpu_test {
+ protected:
+  const std::uint64_t seed = fresh_seed();
+
+ private:
+  const ::testing::ScopedTrace seed_trace_{__FILE__, __LINE__, "seed " + std::to_string(seed)};
+};
+
+// A graph test with a stream on device 0 (for allocations, uploads and launches) and a fresh seed.
+class seeded_stream_test : public seeded_gpu_test {
+ protected:
+  void SetUp() override {
+    seeded_gpu_test::SetUp();
+    if (IsSkipped()) return;
+    s = stream(device(0));
+  }
+  // (Not a member of type device: constructing one needs the driver, before SetUp can skip.)
+  device dev() const { return s.device(); }
+  stream s;
+};
+
+// A C host function that counts its calls in the std::atomic<int> it is given.
+inline void count_call(void* data) {
+  static_cast<std::atomic<int>*>(data)->fetch_add(1);
+}
+
+// The whole text of a file ("" if it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
 // A 1-D launch covering n elements.
 inline launch_config cover(int n, unsigned block = 128) {
   return launch_config{dim3((static_cast<unsigned>(n) + block - 1) / block), dim3(block)};
+}
+
+// True once done() holds, polling every millisecond up to `timeout`.
+template <class Done>
+bool holds_within(Done&& done, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 // True once `w` expired, polling up to `timeout`: owners are dropped by the release thread after
@@ -101,12 +152,7 @@ inline launch_config cover(int n, unsigned block = 128) {
 template <class T>
 bool expires_within(const std::weak_ptr<T>& w,
                     std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!w.expired()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+  return holds_within([&w] { return w.expired(); }, timeout);
 }
 
 // True if `w` is still alive after `settle` (the release thread had time to drop it if it was
@@ -159,6 +205,33 @@ template <class T>
 buffer upload(const std::vector<T>& host, const stream& s) {
   buffer b(host.size() * sizeof(T), s);
   b.copy_from(host, s);
+  return b;
+}
+
+// n random floats from `seed`, and a device buffer holding them (uploaded on `s`).
+inline std::pair<std::vector<float>, buffer> random_on_device(int n, std::uint64_t seed,
+                                                              const stream& s) {
+  std::vector<float> host = random_values<float>(static_cast<std::size_t>(n), seed);
+  buffer b = upload(host, s);
+  return {std::move(host), std::move(b)};
+}
+
+// Calling each of `calls`, member functions of `obj` that take no arguments, throws
+// invalid_argument (a trace names a failing one by its position).
+template <class T, class... Calls>
+void expect_each_refused(T& obj, Calls... calls) {
+  int position = 0;
+  const auto check = [&obj, &position](auto call) {
+    SCOPED_TRACE("call " + std::to_string(position++));
+    EXPECT_THROW((void)(obj.*call)(), invalid_argument);
+  };
+  (check(calls), ...);
+}
+
+// A device buffer of n floats, filled with kPoison on `s`.
+inline buffer poisoned(std::size_t n, const stream& s) {
+  buffer b(n * sizeof(float), s);
+  b.fill(kPoison, s);
   return b;
 }
 
