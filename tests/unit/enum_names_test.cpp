@@ -41,6 +41,7 @@ TEST(EnumNames, KnowsWhichValuesAreNamed) {
 // Every value 0..last named, none "unknown", no two alike.
 template <class Enum>
 void expect_distinct_names(Enum last) {
+  SCOPED_TRACE("the enum whose last value is " + std::string(to_string(last)));
   std::set<std::string> seen;
   for (int i = 0; i <= static_cast<int>(last); ++i) {
     const std::string name(to_string(static_cast<Enum>(i)));
@@ -49,20 +50,18 @@ void expect_distinct_names(Enum last) {
   }
 }
 
+// Each enum by its last value.
+template <class... Last>
+void expect_each_distinct(Last... last) {
+  (expect_distinct_names(last), ...);
+}
+
 TEST(EnumNames, EveryPublicToStringNamesEachValueApart) {
-  expect_distinct_names(code_type::tile_ir);
-  expect_distinct_names(source_type::nvvm);
-  expect_distinct_names(compiler_backend::driver);
-  expect_distinct_names(compile_server_mode::automatic);
-  expect_distinct_names(cache_outcome::miss);
-  expect_distinct_names(verify_outcome::queued);
-  expect_distinct_names(pch_status::failed);
-  expect_distinct_names(auto_pch_status::discarded);
-  expect_distinct_names(flight_outcome::unclaimed);
-  expect_distinct_names(miss_kind::other);
-  expect_distinct_names(cache_skip_reason::option_file);
-  expect_distinct_names(graph_node_kind::other);
-  expect_distinct_names(conditional_kind::switch_);
+  expect_each_distinct(code_type::tile_ir, source_type::nvvm, compiler_backend::driver,
+                       compile_server_mode::automatic, cache_outcome::miss, verify_outcome::queued,
+                       pch_status::failed, auto_pch_status::discarded, flight_outcome::unclaimed,
+                       miss_kind::other, cache_skip_reason::option_file, graph_node_kind::other,
+                       conditional_kind::switch_);
 }
 
 TEST(EnumNames, ParsersReadTheSameNames) {
